@@ -1,0 +1,96 @@
+"""tackroom: a plugin framework for agentic RL.
+
+The public API lives here; plugins import only from ``tackroom`` (and
+``tackroom.testing`` in their tests).
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from tackroom.config import PluginSelection, RunConfig, instantiate, load_run_config
+from tackroom.errors import (
+    ConfigError,
+    ErrorClass,
+    InfraError,
+    ModelError,
+    PluginConflictError,
+    PluginDefinitionError,
+    PluginNotFoundError,
+    TackroomError,
+    TaskError,
+)
+from tackroom.harness import Harness
+from tackroom.loss import AGGREGATIONS, Aggregation, LossSpec
+from tackroom.manager import PluginManager, get_plugin_manager, reset_plugin_manager
+from tackroom.markers import hookimpl, hookspec
+from tackroom.plugin import PLUGIN_KINDS, Plugin, PluginKind, PluginOptions
+from tackroom.policy import Policy
+from tackroom.registrar import PluginEntry, Registrar
+from tackroom.reward import Reward
+from tackroom.sandbox import (
+    ExecResult,
+    Sandbox,
+    SandboxBuildError,
+    SandboxError,
+    SandboxPathError,
+    SandboxProvider,
+    SandboxSpec,
+    SandboxTimeoutError,
+)
+from tackroom.task import Dataset, Task, TaskConfig, load_dataset, load_task
+from tackroom.trajectory import TokenTurn, Trajectory
+from tackroom.verifier import Verifier
+
+try:
+    __version__ = version("tackroom")
+except PackageNotFoundError:  # running from a source tree without installing
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "AGGREGATIONS",
+    "PLUGIN_KINDS",
+    "Aggregation",
+    "ConfigError",
+    "Dataset",
+    "ErrorClass",
+    "ExecResult",
+    "Harness",
+    "InfraError",
+    "LossSpec",
+    "ModelError",
+    "Plugin",
+    "PluginConflictError",
+    "PluginDefinitionError",
+    "PluginEntry",
+    "PluginKind",
+    "PluginManager",
+    "PluginNotFoundError",
+    "PluginOptions",
+    "PluginSelection",
+    "Policy",
+    "Registrar",
+    "Reward",
+    "RunConfig",
+    "Sandbox",
+    "SandboxBuildError",
+    "SandboxError",
+    "SandboxPathError",
+    "SandboxProvider",
+    "SandboxSpec",
+    "SandboxTimeoutError",
+    "TackroomError",
+    "Task",
+    "TaskConfig",
+    "TaskError",
+    "TokenTurn",
+    "Trajectory",
+    "Verifier",
+    "__version__",
+    "get_plugin_manager",
+    "hookimpl",
+    "hookspec",
+    "instantiate",
+    "load_dataset",
+    "load_run_config",
+    "load_task",
+    "reset_plugin_manager",
+]

@@ -1,0 +1,23 @@
+"""The ``nop`` harness: does nothing. A task that scores above 0 under it is broken."""
+
+from __future__ import annotations
+
+from tackroom.harness import Harness
+from tackroom.markers import hookimpl
+from tackroom.policy import Policy
+from tackroom.sandbox import Sandbox
+from tackroom.trajectory import Trajectory
+
+
+class NopHarness(Harness):
+    """Does nothing; the floor every task must score 0 on."""
+
+    name = "nop"
+
+    async def run(self, instruction: str, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
+        return Trajectory(messages=[{"role": "user", "content": instruction}], stop_reason="nop")
+
+
+@hookimpl
+def tackroom_harnesses(register) -> None:
+    register.add_harness(NopHarness)

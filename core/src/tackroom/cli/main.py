@@ -1,0 +1,34 @@
+"""Entry point: imports each sub-command module so it registers on the app."""
+
+from __future__ import annotations
+
+import typer
+
+from tackroom import __version__
+from tackroom.cli import plugins_cmd  # noqa: F401  (registers `tackroom plugins`)
+from tackroom.cli.app import app, fail
+from tackroom.errors import TackroomError
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tackroom {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """tackroom: harnesses, sandboxes, verifiers and losses, selected by name."""
+
+
+def main() -> None:
+    try:
+        app()
+    except TackroomError as exc:
+        raise SystemExit(fail(str(exc)).exit_code) from None
+
+
+if __name__ == "__main__":
+    main()

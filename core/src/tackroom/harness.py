@@ -1,0 +1,38 @@
+"""The harness interface: the agent loop."""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+from tackroom.plugin import Plugin, PluginKind
+from tackroom.policy import Policy
+from tackroom.sandbox import Sandbox
+from tackroom.task import Task
+from tackroom.trajectory import Trajectory
+
+
+class Harness(Plugin):
+    """A harness plugin: drives one episode of an agent in a sandbox.
+
+    The runtime calls :meth:`setup` once the sandbox is up, then :meth:`run`
+    under the task's agent timeout (cancellation is how the timeout arrives:
+    clean up in ``finally``). A harness reaches the model only through the
+    :class:`~tackroom.policy.Policy` it is given. Raise
+    :class:`~tackroom.errors.ModelError` for the policy's own failures
+    (context exhausted, no valid answer) and :class:`~tackroom.errors.InfraError`
+    for machinery failures.
+
+    Capabilities: ``token_ids`` (keeps its own exact token accounting),
+    ``needs_policy`` (calls a model; ``oracle``/``nop`` do not), ``chat``
+    (speaks only chat completions, so the runtime routes it through the gateway).
+    """
+
+    kind: ClassVar[PluginKind] = "harness"
+
+    async def setup(self, sandbox: Sandbox, task: Task) -> None:
+        """Prepare the sandbox for this harness (install tools, start servers). Default: nothing."""
+
+    @abc.abstractmethod
+    async def run(self, instruction: str, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
+        """Run the episode and return its trajectory."""

@@ -1,0 +1,97 @@
+"""Every hook a tackroom plugin may implement. One function per hook.
+
+A plugin is a module (or object) named by an entry point in the group
+``tackroom``; it implements any of these with ``@tackroom.hookimpl``.
+The four registration hooks receive a :class:`~tackroom.registrar.Registrar`
+and call ``register.add_*``; the lifecycle hooks observe or steer trials.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tackroom.markers import hookspec
+
+if TYPE_CHECKING:
+    from tackroom.errors import ErrorClass
+    from tackroom.registrar import Registrar
+
+
+@hookspec
+def tackroom_harnesses(register: Registrar) -> None:
+    """Register harness classes.
+
+    Called once when the plugin manager loads plugins. Call
+    ``register.add_harness(MyHarness)`` for each :class:`~tackroom.harness.Harness`
+    subclass, or ``register.add_harness("pkg.module:MyHarness", name="mine",
+    summary="…")`` to defer importing a heavy module until the harness is used.
+    """
+
+
+@hookspec
+def tackroom_sandboxes(register: Registrar) -> None:
+    """Register sandbox provider classes.
+
+    Called once when the plugin manager loads plugins. Call
+    ``register.add_sandbox(MyProvider)`` for each
+    :class:`~tackroom.sandbox.SandboxProvider` subclass; pass a
+    ``"module:Class"`` string with ``name=`` to keep a cloud SDK out of
+    ``tackroom plugins`` until the sandbox is selected.
+    """
+
+
+@hookspec
+def tackroom_verifiers(register: Registrar) -> None:
+    """Register verifier classes.
+
+    Called once when the plugin manager loads plugins. Call
+    ``register.add_verifier(MyVerifier)`` for each
+    :class:`~tackroom.verifier.Verifier` subclass (or a lazy ``"module:Class"``
+    reference with ``name=``).
+    """
+
+
+@hookspec
+def tackroom_losses(register: Registrar) -> None:
+    """Register policy losses.
+
+    Called once when the plugin manager loads plugins. Call
+    ``register.add_loss(LossSpec(name=…, fn="pkg.module:function",
+    aggregation=…))``; a string ``fn`` is imported only when the trainer needs
+    it, so torch stays out of every other command.
+    """
+
+
+@hookspec
+def tackroom_trial_started(trial: Any) -> None:
+    """Observe a trial attempt as it starts.
+
+    Called by the trial runtime right before the sandbox starts, once per
+    attempt, with the :class:`~tackroom.trial.Trial`. Return value ignored.
+    Exceptions are logged and swallowed: an observer never breaks a trial.
+    """
+
+
+@hookspec
+def tackroom_trial_finished(trial: Any, result: Any) -> None:
+    """Observe a finished trial attempt.
+
+    Called by the trial runtime after teardown with the
+    :class:`~tackroom.trial.Trial` and its :class:`~tackroom.trial.TrialResult`
+    (which carries the reward or the classified error). Return value ignored;
+    exceptions are logged and swallowed.
+    """
+
+
+@hookspec(firstresult=True)
+def tackroom_classify_error(error: BaseException, phase: str) -> ErrorClass | None:
+    """Classify a failure as ``"infra"``, ``"model"`` or ``"task"``.
+
+    Called by the trial runtime for every exception a trial phase raises
+    (``phase`` is one of ``sandbox_start``, ``harness_setup``, ``harness_run``,
+    ``verify``, ``teardown``). The first non-``None`` answer wins; return
+    ``None`` to leave the decision to other plugins and finally to the
+    built-in rules (a :class:`~tackroom.errors.TackroomError`'s own
+    ``error_class``, timeouts in ``harness_run`` are ``model``, anything else
+    ``infra``). ``infra`` errors are retried.
+    """

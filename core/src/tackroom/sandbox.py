@@ -1,0 +1,224 @@
+"""The sandbox interface: where a harness's actions happen and a verifier looks.
+
+Every method has a timeout and fails the same way on every provider:
+
+- :class:`SandboxTimeoutError` (a ``TimeoutError``): a command or transfer ran
+  past its limit; the sandbox killed it and is still usable.
+- :class:`SandboxPathError` (a ``PermissionError``): a path escapes the allowed
+  roots (``..`` traversal, absolute path outside the sandbox, link escape).
+- :class:`SandboxError` (an :class:`~tackroom.errors.InfraError`): the sandbox
+  itself failed (died, could not start, transfer broke); the trial is retried.
+
+Large command output is capped, never fatal (``ExecResult.truncated``).
+"""
+
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tackroom.errors import InfraError, TaskError
+from tackroom.plugin import Plugin, PluginKind
+
+DEFAULT_EXEC_TIMEOUT = 600.0
+DEFAULT_OUTPUT_LIMIT = 1_000_000
+
+
+class SandboxError(InfraError):
+    """The sandbox failed (died, could not start, a transfer broke)."""
+
+
+class SandboxBuildError(SandboxError):
+    """The environment could not be built; a ``task`` error when the Dockerfile itself is broken."""
+
+    def __init__(self, message: str, *, task_fault: bool = False) -> None:
+        super().__init__(message)
+        if task_fault:
+            self.error_class = "task"
+
+
+class SandboxTimeoutError(SandboxError, TimeoutError):
+    """A command or transfer ran past its timeout and was killed."""
+
+
+class SandboxPathError(SandboxError, PermissionError):
+    """A path escapes the sandbox (``..``, an absolute path outside it, a link escape)."""
+
+    error_class = "task"
+
+
+class ExecResult(BaseModel):
+    """What a command did. Output beyond the provider's cap is cut and ``truncated`` set."""
+
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+    truncated: bool = False
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class SandboxSpec(BaseModel):
+    """What to start: the task environment plus the limits the runtime applies."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str
+    """A unique, label-safe name (the trial id)."""
+    environment_dir: Path | None = None
+    """The task's ``environment/`` (Dockerfile + the files it COPYs), if any."""
+    image: str | None = None
+    """A prebuilt image reference; wins over ``environment_dir``."""
+    cpus: float = 1.0
+    memory_mb: int = 2048
+    allow_internet: bool = False
+    build_timeout_sec: float = 600.0
+    start_timeout_sec: float = 120.0
+    workdir: str = "/app"
+    env: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class Sandbox(abc.ABC):
+    """A started (or startable) sandbox. Create one through :meth:`SandboxProvider.create`."""
+
+    spec: SandboxSpec
+    notes: list[str]
+    """Things a user should know about this sandbox's fidelity (e.g. an ignored FROM line)."""
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        self.spec = spec
+        self.notes = []
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Build (if needed) and start. Raises :class:`SandboxError` / :class:`SandboxTimeoutError`."""
+
+    @abc.abstractmethod
+    async def exec(
+        self,
+        cmd: str | list[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = DEFAULT_EXEC_TIMEOUT,
+        stdin: str | bytes | None = None,
+    ) -> ExecResult:
+        """Run ``cmd`` (a string goes through ``bash -c``). A non-zero exit is not an error.
+
+        Raises :class:`SandboxTimeoutError` when ``timeout`` passes (the
+        command is killed first), :class:`SandboxError` when the sandbox is gone.
+        """
+
+    @abc.abstractmethod
+    async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
+        """Copy a local file or directory to ``dest`` (a directory's contents land in ``dest``)."""
+
+    @abc.abstractmethod
+    async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
+        """Copy a sandbox file or directory to local ``dest``.
+
+        Raises :class:`FileNotFoundError` when ``source`` does not exist.
+        """
+
+    async def write_file(self, path: str, content: str | bytes, *, timeout: float = 60.0) -> None:
+        """Write one file (parents created)."""
+        import tempfile
+
+        data = content.encode() if isinstance(content, str) else content
+        with tempfile.TemporaryDirectory(prefix="tackroom-") as tmp:
+            local = Path(tmp) / "file"
+            local.write_bytes(data)
+            await self.upload(local, path, timeout=timeout)
+
+    async def read_file(self, path: str, *, timeout: float = 60.0) -> bytes:
+        """Read one file. Raises :class:`FileNotFoundError` when it does not exist."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="tackroom-") as tmp:
+            local = Path(tmp) / "file"
+            await self.download(path, local, timeout=timeout)
+            if local.is_dir():
+                raise IsADirectoryError(path)
+            return local.read_bytes()
+
+    async def expose(self, port: int) -> str:
+        """Return a URL the harness (on the host) can reach for ``port`` inside the sandbox."""
+        raise NotImplementedError(f"{type(self).__name__} cannot expose ports")
+
+    async def snapshot(self, paths: list[str], *, timeout: float = 120.0) -> bytes:
+        """Return a tar archive (bytes) of ``paths``; paths that do not exist are skipped."""
+        import shlex
+
+        existing = " ".join(shlex.quote(p) for p in paths)
+        script = f'for p in {existing}; do [ -e "$p" ] && printf "%s\\0" "$p"; done | tar --null -cf /tmp/.tackroom-snapshot.tar -T - 2>/dev/null || tar -cf /tmp/.tackroom-snapshot.tar -T /dev/null'
+        result = await self.exec(script, timeout=timeout)
+        if not result.ok:
+            raise SandboxError(f"snapshot of {paths} failed: {result.stderr.strip()}")
+        data = await self.read_file("/tmp/.tackroom-snapshot.tar", timeout=timeout)
+        await self.exec("rm -f /tmp/.tackroom-snapshot.tar", timeout=30)
+        return data
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Tear down; idempotent, safe to call on a sandbox that never started or already died."""
+
+    async def __aenter__(self) -> Sandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+class SandboxProvider(Plugin):
+    """A sandbox plugin: makes :class:`Sandbox` objects from a :class:`SandboxSpec`.
+
+    Creating must be cheap and import-light (heavy SDKs load in ``start``).
+    Capabilities used by the runtime: ``expose`` (can publish ports),
+    ``network`` (can grant internet), ``dockerfile`` (honours Dockerfiles fully).
+    """
+
+    kind: ClassVar[PluginKind] = "sandbox"
+
+    @abc.abstractmethod
+    def create(self, spec: SandboxSpec) -> Sandbox:
+        """Return an unstarted sandbox for ``spec``."""
+
+    async def cleanup(self) -> int:
+        """Remove leaked sandboxes this provider labelled; return how many were removed."""
+        return 0
+
+
+def check_relative_inside(path: str, root: str = "/") -> str:
+    """Normalise a sandbox path and reject ``..`` escapes; returns the absolute path."""
+    import posixpath
+
+    if "\x00" in path:
+        raise SandboxPathError(f"path {path!r} contains a NUL byte")
+    full = posixpath.normpath(posixpath.join(root, path))
+    if full != root and not full.startswith(root.rstrip("/") + "/"):
+        raise SandboxPathError(f"path {path!r} escapes {root}")
+    if ".." in path.split("/"):
+        raise SandboxPathError(f"path {path!r} contains '..'; use a path without parent references")
+    return full
+
+
+__all__ = [
+    "ExecResult",
+    "Sandbox",
+    "SandboxBuildError",
+    "SandboxError",
+    "SandboxPathError",
+    "SandboxProvider",
+    "SandboxSpec",
+    "SandboxTimeoutError",
+    "TaskError",
+    "check_relative_inside",
+]

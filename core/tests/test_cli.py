@@ -1,0 +1,47 @@
+"""The CLI as a user runs it."""
+
+import json
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+import tackroom
+from tackroom.cli.main import app
+
+runner = CliRunner()
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"tackroom {tackroom.__version__}"
+
+
+def test_plugins_json_lists_builtins_with_required_keys():
+    result = runner.invoke(app, ["plugins", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    nop = next(r for r in rows if r["name"] == "nop")
+    assert nop["kind"] == "harness" and nop["distribution"] == "tackroom" and nop["version"]
+    assert all({"name", "kind", "distribution", "version"} <= r.keys() for r in rows)
+    assert all(r["kind"] in tackroom.PLUGIN_KINDS for r in rows)
+
+
+def test_plugins_all_adds_catalogue_entries_with_install_hint():
+    rows = json.loads(runner.invoke(app, ["plugins", "--all", "--json"]).output)
+    installed = {(r["kind"], r["name"]) for r in rows if r["installed"]}
+    missing = [r for r in rows if not r["installed"]]
+    assert all((r["kind"], r["name"]) not in installed for r in missing)
+    assert all(r["install"].startswith("pip install") for r in missing)
+
+
+def test_plugins_table_runs_as_a_console_script():
+    out = subprocess.run([sys.executable, "-m", "tackroom.cli.main", "plugins"], capture_output=True, text=True, check=True)
+    assert "nop" in out.stdout
+
+
+def test_plugins_never_imports_heavy_sdks():
+    code = ("import sys, json; from tackroom.cli.plugins_cmd import plugin_rows; plugin_rows(True); "
+            "print(json.dumps([m for m in ('torch','modal','daytona','litellm') if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []

@@ -1,0 +1,28 @@
+"""Entry-point discovery, allow/block lists, and the conformance kit on the built-ins."""
+
+import pytest
+
+import tackroom
+from tackroom.testing import check_registered
+
+
+def test_builtins_are_found_through_the_entry_point_group():
+    manager = tackroom.PluginManager(env={})
+    nop = manager.entry("harness", "nop")
+    assert nop.distribution == "tackroom"
+    check_registered("harness", "nop", distribution="tackroom")
+
+
+def test_allowlist_keeps_builtins_and_blocklist_removes_them():
+    only_core = tackroom.PluginManager(env={"TACKROOM_LOAD_PLUGINS": ""})
+    assert "nop" in [e.name for e in only_core.entries("harness")]
+    blocked = tackroom.PluginManager(env={"TACKROOM_BLOCK_PLUGINS": "nop"})
+    assert "nop" not in [e.name for e in blocked.entries("harness")]
+    assert any("blocked by TACKROOM_BLOCK_PLUGINS" in s for s in blocked.skipped)
+    with pytest.raises(tackroom.PluginNotFoundError, match="Skipped plugins: tackroom:nop"):
+        blocked.entry("harness", "nop")
+
+
+def test_check_registered_fails_for_an_unregistered_name():
+    with pytest.raises(AssertionError, match="not registered through the 'tackroom' entry-point group"):
+        check_registered("harness", "definitely-not-installed")

@@ -34,3 +34,26 @@ def test_tackroom_trial_started_and_tackroom_trial_finished_reach_plugins(manage
     manager.hook.tackroom_trial_started(trial="t1")
     manager.hook.tackroom_trial_finished(trial="t1", result="r1")
     assert seen == [("start", "t1"), ("end", "t1", "r1")]
+
+
+def test_tackroom_commands_adds_a_sub_command(manager):
+    import typer
+    from typer.testing import CliRunner
+
+    app = typer.Typer()
+
+    @app.command()
+    def existing() -> None:
+        """An existing command."""
+
+    def add(app):
+        @app.command("greet")
+        def greet(name: str) -> None:
+            typer.echo(f"hi {name}")
+
+    mod = types.ModuleType("cmds")
+    mod.tackroom_commands = tackroom.hookimpl(add)
+    manager.register(mod)
+    manager.hook.tackroom_commands(app=app)
+    result = CliRunner().invoke(app, ["greet", "ada"])
+    assert result.exit_code == 0 and result.output.strip() == "hi ada"

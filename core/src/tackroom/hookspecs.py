@@ -63,6 +63,17 @@ def tackroom_losses(register: Registrar) -> None:
 
 
 @hookspec
+def tackroom_commands(app: Any) -> None:
+    """Add sub-commands to the ``tackroom`` CLI.
+
+    Called once when the CLI starts, with the root ``typer.Typer`` app. Add a
+    command group (``app.add_typer(images_app, name="images")``) or commands
+    (``@app.command()``). Import heavy modules inside the command functions,
+    not at module level, so every other command stays fast.
+    """
+
+
+@hookspec
 def tackroom_trial_started(trial: Any) -> None:
     """Observe a trial attempt as it starts.
 

@@ -23,8 +23,16 @@ def root(
     """tackroom: harnesses, sandboxes, verifiers and losses, selected by name."""
 
 
+def load_plugin_commands() -> None:
+    """Let plugins add their sub-commands (the ``tackroom_commands`` hook)."""
+    from tackroom.manager import get_plugin_manager
+
+    get_plugin_manager().hook.tackroom_commands(app=app)
+
+
 def main() -> None:
     try:
+        load_plugin_commands()
         app()
     except TackroomError as exc:
         raise SystemExit(fail(str(exc)).exit_code) from None

@@ -16,7 +16,7 @@ def test_unknown_plugin_lists_installed_and_the_catalogue_install_line():
 
 
 def test_unknown_plugin_not_in_catalogue_still_lists_installed():
-    with pytest.raises(tackroom.PluginNotFoundError, match=r"installed harnesss?: .*nop") as err:
+    with pytest.raises(tackroom.PluginNotFoundError, match=r"installed harnesses: .*nop") as err:
         instantiate("harness", "nope-nope")
     assert "pip install" not in str(err.value)
 

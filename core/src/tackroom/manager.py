@@ -117,7 +117,8 @@ class PluginManager:
         if found is not None:
             return found
         installed = ", ".join(e.name for e in self.entries(kind)) or "(none)"
-        message = f"no {kind} named {name!r} is installed; installed {kind}s: {installed}"
+        plural = "harnesses" if kind == "harness" else f"{kind}es" if kind == "loss" else f"{kind}s"
+        message = f"no {kind} named {name!r} is installed; installed {plural}: {installed}"
         from tackroom.catalogue import load_catalogue
 
         known = next((c for c in load_catalogue() if c.kind == kind and c.name == name), None)

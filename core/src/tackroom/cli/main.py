@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from tackroom import __version__
-from tackroom.cli import plugins_cmd  # noqa: F401  (registers `tackroom plugins`)
+from tackroom.cli import plugins_cmd, run_cmd  # noqa: F401  (register their commands)
 from tackroom.cli.app import app, fail
 from tackroom.errors import TackroomError
 

@@ -1,0 +1,94 @@
+"""The ``test-script`` verifier, with Harbor's semantics: run tests/test.sh, read the reward it writes."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from pydantic import Field
+
+from tackroom.errors import TaskError
+from tackroom.markers import hookimpl
+from tackroom.plugin import PluginOptions
+from tackroom.reward import Reward
+from tackroom.sandbox import Sandbox, SandboxTimeoutError
+from tackroom.task import Task
+from tackroom.trajectory import Trajectory
+from tackroom.verifier import Verifier
+
+REWARD_DIR = "/logs/verifier"
+
+
+class TestScriptOptions(PluginOptions):
+    __test__ = False
+    tests_dir: str = Field(default="/tests", description="Where tests/ is uploaded")
+    keep_output_chars: int = Field(default=4000, description="How much of test.sh's output goes into details")
+
+
+class TestScriptVerifier(Verifier):
+    """Runs tests/test.sh under the verifier timeout; reward from /logs/verifier/reward.json or reward.txt."""
+
+    name = "test-script"
+    __test__ = False  # not a pytest class, despite the name
+    Options = TestScriptOptions
+
+    async def verify(self, task: Task, sandbox: Sandbox, trajectory: Trajectory) -> Reward:
+        script = task.tests_dir / "test.sh"
+        if not script.is_file():
+            raise TaskError(f"{script}: missing; the test-script verifier needs tests/test.sh")
+        # An image or an agent must not be able to plant a reward.
+        await sandbox.exec(f"rm -f {REWARD_DIR}/reward.txt {REWARD_DIR}/reward.json; mkdir -p {REWARD_DIR}", timeout=30)
+        await sandbox.upload(task.tests_dir, self.options.tests_dir)
+        timeout = task.config.verifier.timeout_sec
+        try:
+            result = await sandbox.exec(
+                f"bash {self.options.tests_dir}/test.sh", env=task.config.verifier.env, timeout=timeout
+            )
+        except SandboxTimeoutError as exc:
+            raise TaskError(f"tests/test.sh ran past the verifier timeout ({timeout}s)") from exc
+        keep = self.options.keep_output_chars
+        details = {"exit_code": result.exit_code, "stdout": result.stdout[-keep:], "stderr": result.stderr[-keep:]}
+        reward = await self._read_reward(sandbox)
+        if reward is None:
+            raise TaskError(
+                f"tests/test.sh (exit {result.exit_code}) wrote neither {REWARD_DIR}/reward.json nor reward.txt; "
+                f"a missing reward is never a pass. Output: {(result.stdout + result.stderr)[-500:]}"
+            )
+        reward.details.update(details)
+        return reward
+
+    async def _read_reward(self, sandbox: Sandbox) -> Reward | None:
+        try:
+            raw = await sandbox.read_file(f"{REWARD_DIR}/reward.json")
+        except FileNotFoundError:
+            raw = None
+        if raw is not None:
+            try:
+                data = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise TaskError(f"{REWARD_DIR}/reward.json is not JSON: {exc}") from exc
+            if not isinstance(data, dict) or not data or not all(_is_number(v) for v in data.values()):
+                raise TaskError(f"{REWARD_DIR}/reward.json must be a non-empty object of numbers, got {raw[:200]!r}")
+            components = {k: float(v) for k, v in data.items()}
+            score = components.get("reward", sum(components.values()) / len(components))
+            return Reward(score=score, components=components, details={"source": "reward.json"})
+        try:
+            text = (await sandbox.read_file(f"{REWARD_DIR}/reward.txt")).decode(errors="replace").strip()
+        except FileNotFoundError:
+            return None
+        try:
+            score = float(text)
+        except ValueError as exc:
+            raise TaskError(f"{REWARD_DIR}/reward.txt must hold one number, got {text[:200]!r}") from exc
+        if not math.isfinite(score):
+            raise TaskError(f"{REWARD_DIR}/reward.txt holds {text!r}, not a finite number")
+        return Reward(score=score, components={"reward": score}, details={"source": "reward.txt"})
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+@hookimpl
+def tackroom_verifiers(register) -> None:
+    register.add_verifier(TestScriptVerifier)

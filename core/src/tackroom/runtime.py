@@ -1,0 +1,311 @@
+"""The trial runtime: sandbox start → harness setup → harness run → verify → teardown, with retries.
+
+Every phase has a timeout; teardown always runs (also on cancellation) and is
+itself time-limited. Failures are classified by the ``tackroom_classify_error``
+hook (then by built-in rules) into ``infra`` (retried with backoff), ``model``
+(counts: the verifier still grades what the agent left, as Harbor does after an
+agent timeout) and ``task`` (not retried).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt, wait_exponential
+
+from tackroom.errors import ErrorClass, ModelError, TackroomError
+from tackroom.harness import Harness
+from tackroom.manager import PluginManager, get_plugin_manager
+from tackroom.policy import Policy
+from tackroom.sandbox import SandboxProvider, SandboxSpec
+from tackroom.task import Task
+from tackroom.trajectory import Trajectory
+from tackroom.trial import AttemptRecord, Trial, TrialErrorInfo, TrialResult, slug
+from tackroom.verifier import Verifier
+
+log = logging.getLogger(__name__)
+
+ERROR_CLASSES: tuple[ErrorClass, ...] = ("infra", "model", "task")
+
+
+class AgentTimeoutError(ModelError, TimeoutError):
+    """The harness ran past the task's agent timeout."""
+
+
+class PhaseTimeoutError(TackroomError, TimeoutError):
+    """A runtime phase other than the agent run ran past its limit."""
+
+    error_class = "infra"
+
+
+@dataclass
+class TrialPlugins:
+    """What a trial runs with. Harness and verifier are built fresh per attempt (they may keep state)."""
+
+    harness_cls: type[Harness]
+    harness_options: Any
+    sandbox: SandboxProvider
+    verifier_cls: type[Verifier]
+    verifier_options: Any
+    policy: Policy | None = None
+    harness_label: str | None = None
+    policy_for: Callable[[Trial], Any] | None = None
+    """Optional async context factory giving a per-trial Policy (e.g. a gateway session)."""
+
+    @classmethod
+    def from_instances(cls, harness: Harness, sandbox: SandboxProvider, verifier: Verifier,
+                       policy: Policy | None = None, harness_label: str | None = None) -> TrialPlugins:
+        return cls(type(harness), harness.options, sandbox, type(verifier), verifier.options, policy, harness_label)
+
+    @property
+    def label(self) -> str:
+        return self.harness_label or self.harness_cls.name
+
+
+def classify(error: BaseException, phase: str, manager: PluginManager) -> ErrorClass:
+    """Plugins first (``tackroom_classify_error``), then the built-in rules."""
+    try:
+        answer = manager.hook.tackroom_classify_error(error=error, phase=phase)
+    except Exception:  # a broken classifier must not break the trial
+        log.exception("tackroom_classify_error raised; using the built-in rules")
+        answer = None
+    if answer in ERROR_CLASSES:
+        return answer
+    own = getattr(error, "error_class", None)
+    if own in ERROR_CLASSES:
+        return own
+    if phase == "harness_run" and isinstance(error, TimeoutError):
+        return "model"
+    return "infra"
+
+
+def sandbox_spec(task: Task, name: str) -> SandboxSpec:
+    env = task.config.environment
+    return SandboxSpec(
+        name=name,
+        environment_dir=task.environment_dir if task.environment_dir.is_dir() else None,
+        image=env.docker_image,
+        cpus=env.cpus,
+        memory_mb=env.memory_mb,
+        allow_internet=env.allow_internet,
+        build_timeout_sec=env.build_timeout_sec,
+        labels={"tackroom.task": slug(task.id)},
+    )
+
+
+def _atomic_write(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False))
+    tmp.replace(path)
+
+
+class TrialRuntime:
+    """Runs trials into a run directory (``<out>/<run-id>/<trial-id>/{result,trajectory}.json``)."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        attempts: int = 3,
+        concurrency: int = 4,
+        setup_timeout_sec: float = 600.0,
+        teardown_timeout_sec: float = 60.0,
+        retry_backoff_sec: float = 1.0,
+        manager: PluginManager | None = None,
+        progress: bool = True,
+        console: Console | None = None,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.attempts = attempts
+        self.concurrency = concurrency
+        self.setup_timeout_sec = setup_timeout_sec
+        self.teardown_timeout_sec = teardown_timeout_sec
+        self.retry_backoff_sec = retry_backoff_sec
+        self.manager = manager or get_plugin_manager()
+        self.progress = progress
+        self.console = console or Console(stderr=True)
+
+    # -- one attempt ----------------------------------------------------------------
+    async def run_attempt(self, trial: Trial, task: Task, plugins: TrialPlugins, attempt: int,
+                          policy: Policy | None = None) -> tuple[TrialResult, Trajectory]:
+        """Run one attempt end to end; never raises (except on cancellation)."""
+        result = TrialResult(
+            trial_id=trial.id, task=task.id, harness=trial.harness, sandbox=trial.sandbox, verifier=trial.verifier,
+            model=trial.model, pass_index=trial.pass_index, attempt=attempt,
+            domain=task.domain, category=task.category,
+        )
+        trajectory = Trajectory(stop_reason="not_started")
+        harness = plugins.harness_cls(plugins.harness_options)
+        verifier = plugins.verifier_cls(plugins.verifier_options)
+        policy = policy or plugins.policy
+        spec = sandbox_spec(task, f"{trial.id}-a{attempt}")
+        sandbox = plugins.sandbox.create(spec)
+        started = time.monotonic()
+        self._notify("tackroom_trial_started", trial=trial)
+        phase = "sandbox_start"
+        model_error: TrialErrorInfo | None = None
+
+        async def timed(name: str, coro: Any, timeout: float) -> Any:
+            t0 = time.monotonic()
+            try:
+                return await asyncio.wait_for(coro, timeout)
+            except TimeoutError as exc:
+                if name == "harness_run":
+                    raise AgentTimeoutError(f"agent ran past the task's agent timeout ({timeout}s)") from exc
+                raise PhaseTimeoutError(f"{name} ran past its {timeout}s limit") from exc
+            finally:
+                result.timings[name] = round(time.monotonic() - t0, 4)
+
+        try:
+            await timed("sandbox_start", sandbox.start(), spec.build_timeout_sec + spec.start_timeout_sec)
+            phase = "verifier_prepare"
+            await timed("verifier_prepare", verifier.prepare(task, sandbox), self.setup_timeout_sec)
+            phase = "harness_setup"
+            await timed("harness_setup", harness.setup(sandbox, task), self.setup_timeout_sec)
+            phase = "harness_run"
+            try:
+                trajectory = await timed("harness_run", harness.run(task.instruction, sandbox, policy),
+                                         task.config.agent.timeout_sec)
+            except Exception as exc:
+                if classify(exc, phase, self.manager) != "model":
+                    raise
+                model_error = self._error_info(exc, phase, "model")
+                trajectory = Trajectory(stop_reason="agent_timeout" if isinstance(exc, TimeoutError) else "model_error")
+                if isinstance(exc, TackroomError) and getattr(exc, "trajectory", None) is not None:
+                    trajectory = exc.trajectory  # harnesses may attach what they had
+            phase = "verify"
+            reward = await timed("verify", verifier.verify(task, sandbox, trajectory),
+                                 task.config.verifier.timeout_sec + 120)
+            result.reward = reward.score
+            result.components = reward.components
+            result.reward_details = reward.details
+            result.error = model_error
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error_class = classify(exc, phase, self.manager)
+            result.error = model_error or self._error_info(exc, phase, error_class)
+            if result.error.error_class == "model":
+                result.reward = 0.0
+        finally:
+            t0 = time.monotonic()
+            try:
+                await asyncio.shield(asyncio.wait_for(sandbox.stop(), self.teardown_timeout_sec))
+            except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001  teardown must not mask the trial
+                result.notes.append(f"teardown failed: {type(exc).__name__}: {exc}")
+            result.timings["teardown"] = round(time.monotonic() - t0, 4)
+            result.timings["total"] = round(time.monotonic() - started, 4)
+            result.notes.extend(sandbox.notes)
+        result.stop_reason = trajectory.stop_reason
+        result.metrics = dict(trajectory.metrics)
+        result.notes.extend(trajectory.notes)
+        result.finished_at = datetime.now(UTC).isoformat()
+        self._notify("tackroom_trial_finished", trial=trial, result=result)
+        return result, trajectory
+
+    @staticmethod
+    def _error_info(exc: BaseException, phase: str, error_class: ErrorClass) -> TrialErrorInfo:
+        message = str(exc) or repr(exc)
+        return TrialErrorInfo(error_class=error_class, type=type(exc).__name__, message=message[:4000], phase=phase)
+
+    def _notify(self, hook: str, **kwargs: Any) -> None:
+        try:
+            getattr(self.manager.hook, hook)(**kwargs)
+        except Exception:  # observers never break a trial
+            log.exception("%s hook raised", hook)
+
+    # -- one trial, retried -----------------------------------------------------------
+    async def run_trial(self, trial: Trial, task: Task, plugins: TrialPlugins) -> TrialResult:
+        """Run a trial, retrying ``infra`` failures with exponential backoff; write its files."""
+        history: list[AttemptRecord] = []
+        final: tuple[TrialResult, Trajectory] | None = None
+        attempt_no = 0
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_exponential(multiplier=self.retry_backoff_sec, max=60),
+            retry=retry_if_result(lambda r: r[0].error is not None and r[0].error.error_class == "infra"),
+            retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+        ):
+            with attempt:
+                attempt_no += 1
+                if final is not None:
+                    history.append(AttemptRecord(attempt=final[0].attempt, error=final[0].error, timings=final[0].timings))
+                final = await self._attempt_with_policy(trial, task, plugins, attempt_no)
+            if not attempt.retry_state.outcome.failed:
+                attempt.retry_state.set_result(final)
+        assert final is not None
+        result, trajectory = final
+        result.previous_attempts = history
+        out = self.run_dir / trial.id
+        _atomic_write(out / "trajectory.json", trajectory.model_dump(mode="json"))
+        _atomic_write(out / "result.json", result.dump())
+        return result
+
+    async def _attempt_with_policy(self, trial: Trial, task: Task, plugins: TrialPlugins,
+                                   attempt: int) -> tuple[TrialResult, Trajectory]:
+        if plugins.policy_for is None:
+            return await self.run_attempt(trial, task, plugins, attempt)
+        async with plugins.policy_for(trial) as session:
+            result, trajectory = await self.run_attempt(trial, task, plugins, attempt, policy=session.policy)
+            return result, await session.complete(trajectory)
+
+    # -- many trials ------------------------------------------------------------------
+    def finished(self, trial: Trial) -> TrialResult | None:
+        """A finished result of an earlier run of this trial (``infra`` failures are re-run)."""
+        path = self.run_dir / trial.id / "result.json"
+        if not path.is_file():
+            return None
+        try:
+            result = TrialResult.model_validate_json(path.read_text())
+        except ValueError:
+            return None
+        if result.error is not None and result.error.error_class == "infra":
+            return None
+        return result
+
+    async def run_all(self, items: Iterable[tuple[Trial, Task, TrialPlugins]],
+                      on_result: Callable[[TrialResult], None] | None = None) -> list[TrialResult]:
+        """Run trials concurrently (at most ``concurrency`` at once), resuming finished ones."""
+        items = list(items)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        semaphore = asyncio.Semaphore(self.concurrency)
+        results: dict[str, TrialResult] = {}
+        todo = []
+        for trial, task, plugins in items:
+            done = self.finished(trial)
+            if done is not None:
+                results[trial.id] = done
+            else:
+                todo.append((trial, task, plugins))
+
+        with Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"), console=self.console, disable=not self.progress, transient=False,
+        ) as progress:
+            bar = progress.add_task("trials", total=len(items), completed=len(results), status=f"{len(results)} resumed")
+            errors = 0
+
+            async def one(trial: Trial, task: Task, plugins: TrialPlugins) -> None:
+                nonlocal errors
+                async with semaphore:
+                    result = await self.run_trial(trial, task, plugins)
+                results[trial.id] = result
+                errors += result.error is not None and result.error.error_class != "model"
+                progress.update(bar, advance=1, status=f"{errors} errors" if errors else "")
+                if on_result is not None:
+                    on_result(result)
+
+            await asyncio.gather(*(one(*item) for item in todo))
+        return [results[trial.id] for trial, _, _ in items]

@@ -1,0 +1,46 @@
+"""`tackroom run` as a user runs it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
+
+
+def tackroom(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "tackroom.cli.main", *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+
+
+def test_run_json_oracle_on_two_tasks_then_resume(tmp_path):
+    args = ["run", str(EXAMPLES / "hello-file"), str(EXAMPLES / "csv-totals"), "--harness", "oracle",
+            "--sandbox", "local", "--out", str(tmp_path), "--run-id", "r1", "--json"]
+    out = tackroom(*args)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["mean_reward"] == 1.0
+    assert [(t["task"], t["harness"], t["sandbox"], t["reward"], t["error"]) for t in data["trials"]] == [
+        ("hello-file", "oracle", "local", 1.0, None), ("csv-totals", "oracle", "local", 1.0, None)]
+    again = json.loads(tackroom(*args).stdout)
+    assert again["trials"] == data["trials"], "a resumed run reuses finished trials"
+
+
+def test_run_table_and_config_file(tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'tasks = ["{EXAMPLES}"]\ninclude = ["hello-*"]\n[harness]\nname = "nop"\n'
+                   f'[runtime]\nout = "{tmp_path}"\n')
+    out = tackroom("run", "--config", str(cfg))
+    assert out.returncode == 0, out.stderr
+    assert "hello-file" in out.stdout and "mean reward 0.000" in out.stdout
+
+
+def test_run_errors_a_user_can_hit(tmp_path):
+    unknown = tackroom("run", str(EXAMPLES / "hello-file"), "--harness", "orcale")
+    assert unknown.returncode == 2 and "no harness named 'orcale'" in unknown.stderr and "oracle" in unknown.stderr
+    missing = tackroom("run", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "no such task or dataset directory" in missing.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[sandbox]\nname = "local"\nroot = "/x"\n')
+    cfg = tackroom("run", str(EXAMPLES / "hello-file"), "--config", str(bad))
+    assert cfg.returncode == 2 and "sandbox.root: unknown field" in cfg.stderr

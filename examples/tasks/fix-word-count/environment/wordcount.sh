@@ -1,0 +1,3 @@
+#!/bin/bash
+# Prints the number of words in the file given as the first argument.
+wc -l < "$2"

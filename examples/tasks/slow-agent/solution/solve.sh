@@ -1,0 +1,3 @@
+#!/bin/bash
+echo ready > /app/state.txt
+sleep 600

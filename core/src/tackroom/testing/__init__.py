@@ -16,5 +16,21 @@ sub-modules and are re-exported here.
 """
 
 from tackroom.testing.plugin_checks import check_loss_spec, check_plugin, check_registered
+from tackroom.testing.sandbox_checks import (
+    ALL_CHECKS as SANDBOX_CHECKS,
+    SandboxCheckReport,
+    SandboxCheckResult,
+    run_sandbox_checks,
+    sandbox_self_check,
+)
 
-__all__ = ["check_loss_spec", "check_plugin", "check_registered"]
+__all__ = [
+    "SANDBOX_CHECKS",
+    "SandboxCheckReport",
+    "SandboxCheckResult",
+    "check_loss_spec",
+    "check_plugin",
+    "check_registered",
+    "run_sandbox_checks",
+    "sandbox_self_check",
+]

@@ -1,0 +1,431 @@
+"""The sandbox conformance suite: one call proves a provider behaves like every other.
+
+In the spirit of Inspect AI's sandbox ``self_check``. A provider's tests call
+
+```python
+from tackroom.testing import sandbox_self_check
+
+async def test_my_sandbox_conforms():
+    report = await sandbox_self_check(MyProvider())   # raises AssertionError listing every failed check
+```
+
+or :func:`run_sandbox_checks` for the :class:`SandboxCheckReport` without
+raising. The checks use only the :class:`~tackroom.sandbox.Sandbox` interface
+and tools of a minimal Debian (bash, coreutils, tar); they never send traffic
+anywhere. Each check runs under its own time limit, so a hanging provider
+fails a check instead of hanging the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import secrets
+import tarfile
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from tackroom.sandbox import (
+    Sandbox,
+    SandboxError,
+    SandboxPathError,
+    SandboxProvider,
+    SandboxSpec,
+    SandboxTimeoutError,
+)
+
+SPEC_ENV_KEY = "TACKROOM_SELF_CHECK_SPEC_ENV"
+BINARY = bytes(range(256)) * 64
+
+
+class SandboxCheckResult(BaseModel):
+    """One check: its name, whether it passed, why not, and how long it took."""
+
+    name: str
+    passed: bool
+    message: str = ""
+    duration_s: float = 0.0
+
+
+class SandboxCheckReport(BaseModel):
+    """Every check's result plus the timings a provider author wants to see."""
+
+    provider: str
+    results: list[SandboxCheckResult]
+    timings: dict[str, float]
+    """``start_s``, ``exec_round_trip_s`` (median of 5 ``true``), ``stop_s``."""
+
+    @property
+    def failures(self) -> list[SandboxCheckResult]:
+        return [r for r in self.results if not r.passed]
+
+    def assert_ok(self) -> None:
+        """Raise ``AssertionError`` naming every failed check and its reason."""
+        if self.failures:
+            lines = "\n".join(f"  - {r.name}: {r.message}" for r in self.failures)
+            raise AssertionError(f"sandbox {self.provider!r} failed {len(self.failures)} conformance check(s):\n{lines}")
+
+
+Check = Callable[[Sandbox, "CheckContext"], Awaitable[None]]
+
+
+class CheckContext:
+    """Per-run scratch: a unique sandbox directory, a local temp dir, the spec used."""
+
+    def __init__(self, spec: SandboxSpec, local: Path) -> None:
+        self.spec = spec
+        self.local = local
+        self.root = f"/tmp/tackroom-check-{secrets.token_hex(4)}"
+
+
+def _default_spec() -> SandboxSpec:
+    return SandboxSpec(name=f"self-check-{secrets.token_hex(4)}", env={SPEC_ENV_KEY: "from-spec"})
+
+
+# -- the checks ---------------------------------------------------------------------
+
+
+async def check_exec_basics(sb: Sandbox, ctx: CheckContext) -> None:
+    """stdout and stderr are separate; a string runs under bash; a list is not shell-split."""
+    r = await sb.exec("echo out; echo err >&2; [[ 1 == 1 ]] && echo bash", timeout=30)
+    assert r.exit_code == 0, f"exit {r.exit_code}, stderr {r.stderr!r}"
+    assert r.stdout == "out\nbash\n", f"stdout {r.stdout!r}, expected 'out\\nbash\\n' (is the string run by bash -c?)"
+    assert r.stderr == "err\n", f"stderr {r.stderr!r}, expected 'err\\n'"
+    assert not r.truncated, "small output reported as truncated"
+    r = await sb.exec(["printf", "%s|", "two words", "$HOME"], timeout=30)
+    assert r.stdout == "two words|$HOME|", f"a list command was shell-processed: {r.stdout!r}"
+
+
+async def check_exit_codes(sb: Sandbox, ctx: CheckContext) -> None:
+    """Exit codes propagate and a non-zero exit is a result, not an exception."""
+    for code in (0, 1, 3, 42):
+        r = await sb.exec(f"exit {code}", timeout=30)
+        assert r.exit_code == code, f"`exit {code}` gave exit_code {r.exit_code}"
+        assert r.ok == (code == 0)
+    r = await sb.exec(["false"], timeout=30)
+    assert r.exit_code == 1, f"['false'] gave exit_code {r.exit_code}"
+
+
+async def check_exec_cwd(sb: Sandbox, ctx: CheckContext) -> None:
+    """``cwd`` sets the working directory."""
+    r = await sb.exec(f"mkdir -p {ctx.root}/work/dir", timeout=30)
+    assert r.ok, r.stderr
+    r = await sb.exec("pwd", cwd=f"{ctx.root}/work/dir", timeout=30)
+    assert r.stdout.strip() == f"{ctx.root}/work/dir", f"pwd with cwd= gave {r.stdout.strip()!r}"
+    r = await sb.exec("pwd", cwd="/", timeout=30)
+    assert r.stdout.strip() == "/", f"pwd with cwd='/' gave {r.stdout.strip()!r}"
+
+
+async def check_exec_env(sb: Sandbox, ctx: CheckContext) -> None:
+    """``env`` reaches the command verbatim; the spec's env is set; per-exec env wins over it."""
+    tricky = "two words $HOME 'q' \"dq\" ;|&"
+    r = await sb.exec('printf %s "$CHECK_VAR"', env={"CHECK_VAR": tricky}, timeout=30)
+    assert r.stdout == tricky, f"env value arrived as {r.stdout!r}, sent {tricky!r}"
+    if ctx.spec.env.get(SPEC_ENV_KEY) == "from-spec":
+        r = await sb.exec(f'printf %s "${SPEC_ENV_KEY}"', timeout=30)
+        assert r.stdout == "from-spec", f"SandboxSpec.env not visible to exec: {r.stdout!r}"
+        r = await sb.exec(f'printf %s "${SPEC_ENV_KEY}"', env={SPEC_ENV_KEY: "from-exec"}, timeout=30)
+        assert r.stdout == "from-exec", f"exec env= does not override SandboxSpec.env: {r.stdout!r}"
+
+
+async def check_exec_stdin(sb: Sandbox, ctx: CheckContext) -> None:
+    """``stdin`` (str or bytes) is fed to the command and closed."""
+    r = await sb.exec("cat", stdin="line one\nline two\n", timeout=30)
+    assert r.stdout == "line one\nline two\n", f"stdin echoed back as {r.stdout!r}"
+    r = await sb.exec("wc -c", stdin=b"\x00\x01\x02abc", timeout=30)
+    assert r.stdout.strip() == "6", f"6 bytes of stdin counted as {r.stdout.strip()!r}"
+    r = await sb.exec("cat; echo done", timeout=30)
+    assert r.stdout == "done\n", f"without stdin= a reading command must see EOF at once, got {r.stdout!r}"
+
+
+async def check_exec_timeout(sb: Sandbox, ctx: CheckContext) -> None:
+    """A hung command raises SandboxTimeoutError on time, its processes are killed, the sandbox stays usable."""
+    pids = f"{ctx.root}/hung.pids"
+    await sb.exec(f"mkdir -p {ctx.root}", timeout=30)
+    started = time.monotonic()
+    try:
+        await sb.exec(f"sleep 600 & echo $! > {pids}; echo $$ >> {pids}; exec sleep 600", timeout=2)
+    except SandboxTimeoutError as exc:
+        assert isinstance(exc, TimeoutError), "SandboxTimeoutError must be a TimeoutError"
+    else:
+        raise AssertionError("`sleep 600` with timeout=2 returned instead of raising SandboxTimeoutError")
+    elapsed = time.monotonic() - started
+    assert elapsed < 6, f"timeout=2 took {elapsed:.1f}s to fire"
+    r = await sb.exec("echo usable", timeout=30)
+    assert r.stdout == "usable\n", f"sandbox not usable after a timeout: {r!r}"
+    survivors = ""
+    for _ in range(20):  # killing may finish a moment after the error is raised
+        r = await sb.exec(f'for p in $(cat {pids}); do [ -d /proc/$p ] && echo $p; done; true', timeout=30)
+        survivors = r.stdout.split()
+        if not survivors:
+            break
+        await asyncio.sleep(0.1)
+    assert not survivors, f"processes of the timed-out command are still running: pids {survivors}"
+
+
+async def check_large_output(sb: Sandbox, ctx: CheckContext) -> None:
+    """5 MB of output is capped with ``truncated=True``, not an error."""
+    started = time.monotonic()
+    r = await sb.exec("head -c 5000000 /dev/zero | tr '\\0' a", timeout=60)
+    assert r.truncated, f"5 MB of stdout came back whole ({len(r.stdout)} chars) and truncated=False"
+    assert 0 < len(r.stdout) < 5_000_000, f"stdout length {len(r.stdout)} not capped"
+    assert set(r.stdout) == {"a"}, "capped stdout holds bytes that were not produced"
+    r = await sb.exec("head -c 5000000 /dev/zero >&2; echo after", timeout=60)
+    assert r.truncated and r.stdout == "after\n", f"5 MB of stderr broke the command: truncated={r.truncated} stdout={r.stdout!r}"
+    assert time.monotonic() - started < 30, "capping output took more than 30 s"
+
+
+async def check_binary_round_trip(sb: Sandbox, ctx: CheckContext) -> None:
+    """write_file/read_file keep all 256 byte values; parents are created; text is UTF-8."""
+    path = f"{ctx.root}/bin/nested/data.bin"
+    await sb.write_file(path, BINARY)
+    back = await sb.read_file(path)
+    assert back == BINARY, f"binary round trip changed the data ({len(back)} bytes back, {len(BINARY)} sent)"
+    r = await sb.exec(f"cksum < {path}", timeout=30)
+    assert r.ok and r.stdout.split()[1] == str(len(BINARY)), f"in-sandbox size differs: {r.stdout!r}"
+    await sb.write_file(f"{ctx.root}/text.txt", "héllo\n")
+    assert await sb.read_file(f"{ctx.root}/text.txt") == "héllo\n".encode(), "text written as str is not UTF-8"
+    await sb.write_file(f"{ctx.root}/text.txt", "second")
+    assert await sb.read_file(f"{ctx.root}/text.txt") == b"second", "write_file does not overwrite"
+
+
+def _make_tree(root: Path) -> dict[str, bytes]:
+    files = {
+        "a.txt": b"alpha\n",
+        "sub/b.bin": bytes(range(256)),
+        "sub/deeper/c.txt": b"gamma\n",
+        "sub/deeper/deepest/d.sh": b"#!/bin/sh\necho d\n",
+    }
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    (root / "sub/deeper/deepest/d.sh").chmod(0o755)
+    (root / "empty").mkdir()
+    return files
+
+
+async def check_directory_transfer(sb: Sandbox, ctx: CheckContext) -> None:
+    """upload/download of nested directories: contents land in dest, bytes and the executable bit survive."""
+    src = ctx.local / "tree"
+    src.mkdir()
+    files = _make_tree(src)
+    dest = f"{ctx.root}/uploaded"
+    await sb.upload(src, dest)
+    r = await sb.exec(f"cd {dest} && find . -type f | sort && test -d empty && echo EMPTY && test -x sub/deeper/deepest/d.sh && echo EXEC", timeout=30)
+    listed = [line[2:] for line in r.stdout.split() if line.startswith("./")]
+    assert listed == sorted(files), f"uploaded tree has {listed}, expected {sorted(files)} directly under {dest}"
+    assert "EMPTY" in r.stdout, "an empty directory did not survive upload"
+    assert "EXEC" in r.stdout, "the executable bit did not survive upload"
+    await sb.exec(f"printf new > {dest}/sub/made-inside.txt", timeout=30)
+    back = ctx.local / "downloaded"
+    await sb.download(dest, back)
+    for rel, data in files.items():
+        assert (back / rel).is_file(), f"download is missing {rel}"
+        assert (back / rel).read_bytes() == data, f"download changed {rel}"
+    assert (back / "sub/made-inside.txt").read_bytes() == b"new", "a file made in the sandbox did not download"
+    assert (back / "empty").is_dir(), "an empty directory did not download"
+    one = ctx.local / "one-file.bin"
+    await sb.download(f"{dest}/sub/b.bin", one)
+    assert one.read_bytes() == bytes(range(256)), "downloading one file gave different bytes"
+    single = ctx.local / "single.txt"
+    single.write_bytes(b"single\n")
+    await sb.upload(single, f"{ctx.root}/single/renamed.txt")
+    assert await sb.read_file(f"{ctx.root}/single/renamed.txt") == b"single\n", "a file upload must land at dest itself"
+
+
+async def check_path_traversal(sb: Sandbox, ctx: CheckContext) -> None:
+    """``..`` escapes are refused with SandboxPathError (a PermissionError) on upload and download."""
+    local = ctx.local / "traversal.txt"
+    local.write_text("x")
+    cases: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+        ("upload to /tmp/../../etc/tackroom-escape", lambda: sb.upload(local, "/tmp/../../etc/tackroom-escape")),
+        ("upload to ../tackroom-escape", lambda: sb.upload(local, "../tackroom-escape")),
+        ("download of /tmp/../../etc/passwd", lambda: sb.download("/tmp/../../etc/passwd", ctx.local / "passwd")),
+        ("download of ../../etc/passwd", lambda: sb.download("../../etc/passwd", ctx.local / "passwd2")),
+        ("write_file to ../escape", lambda: sb.write_file("../escape", "x")),
+    ]
+    for what, call in cases:
+        try:
+            await call()
+        except SandboxPathError as exc:
+            assert isinstance(exc, PermissionError), "SandboxPathError must be a PermissionError"
+        else:
+            raise AssertionError(f"{what} was accepted; it must raise SandboxPathError")
+    assert not (ctx.local / "passwd").exists(), "a refused download still wrote a file"
+
+
+async def check_missing_download(sb: Sandbox, ctx: CheckContext) -> None:
+    """Downloading or reading a path that does not exist raises FileNotFoundError."""
+    for call, what in (
+        (lambda: sb.download(f"{ctx.root}/no/such/file", ctx.local / "missing"), "download"),
+        (lambda: sb.read_file(f"{ctx.root}/no-such-file"), "read_file"),
+    ):
+        try:
+            await call()
+        except FileNotFoundError:
+            pass
+        else:
+            raise AssertionError(f"{what} of a missing path did not raise FileNotFoundError")
+
+
+async def check_snapshot(sb: Sandbox, ctx: CheckContext) -> None:
+    """snapshot(paths) is a tar holding the files; missing paths are skipped."""
+    await sb.write_file(f"{ctx.root}/snap/one.txt", "one")
+    await sb.write_file(f"{ctx.root}/snap/dir/two.bin", BINARY[:512])
+    data = await sb.snapshot([f"{ctx.root}/snap/one.txt", f"{ctx.root}/snap/dir", f"{ctx.root}/not-there"])
+    assert isinstance(data, bytes) and data, "snapshot returned no bytes"
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = {m.name.lstrip("/").rstrip("/"): m for m in tar.getmembers()}
+        root = ctx.root.lstrip("/")
+        for rel, want in ((f"{root}/snap/one.txt", b"one"), (f"{root}/snap/dir/two.bin", BINARY[:512])):
+            assert rel in members, f"snapshot lacks {rel}; it has {sorted(members)}"
+            f = tar.extractfile(members[rel])
+            assert f is not None and f.read() == want, f"snapshot holds different bytes for {rel}"
+
+
+async def check_no_network(sb: Sandbox, ctx: CheckContext) -> None:
+    """Without allow_internet the sandbox has no interface but loopback (nothing is sent anywhere)."""
+    if ctx.spec.allow_internet:
+        return
+    r = await sb.exec("tail -n +3 /proc/net/dev 2>/dev/null | cut -d: -f1 | tr -d ' '", timeout=30)
+    source = "/proc/net/dev"
+    names = r.stdout.split()
+    if not names:
+        r = await sb.exec("ls /sys/class/net", timeout=30)
+        source, names = "/sys/class/net", r.stdout.split()
+    assert names, "could not list network interfaces (/proc/net/dev and /sys/class/net unreadable)"
+    assert set(names) <= {"lo"}, f"network interfaces besides lo in {source}: {sorted(set(names) - {'lo'})}"
+
+
+CHECKS: dict[str, Check] = {
+    "exec_basics": check_exec_basics,
+    "exit_codes": check_exit_codes,
+    "exec_cwd": check_exec_cwd,
+    "exec_env": check_exec_env,
+    "exec_stdin": check_exec_stdin,
+    "exec_timeout": check_exec_timeout,
+    "large_output": check_large_output,
+    "binary_round_trip": check_binary_round_trip,
+    "directory_transfer": check_directory_transfer,
+    "path_traversal": check_path_traversal,
+    "missing_download": check_missing_download,
+    "snapshot": check_snapshot,
+    "no_network": check_no_network,
+}
+"""Checks that share one started sandbox, in order. ``stop_idempotent`` and
+``stop_never_started`` use sandboxes of their own."""
+
+ALL_CHECKS = [*CHECKS, "stop_idempotent", "stop_never_started"]
+
+
+async def _timed(name: str, coro: Awaitable[None], limit: float) -> SandboxCheckResult:
+    started = time.monotonic()
+    try:
+        await asyncio.wait_for(coro, limit)
+    except AssertionError as exc:
+        return SandboxCheckResult(name=name, passed=False, message=str(exc) or "assertion failed", duration_s=time.monotonic() - started)
+    except TimeoutError as exc:
+        message = f"did not finish within {limit:g}s" if not str(exc) else f"{type(exc).__name__}: {exc}"
+        return SandboxCheckResult(name=name, passed=False, message=message, duration_s=time.monotonic() - started)
+    except Exception as exc:  # noqa: BLE001  every failure is reported, none stops the suite
+        return SandboxCheckResult(name=name, passed=False, message=f"{type(exc).__name__}: {exc}", duration_s=time.monotonic() - started)
+    return SandboxCheckResult(name=name, passed=True, duration_s=time.monotonic() - started)
+
+
+async def _stop_idempotent(provider: SandboxProvider, spec: SandboxSpec, timings: dict[str, float]) -> None:
+    sb = provider.create(spec.model_copy(update={"name": f"{spec.name}-stop"}))
+    await sb.start()
+    started = time.monotonic()
+    await sb.stop()
+    timings["stop_s"] = time.monotonic() - started
+    await sb.stop()
+    try:
+        await sb.exec("true", timeout=30)
+    except SandboxError:
+        pass
+    else:
+        raise AssertionError("exec on a stopped sandbox must raise SandboxError")
+
+
+async def _stop_never_started(provider: SandboxProvider, spec: SandboxSpec) -> None:
+    sb = provider.create(spec.model_copy(update={"name": f"{spec.name}-unstarted"}))
+    await sb.stop()
+    await sb.stop()
+
+
+async def run_sandbox_checks(
+    provider: SandboxProvider,
+    spec: SandboxSpec | None = None,
+    *,
+    skip: set[str] | frozenset[str] = frozenset(),
+    check_timeout: float = 120.0,
+) -> SandboxCheckReport:
+    """Run every check (except ``skip``) and return the report; never raises for a failed check.
+
+    ``spec`` defaults to a spec with a unique name and one env variable (so the
+    env check can see it); pass your own to test an image or limits. Check
+    names are in :data:`ALL_CHECKS`.
+    """
+    unknown = set(skip) - set(ALL_CHECKS)
+    if unknown:
+        raise ValueError(f"unknown sandbox checks {sorted(unknown)}; known: {', '.join(ALL_CHECKS)}")
+    spec = spec or _default_spec()
+    results: list[SandboxCheckResult] = []
+    timings: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="tackroom-self-check-") as tmp:
+        sb = provider.create(spec)
+        started = time.monotonic()
+        start = await _timed("start", sb.start(), max(check_timeout, spec.build_timeout_sec + spec.start_timeout_sec))
+        timings["start_s"] = time.monotonic() - started
+        results.append(start)
+        try:
+            if start.passed:
+                round_trips = []
+                for _ in range(5):
+                    t = time.monotonic()
+                    await sb.exec("true", timeout=30)
+                    round_trips.append(time.monotonic() - t)
+                timings["exec_round_trip_s"] = sorted(round_trips)[2]
+                ctx = CheckContext(spec, Path(tmp))
+                for name, check in CHECKS.items():
+                    if name not in skip:
+                        results.append(await _timed(name, check(sb, ctx), check_timeout))
+            else:
+                results += [
+                    SandboxCheckResult(name=n, passed=False, message="not run: the sandbox did not start")
+                    for n in CHECKS
+                    if n not in skip
+                ]
+        finally:
+            await sb.stop()
+    if "stop_idempotent" not in skip:
+        results.append(await _timed("stop_idempotent", _stop_idempotent(provider, spec, timings), check_timeout))
+    if "stop_never_started" not in skip:
+        results.append(await _timed("stop_never_started", _stop_never_started(provider, spec), check_timeout))
+    return SandboxCheckReport(provider=getattr(provider, "name", type(provider).__name__), results=results, timings=timings)
+
+
+async def sandbox_self_check(
+    provider: SandboxProvider,
+    spec: SandboxSpec | None = None,
+    *,
+    skip: set[str] | frozenset[str] = frozenset(),
+    check_timeout: float = 120.0,
+) -> SandboxCheckReport:
+    """Run the suite and raise ``AssertionError`` listing every failed check; return the report when all pass."""
+    report = await run_sandbox_checks(provider, spec, skip=skip, check_timeout=check_timeout)
+    report.assert_ok()
+    return report
+
+
+__all__ = [
+    "ALL_CHECKS",
+    "SandboxCheckReport",
+    "SandboxCheckResult",
+    "run_sandbox_checks",
+    "sandbox_self_check",
+]

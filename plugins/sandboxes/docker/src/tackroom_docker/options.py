@@ -1,0 +1,45 @@
+"""The ``[sandbox]`` section when ``name = "docker"``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from tackroom import PluginOptions
+
+
+class DockerOptions(PluginOptions):
+    """Options of the docker sandbox; every field has a working default."""
+
+    docker_binary: str = Field(default="docker", description="The docker CLI to call")
+    default_image: str = Field(
+        default="debian:bookworm-slim",
+        description="Image for tasks with neither [environment].docker_image nor environment/Dockerfile",
+    )
+    pull: Literal["missing", "never"] = Field(
+        default="missing", description="Pull an image that is not present locally ('missing') or fail at once ('never')"
+    )
+    pull_timeout_sec: float = Field(default=300.0, gt=0)
+    network_mode: Literal["none", "host"] | None = Field(
+        default=None,
+        description="Override the container network; default: 'none', or 'host' when the task allows internet",
+    )
+    build_network: Literal["host", "none", "default"] = Field(
+        default="host", description="Network for RUN steps of `docker build` ('host' lets apt-get reach a mirror)"
+    )
+    output_limit_bytes: int = Field(default=1_000_000, gt=0, description="Cap per stream of exec output")
+    stop_timeout_sec: int = Field(
+        default=1, ge=0, description="Grace period a plain `docker stop` gives the container (teardown itself kills)"
+    )
+    init: bool | None = Field(
+        default=None, description="Run docker's init as PID 1 (--init); None: when the engine has docker-init"
+    )
+    keep_entrypoint: bool = Field(
+        default=False, description="Keep the image's ENTRYPOINT (it must exec its arguments) instead of replacing it"
+    )
+    cli_timeout_sec: float = Field(default=60.0, gt=0, description="Limit for short engine calls (inspect, rm, ps)")
+    cleanup_scope: Literal["orphans", "all"] = Field(
+        default="orphans",
+        description="cleanup() removes containers whose creating process is gone ('orphans') or every labelled one",
+    )
+    extra_run_args: list[str] = Field(default_factory=list, description="Appended to `docker run` (e.g. --shm-size=1g)")

@@ -1,0 +1,122 @@
+"""Task images built from environment/: Dockerfile semantics, the content-hash cache, build failures."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tackroom import SandboxBuildError, SandboxSpec
+from tackroom_docker.images import environment_hash
+
+pytestmark = pytest.mark.docker
+
+DOCKERFILE = """\
+FROM debian:bookworm-slim
+ENV GREETING="hello from the build"
+WORKDIR /srv/task
+COPY data.txt ./data.txt
+COPY scripts/ /opt/scripts/
+RUN chmod +x /opt/scripts/run.sh && echo built > /srv/task/built.txt
+"""
+
+
+@pytest.fixture(autouse=True)
+def _drop_images_built_here():
+    """Unique test environments would pile up as tags; remove the ones this test built."""
+    before = set(_env_images())
+    yield
+    made = set(_env_images()) - before
+    if made:
+        subprocess.run(["docker", "image", "rm", *made], capture_output=True, timeout=120)
+
+
+def _env_images() -> list[str]:
+    out = subprocess.run(["docker", "images", "tackroom-env", "--format", "{{.Repository}}:{{.Tag}}"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    return out.stdout.split()
+
+
+def make_env(root: Path, dockerfile: str = DOCKERFILE) -> Path:
+    env = root / "environment"
+    (env / "scripts").mkdir(parents=True)
+    (env / "Dockerfile").write_text(dockerfile)
+    # A unique file so the first build in this test really builds.
+    (env / "data.txt").write_text(f"data {uuid.uuid4().hex}\n")
+    (env / "scripts" / "run.sh").write_text('#!/bin/sh\necho "script says $GREETING"\n')
+    return env
+
+
+async def test_dockerfile_copy_env_workdir_are_honoured_and_second_start_hits_the_cache(provider, tmp_path):
+    env = make_env(tmp_path)
+    first = provider.create(SandboxSpec(name=f"build-{uuid.uuid4().hex[:6]}", environment_dir=env))
+    try:
+        await first.start()
+        assert first.image is not None and first.image.how == "built"
+        r = await first.exec("pwd; cat data.txt built.txt; echo $GREETING; /opt/scripts/run.sh", timeout=30)
+        lines = r.stdout.splitlines()
+        assert lines[0] == "/srv/task", "the Dockerfile's WORKDIR must be the default cwd"
+        assert lines[1].startswith("data ") and lines[2] == "built"
+        assert lines[3] == "hello from the build" and lines[4] == "script says hello from the build"
+    finally:
+        await first.stop()
+
+    second = provider.create(SandboxSpec(name=f"build-{uuid.uuid4().hex[:6]}", environment_dir=env))
+    try:
+        started = time.monotonic()
+        await second.start()
+        assert second.image is not None and second.image.how == "cached"
+        assert second.image.ref == first.image.ref
+        print(f"build-cache hit: image step {second.timings['image_s'] * 1000:.0f} ms, whole start {time.monotonic() - started:.2f} s")
+        assert second.timings["image_s"] < 1.0
+    finally:
+        await second.stop()
+
+
+def test_the_cache_key_follows_content_and_executable_bit(tmp_path):
+    env = make_env(tmp_path)
+    before = environment_hash(env)
+    assert environment_hash(env) == before
+    (env / "scripts" / "run.sh").chmod(0o755)
+    after_chmod = environment_hash(env)
+    assert after_chmod != before
+    (env / "data.txt").write_text("changed\n")
+    assert environment_hash(env) not in (before, after_chmod)
+
+
+@pytest.mark.parametrize(
+    "step",
+    ["RUN echo failing on purpose && exit 3", "COPY no-such-file.txt /app/", "FROMAGE debian:bookworm-slim"],
+    ids=["run-fails", "copy-missing", "bad-instruction"],
+)
+async def test_a_dockerfile_that_does_not_build_is_a_task_error(provider, tmp_path, step, containers):
+    env = make_env(tmp_path, f"FROM debian:bookworm-slim\n{step}\n")
+    spec = SandboxSpec(name=f"broken-{uuid.uuid4().hex[:6]}", environment_dir=env)
+    sandbox = provider.create(spec)
+    with pytest.raises(SandboxBuildError) as caught:
+        await sandbox.start()
+    await sandbox.stop()
+    assert caught.value.error_class == "task", str(caught.value)
+    assert "Dockerfile does not build" in str(caught.value)
+    assert containers(f"tackroom.trial={spec.name}") == []
+
+
+async def test_a_missing_base_image_is_an_infra_error_with_the_fix(provider, tmp_path):
+    env = make_env(tmp_path, "FROM tackroom-no-such-base:1\nRUN true\n")
+    sandbox = provider.create(SandboxSpec(name=f"nobase-{uuid.uuid4().hex[:6]}", environment_dir=env))
+    with pytest.raises(SandboxBuildError) as caught:
+        await sandbox.start()
+    assert caught.value.error_class == "infra"
+    assert "tackroom-no-such-base:1" in str(caught.value) and "docker load" in str(caught.value)
+
+
+async def test_build_timeout_is_a_timeout_error(provider, tmp_path):
+    env = make_env(tmp_path, "FROM debian:bookworm-slim\nRUN sleep 60\n")
+    sandbox = provider.create(SandboxSpec(name=f"slow-{uuid.uuid4().hex[:6]}", environment_dir=env, build_timeout_sec=2))
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="build_timeout_sec"):
+        await sandbox.start()
+    assert time.monotonic() - started < 10

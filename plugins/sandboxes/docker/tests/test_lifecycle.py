@@ -58,7 +58,7 @@ async def test_stop_removes_the_container_quickly_and_teardown_never_waits_a_gra
         times.append(time.monotonic() - started)
         assert containers(f"tackroom.trial={spec.name}") == []
     print(f"stop: median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms")
-    assert max(times) < 1.0
+    assert max(times) < 1.5
 
 
 async def test_plain_docker_stop_is_fast_too(provider):

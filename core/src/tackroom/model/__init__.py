@@ -1,0 +1,23 @@
+"""Models tackroom runs out of the box: their tokenizers (and, later, the local engine)."""
+
+from tackroom.model.tokenizers import (
+    KNOWN_TOKENIZERS,
+    TokenizerFetchError,
+    TokenizerProvenance,
+    load_tokenizer,
+    qwen3_tokenizer_dir,
+    smollm2_gguf,
+    smollm2_tokenizer_dir,
+    tokenizer_dir,
+)
+
+__all__ = [
+    "KNOWN_TOKENIZERS",
+    "TokenizerFetchError",
+    "TokenizerProvenance",
+    "load_tokenizer",
+    "qwen3_tokenizer_dir",
+    "smollm2_gguf",
+    "smollm2_tokenizer_dir",
+    "tokenizer_dir",
+]

@@ -26,3 +26,14 @@ def test_allowlist_keeps_builtins_and_blocklist_removes_them():
 def test_check_registered_fails_for_an_unregistered_name():
     with pytest.raises(AssertionError, match="not registered through the 'tackroom' entry-point group"):
         check_registered("harness", "definitely-not-installed")
+
+
+def test_a_plugin_that_fails_to_import_is_reported_not_fatal():
+    from importlib.metadata import EntryPoint
+
+    manager = tackroom.PluginManager(env={})
+    manager._load_entry_point(EntryPoint("ghost", "tackroom_no_such_module_xyz", "tackroom"))
+    assert any("ghost failed to import" in b and "ModuleNotFoundError" in b for b in manager.broken)
+    assert "nop" in [e.name for e in manager.entries("harness")]
+    with pytest.raises(tackroom.PluginNotFoundError, match="Plugins that failed to import: .*ghost"):
+        manager.entry("harness", "ghost")

@@ -19,7 +19,7 @@ from typing import Any
 import pluggy
 
 from tackroom import hookspecs
-from tackroom.errors import PluginDefinitionError, PluginNotFoundError
+from tackroom.errors import PluginNotFoundError
 from tackroom.markers import PROJECT_NAME
 from tackroom.plugin import PluginKind
 from tackroom.registrar import PluginEntry, Registrar
@@ -56,6 +56,8 @@ class PluginManager:
         self.block = _names(env.get(BLOCK_ENV)) or set()
         self._sources: dict[int, tuple[str, str]] = {}
         self.skipped: list[str] = []
+        self.broken: list[str] = []
+        """Entry points whose module failed to import (reported, not fatal)."""
         self._registrar: Registrar | None = None
         if load_entry_points:
             for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -76,10 +78,11 @@ class PluginManager:
             return  # the same distribution seen twice on sys.path
         try:
             plugin = ep.load()
-        except Exception as exc:  # a broken third-party plugin must not take the CLI down
-            raise PluginDefinitionError(
-                f"plugin {ep.name!r} from {dist} failed to import ({ep.value}): {exc}"
-            ) from exc
+        except Exception as exc:  # a broken third-party plugin must not take every command down
+            message = f"{dist}:{ep.name} failed to import ({ep.value}): {type(exc).__name__}: {exc}"
+            self.broken.append(message)
+            log.warning("tackroom plugin %s; it is skipped", message)
+            return
         self.register(plugin, name=f"{dist}:{ep.name}", distribution=dist, version=version)
 
     def register(self, plugin: Any, *, name: str | None = None, distribution: str = "<local>",
@@ -126,6 +129,8 @@ class PluginManager:
             message += f". {name!r} is provided by {known.distribution}: {known.install_hint}"
         if self.skipped:
             message += f". Skipped plugins: {', '.join(self.skipped)}"
+        if self.broken:
+            message += f". Plugins that failed to import: {'; '.join(self.broken)}"
         raise PluginNotFoundError(message)
 
     def get(self, kind: PluginKind, name: str) -> Any:

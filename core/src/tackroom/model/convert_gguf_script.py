@@ -1,0 +1,34 @@
+"""Convert a GGUF checkpoint to a bf16 Hugging Face folder. Runs inside the engine venv (torch present).
+
+Usage: python convert_gguf_script.py GGUF_FILE OUT_DIR
+Standalone on purpose: the engine venv (Python 3.11, vLLM) does not have tackroom installed.
+"""
+
+import os
+import sys
+import time
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+
+def main() -> None:
+    gguf_file, out = sys.argv[1], sys.argv[2]
+    folder, name = os.path.split(gguf_file)
+    t0 = time.time()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.bfloat16).to(torch.bfloat16)
+    # The weights are dequantised now; a leftover quantizer/config would make loaders expect GGUF tensors.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = out + ".partial"
+    os.makedirs(tmp, exist_ok=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp, save_jinja_files=False)
+    os.replace(tmp, out)
+    print(f"converted {name} -> {out} in {time.time() - t0:.1f}s")
+
+
+if __name__ == "__main__":
+    main()

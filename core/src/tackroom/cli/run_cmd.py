@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
+from typing import Any
 from datetime import datetime
 from pathlib import Path
 from statistics import mean
@@ -57,8 +60,38 @@ async def run_config(config: RunConfig, *, progress: bool = True, run_id: str | 
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "run.json").write_text(config.model_dump_json(indent=2))
-    results = await runtime.run_all(trials)
+    async with policy_routing(config, type(harness), plugins):
+        results = await runtime.run_all(trials)
     return run_dir, results, dataset.failures
+
+
+def wants_gateway(config: RunConfig, harness_cls: type) -> bool:
+    """Chat-only harnesses go through the policy gateway (exact tokens) unless ``[policy] gateway = false``."""
+    if config.policy.base_url is None:
+        return False
+    if config.policy.gateway is not None:
+        return config.policy.gateway
+    return "chat" in harness_cls.capabilities
+
+
+@contextlib.asynccontextmanager
+async def policy_routing(config: RunConfig, harness_cls: type, plugins: Any) -> AsyncIterator[None]:
+    """Start one policy gateway for the run when the harness needs it, and route each trial through a session."""
+    if not wants_gateway(config, harness_cls):
+        yield
+        return
+    from tackroom.gateway.engine_client import EngineSettings
+    from tackroom.gateway.server import GatewaySettings, PolicyGateway
+    from tackroom.gateway.trial_sessions import GatewaySessions
+
+    p = config.policy
+    settings = GatewaySettings(
+        engine=EngineSettings(base_url=p.base_url, model=None if p.model == "default" else p.model, api_key=p.api_key),
+        tokenizer=p.tokenizer or "smollm2",
+    )
+    async with PolicyGateway(settings) as gateway:
+        plugins.policy_for = GatewaySessions(gateway, sampling=p.sampling, label=p.label)
+        yield
 
 
 @app.command("run")

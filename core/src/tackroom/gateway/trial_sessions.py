@@ -1,0 +1,69 @@
+"""One gateway session per trial attempt: how the trial runtime gives chat-only harnesses exact tokens.
+
+``TrialPlugins.policy_for = GatewaySessions(gateway)``: each attempt gets a
+fresh session (its own base URL), the harness talks to it like any OpenAI
+endpoint, and afterwards the session's token trajectory (prompt/completion ids,
+loss mask, logprobs) is merged into the harness's trajectory. An engine error
+the session saw (context exceeded → ``model``, engine down → ``infra``) decides
+the class of a failed harness run, so a dead engine is retried rather than
+blamed on the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from tackroom.errors import TackroomError
+from tackroom.gateway.server import PolicyGateway
+from tackroom.policy import Policy
+from tackroom.trajectory import Trajectory
+
+
+class GatewayTrialSession:
+    """The policy of one attempt and how to finish its trajectory."""
+
+    def __init__(self, gateway: PolicyGateway, session_id: str, sampling: dict[str, Any], label: str | None) -> None:
+        self.gateway = gateway
+        self.session_id = session_id
+        self.policy: Policy = gateway.policy(session_id, sampling=sampling, label=label, token_ids=False)
+
+    def error(self) -> TackroomError | None:
+        return self.gateway.session_error(self.session_id)
+
+    async def complete(self, trajectory: Trajectory) -> Trajectory:
+        """Merge the session's exact tokens into the harness's trajectory (the harness's own tokens win)."""
+        recorded = self.gateway.close_session(self.session_id)
+        if recorded is None or trajectory.turns:
+            return trajectory
+        merged = trajectory.model_copy(update={
+            "turns": recorded.turns,
+            "token_ids": recorded.token_ids,
+            "loss_mask": recorded.loss_mask,
+            "logprobs": recorded.logprobs,
+            "messages": trajectory.messages or recorded.messages,
+        })
+        merged.metrics.setdefault("turns", float(len(recorded.turns)))
+        completion_tokens = sum(len(t.completion_ids) for t in recorded.turns)
+        merged.metrics.setdefault("assistant_tokens_per_turn", completion_tokens / max(1, len(recorded.turns)))
+        return merged
+
+
+class GatewaySessions:
+    """``policy_for`` for :class:`~tackroom.runtime.TrialPlugins`: a fresh gateway session per attempt."""
+
+    def __init__(self, gateway: PolicyGateway, *, sampling: dict[str, Any] | None = None,
+                 label: str | None = None) -> None:
+        self.gateway = gateway
+        self.sampling = sampling or {}
+        self.label = label
+
+    @contextlib.asynccontextmanager
+    async def __call__(self, trial: Any) -> AsyncIterator[GatewayTrialSession]:
+        session = GatewayTrialSession(self.gateway, f"{trial.id}-{uuid.uuid4().hex[:8]}", self.sampling, self.label)
+        try:
+            yield session
+        finally:
+            self.gateway.close_session(session.session_id)

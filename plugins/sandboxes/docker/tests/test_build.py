@@ -120,3 +120,27 @@ async def test_build_timeout_is_a_timeout_error(provider, tmp_path):
     with pytest.raises(TimeoutError, match="build_timeout_sec"):
         await sandbox.start()
     assert time.monotonic() - started < 10
+
+
+async def test_keep_entrypoint_runs_the_images_entrypoint(base_image, tmp_path):
+    from tackroom_docker import DockerProvider
+
+    env = make_env(
+        tmp_path,
+        "FROM debian:bookworm-slim\n"
+        "RUN printf '#!/bin/sh\\necho ran > /tmp/entrypoint-ran\\nexec \"$@\"\\n' > /entry.sh && chmod +x /entry.sh\n"
+        'ENTRYPOINT ["/entry.sh"]\n',
+    )
+    spec = SandboxSpec(name=f"entry-{uuid.uuid4().hex[:6]}", environment_dir=env)
+    async with DockerProvider({"keep_entrypoint": True}).create(spec) as sandbox:
+        assert (await sandbox.exec("cat /tmp/entrypoint-ran")).stdout == "ran\n"
+    async with DockerProvider().create(spec.model_copy(update={"name": spec.name + "-b"})) as sandbox:
+        assert (await sandbox.exec("test -e /tmp/entrypoint-ran")).exit_code == 1, "the entrypoint is replaced by default"
+
+
+async def test_an_image_without_bash_runs_string_commands_under_sh(provider, tmp_path):
+    env = make_env(tmp_path, "FROM debian:bookworm-slim\nRUN rm -f /bin/bash /usr/bin/bash\n")
+    async with provider.create(SandboxSpec(name=f"nobash-{uuid.uuid4().hex[:6]}", environment_dir=env)) as sandbox:
+        r = await sandbox.exec("echo $((40 + 2)) from sh")
+        assert r.stdout == "42 from sh\n", r
+        assert any("no bash" in note for note in sandbox.notes)

@@ -334,7 +334,9 @@ def _failed(task: asyncio.Task[None]) -> bool:
 
 
 def _missing_exe(result: CallResult, exe: str) -> bool:
-    return f'"{exe}": executable file not found' in result.err or f"exec: {exe}: not found" in result.err
+    # The engine reports a failed exec on stdout or stderr, depending on its version.
+    text = result.err + result.out
+    return f'"{exe}": executable file not found' in text or f"exec: {exe}: not found" in text
 
 
 def _short(cmd: str | list[str]) -> str:

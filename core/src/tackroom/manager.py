@@ -120,7 +120,7 @@ class PluginManager:
         if found is not None:
             return found
         installed = ", ".join(e.name for e in self.entries(kind)) or "(none)"
-        plural = "harnesses" if kind == "harness" else f"{kind}es" if kind == "loss" else f"{kind}s"
+        plural = {"harness": "harnesses", "sandbox": "sandboxes", "verifier": "verifiers", "loss": "losses"}[kind]
         message = f"no {kind} named {name!r} is installed; installed {plural}: {installed}"
         from tackroom.catalogue import load_catalogue
 

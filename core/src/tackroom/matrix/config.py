@@ -1,0 +1,342 @@
+"""``tackroom matrix`` config: a task set × models × harness rows, one sandbox, one verifier, ``passes`` each.
+
+```toml
+tasks = ["../tasks"]
+passes = 3                     # trials per (model, harness, task)
+k = 3                          # the headline pass@k (default: passes)
+
+[sandbox]
+name = "local"
+[verifier]
+name = "test-script"
+
+[[models]]
+label = "smollm2"
+base_url = "http://127.0.0.1:8011/v1"   # what `tackroom model up` prints
+
+[[harnesses]]
+name = "oracle"
+[[harnesses]]
+name = "terminus"
+label = "terminus-20"
+if_installed = true
+options = { max_turns = 20 }
+
+[runtime]
+concurrency = 4
+```
+
+The model axis applies only to harnesses that call a model (capability
+``needs_policy``); a harness that does not (``oracle``, ``nop``) runs once
+per task and pass, as a reference row, whatever the models are.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tackroom.config import PluginSelection, RuntimeConfig, read_toml, validate
+from tackroom.errors import ConfigError, PluginNotFoundError
+from tackroom.policy import Policy
+
+LITELLM_PROXY_ENV = "LITELLM_PROXY_URL"
+LITELLM_PROXY_DEFAULT = "http://127.0.0.1:4000/v1"
+
+
+class ModelConfig(BaseModel):
+    """``[[models]]``: one policy endpoint, with the label its column carries in every report.
+
+    Give ``base_url`` (any OpenAI-compatible endpoint ending in ``/v1``: the
+    local vLLM `tackroom model up` starts, the policy gateway, a hosted API) or
+    ``litellm`` (a LiteLLM model name such as ``anthropic/claude-3-5-haiku``,
+    reached through a LiteLLM proxy at ``base_url``, ``$LITELLM_PROXY_URL`` or
+    http://127.0.0.1:4000/v1). ``model`` is the name the endpoint serves; left
+    out, the first model the endpoint lists at ``/models`` is used.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str | None = None
+    base_url: str | None = None
+    model: str | None = None
+    litellm: str | None = None
+    api_key: str | None = None
+    api_key_env: str | None = None
+    """Name of an environment variable holding the API key (keeps keys out of config files)."""
+    tokenizer: str | None = None
+    """Tokenizer matching the engine (a name tackroom knows, a local path or a hub id); the gateway needs it."""
+    token_ids: bool = False
+    sampling: dict[str, Any] = Field(default_factory=dict)
+    gateway: bool | None = None
+    """Route chat-only harnesses through the policy gateway (exact tokens); default: as `tackroom run` does."""
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> ModelConfig:
+        if self.base_url is None and self.litellm is None:
+            raise ValueError("give base_url (an OpenAI-compatible endpoint, e.g. the one `tackroom model up` "
+                             "prints) or litellm (a model name served by a LiteLLM proxy)")
+        if self.litellm is not None and self.model is not None and self.model != self.litellm:
+            raise ValueError("give either model or litellm, not both (litellm is the model name at the proxy)")
+        if self.api_key is not None and self.api_key_env is not None:
+            raise ValueError("give either api_key or api_key_env, not both")
+        if self.label is None:
+            self.label = self.litellm or self.model or _host_of(self.base_url or "")
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL trials call."""
+        if self.base_url is not None:
+            return self.base_url.rstrip("/")
+        return os.environ.get(LITELLM_PROXY_ENV, LITELLM_PROXY_DEFAULT).rstrip("/")
+
+    @property
+    def served_name(self) -> str | None:
+        return self.litellm or self.model
+
+    def resolved_api_key(self) -> str:
+        if self.api_key_env is not None:
+            value = os.environ.get(self.api_key_env)
+            if not value:
+                raise ConfigError(f"model {self.label!r}: environment variable {self.api_key_env} (api_key_env) "
+                                  "is not set; export it or put api_key in the config")
+            return value
+        return self.api_key or "EMPTY"
+
+    def policy(self, served: str) -> Policy:
+        """The :class:`Policy` trials of this column receive (``served``: the model name at the endpoint)."""
+        return Policy(base_url=self.endpoint, model=served, api_key=self.resolved_api_key(),
+                      token_ids=self.token_ids, tokenizer=self.tokenizer, sampling=dict(self.sampling),
+                      label=self.label)
+
+    def run_config(self, served: str) -> Any:
+        """This model as a ``tackroom run`` config's ``[policy]``, for the policy routing `tackroom run` uses."""
+        from tackroom.config import PolicyConfig, RunConfig
+
+        return RunConfig(policy=PolicyConfig(
+            base_url=self.endpoint, model=served, api_key=self.resolved_api_key(), tokenizer=self.tokenizer,
+            sampling=dict(self.sampling), label=self.label, gateway=self.gateway))
+
+    def identity(self) -> dict[str, Any]:
+        """What must not change under one label between a run and its resumption."""
+        return {"endpoint": self.endpoint, "model": self.served_name, "sampling": self.sampling,
+                "token_ids": self.token_ids}
+
+
+def _host_of(url: str) -> str:
+    rest = url.split("://", 1)[-1]
+    return rest.split("/", 1)[0] or "model"
+
+
+class HarnessRow(BaseModel):
+    """``[[harnesses]]``: a harness name plus one option set; the same harness twice (two labels) is two rows."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    label: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    if_installed: bool = False
+    """Skip this row (with a notice) when no harness of this name is installed, instead of failing."""
+
+    @property
+    def row_label(self) -> str:
+        return self.label or self.name
+
+    def identity(self) -> dict[str, Any]:
+        return {"name": self.name, "options": self.options}
+
+
+class TransferConfig(BaseModel):
+    """``[transfer]``: the before/after comparison (default: the first model against each other model)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    baseline: str | None = None
+    candidates: list[str] = Field(default_factory=list)
+
+
+class MatrixConfig(BaseModel):
+    """A ``tackroom matrix`` config file (see the module docstring for an example)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str | None = None
+    tasks: list[str] = Field(default_factory=list)
+    include: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+    models: list[ModelConfig] = Field(default_factory=list)
+    harnesses: list[HarnessRow] = Field(default_factory=lambda: [HarnessRow(name="oracle"), HarnessRow(name="nop")])
+    sandbox: PluginSelection = Field(default_factory=lambda: PluginSelection(name="local"))
+    verifier: PluginSelection = Field(default_factory=lambda: PluginSelection(name="test-script"))
+    passes: int = Field(default=1, ge=1, le=1000)
+    k: int | None = Field(default=None, ge=1)
+    """The headline pass@k (default: ``passes``); pass@j for every j ≤ passes is reported too."""
+    pass_threshold: float = 1.0
+    """A trial passes when its reward is at least this."""
+    require_models: bool = False
+    """Stop before running when a model endpoint is unreachable (default: mark its cells as infra errors)."""
+    probe_timeout_sec: float = Field(default=5.0, gt=0)
+    transfer: TransferConfig = Field(default_factory=TransferConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MatrixConfig:
+        if self.k is None:
+            self.k = self.passes
+        elif self.k > self.passes:
+            raise _FieldError("k", f"pass@{self.k} needs at least {self.k} passes; passes is {self.passes}")
+        _unique([m.label for m in self.models], "models", "label", "model")
+        _unique([h.row_label for h in self.harnesses], "harnesses", "label", "harness row",
+                hint="give each row of the same harness a distinct label")
+        if not self.harnesses:
+            raise _FieldError("harnesses", "list at least one harness (e.g. [[harnesses]] name = \"oracle\")")
+        labels = [m.label for m in self.models]
+        t = self.transfer
+        for field, names in (("baseline", [t.baseline] if t.baseline else []), ("candidates", t.candidates)):
+            for name in names:
+                if name not in labels:
+                    raise _FieldError(f"transfer.{field}", f"{name!r} is not a model label; "
+                                      f"model labels: {', '.join(map(str, labels)) or '(none)'}")
+        return self
+
+    def transfer_pairs(self) -> list[tuple[str, str]]:
+        """(baseline, candidate) model labels the transfer view compares."""
+        labels = [str(m.label) for m in self.models]
+        if len(labels) < 2 and not self.transfer.candidates:
+            return []
+        base = self.transfer.baseline or labels[0]
+        cands = self.transfer.candidates or [label for label in labels if label != base]
+        return [(base, c) for c in cands if c != base]
+
+
+class _FieldError(ValueError):
+    """A cross-field problem, reported under its dotted path."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def _unique(values: list[Any], section: str, field: str, what: str, hint: str = "") -> None:
+    seen: dict[Any, int] = {}
+    for i, v in enumerate(values):
+        if v in seen:
+            extra = f"; {hint}" if hint else ""
+            raise _FieldError(f"{section}[{i}].{field}",
+                              f"{what} label {v!r} is already used by {section}[{seen[v]}]{extra}")
+        seen[v] = i
+
+
+def dotted(loc: tuple[Any, ...] | list[Any]) -> str:
+    """``("models", 1, "label")`` → ``models[1].label``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _format(exc: ValidationError, source: str) -> str:
+    lines = []
+    for err in exc.errors():
+        ctx_error = (err.get("ctx") or {}).get("error")
+        if isinstance(ctx_error, _FieldError):
+            lines.append(f"{source}: {ctx_error.path}: {ctx_error.message}")
+            continue
+        loc = [p for p in err["loc"] if p not in ("function-after",)]
+        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden" and len(loc) == 3 and loc[0] == "harnesses":
+            msg += " (a harness's own options go in its `options` table, e.g. options = { max_turns = 20 })"
+        lines.append(f"{source}: {dotted(loc) or '(top level)'}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_matrix_config(data: dict[str, Any], *, source: str = "matrix config", base_dir: Path | None = None
+                        ) -> MatrixConfig:
+    """Validate a matrix config mapping; relative task paths resolve against ``base_dir``."""
+    try:
+        config = MatrixConfig.model_validate(data)
+    except ValidationError as exc:
+        message = _format(exc, source)
+        if any(e["type"] == "extra_forbidden" for e in exc.errors()):
+            message += "\nvalid top-level fields: " + ", ".join(MatrixConfig.model_fields)
+        raise ConfigError(message) from exc
+    if base_dir is not None:
+        config.tasks = [t if Path(t).is_absolute() else str((base_dir / t).resolve()) for t in config.tasks]
+    return config
+
+
+def load_matrix_config(path: str | Path) -> MatrixConfig:
+    """Read and validate a matrix config file; errors name the file and the dotted path."""
+    p = Path(path)
+    config = parse_matrix_config(read_toml(p), source=str(p), base_dir=p.resolve().parent)
+    if config.runtime.run_id is None:
+        config.runtime.run_id = f"matrix-{p.stem}"
+    if config.title is None:
+        config.title = p.stem
+    return config
+
+
+class ResolvedRow(BaseModel):
+    """A harness row whose plugin class and options have been checked."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    index: int
+    row: HarnessRow
+    cls: Any
+    options: Any
+
+    @property
+    def label(self) -> str:
+        return self.row.row_label
+
+    @property
+    def needs_policy(self) -> bool:
+        return "needs_policy" in self.cls.capabilities
+
+
+def resolve_plugins(config: MatrixConfig, manager: Any = None) -> tuple[list[ResolvedRow], Any, Any, list[str]]:
+    """Resolve every harness row, the sandbox and the verifier by name and validate their options.
+
+    Returns (rows, sandbox provider, verifier, notices); rows marked
+    ``if_installed`` whose harness is missing are left out with a notice.
+    """
+    from tackroom.config import instantiate
+    from tackroom.manager import get_plugin_manager
+
+    manager = manager or get_plugin_manager()
+    rows: list[ResolvedRow] = []
+    notices: list[str] = []
+    for i, row in enumerate(config.harnesses):
+        where = f"harnesses[{i}]"
+        try:
+            cls = manager.get("harness", row.name)
+        except PluginNotFoundError as exc:
+            if row.if_installed:
+                notices.append(f"harness row {row.row_label!r} skipped: {row.name!r} is not installed")
+                continue
+            raise PluginNotFoundError(f"{where}.name: {exc}") from None
+        options = validate(cls.Options, row.options, prefix=f"{where}.options")
+        resolved = ResolvedRow(index=i, row=row, cls=cls, options=options)
+        if resolved.needs_policy and not config.models:
+            raise ConfigError(f"{where}: harness {row.name!r} calls a model: add a [[models]] entry with the "
+                              "base_url `tackroom model up` prints (or a litellm name)")
+        rows.append(resolved)
+    if not rows:
+        raise ConfigError("harnesses: none of the listed harnesses is installed; installed harnesses: "
+                          + ", ".join(e.name for e in manager.entries("harness")))
+    if config.models and not any(r.needs_policy for r in rows):
+        notices.append("no listed harness calls a model, so the [[models]] are not used "
+                       "(install a model harness, e.g. tackroom-terminus, to fill the model columns)")
+    sandbox = instantiate("sandbox", config.sandbox, where="sandbox", manager=manager)
+    verifier = instantiate("verifier", config.verifier, where="verifier", manager=manager)
+    return rows, sandbox, verifier, notices

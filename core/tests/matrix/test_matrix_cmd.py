@@ -1,0 +1,67 @@
+"""`tackroom matrix` as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from .conftest import EXAMPLES, closed_port, painted, screenshot
+
+
+def tackroom(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "tackroom.cli.main", *args], capture_output=True, text=True,
+                          timeout=600, cwd=cwd, env={**os.environ, "COLUMNS": "160"})
+
+
+def test_the_demo_config_runs_and_writes_every_report(tmp_path, chromium):
+    # The demo as shipped, except that its model endpoint is down (so model rows cost nothing here):
+    # the reference rows run, model rows are reported as infra errors with the fix.
+    text = (EXAMPLES / "matrix" / "demo.toml").read_text()
+    assert 'base_url = "http://127.0.0.1:8011/v1"' in text
+    demo = tmp_path / "demo.toml"
+    demo.write_text(text.replace("http://127.0.0.1:8011/v1", f"http://127.0.0.1:{closed_port()}/v1")
+                    .replace('"../tasks"', f'"{EXAMPLES / "tasks"}"'))
+    out = tackroom("matrix", str(demo), "--out", str(tmp_path), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    cells = {(c["model"], c["harness"]): c for c in data["cells"]}
+    for (model, harness), c in cells.items():
+        if model is not None:
+            assert model == "smollm2" and c["status"] == "unreachable" and c["errors"]["infra"] == 15, harness
+    assert "tackroom model up" in out.stderr
+    assert cells[(None, "oracle")]["pass_at_1"] == 1.0 and cells[(None, "oracle")]["n_trials"] == 15
+    assert cells[(None, "nop")]["pass_at_1"] == 0.0 and cells[(None, "nop")]["pass_at_k"] == 0.0
+    assert data["passes"] == 3 and data["k"] == 3 and len(data["tasks"]) == 5
+    run_dir = tmp_path / "matrix-demo"
+    assert {p.name for p in run_dir.iterdir()} >= {"matrix.json", "matrix.csv", "report.html", "matrix.config.json"}
+    _, _, rows = screenshot(chromium, run_dir / "report.html", tmp_path / "demo.png", tmp_path)
+    colours, share = painted(rows)
+    assert colours > 200 and share > 0.2, (colours, share)
+
+
+def test_table_output_resume_and_errors(tmp_path):
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(f'tasks = ["{EXAMPLES / "tasks"}"]\ninclude = ["hello-file"]\npasses = 2\n'
+                   f'[runtime]\nout = "{tmp_path / "runs"}"\n')
+    first = tackroom("matrix", str(cfg))
+    assert first.returncode == 0, first.stderr
+    assert "oracle" in first.stdout and "1.00 ± 0.00" in first.stdout and "report.html" in first.stdout
+    assert (tmp_path / "runs" / "matrix-small" / "report.html").is_file()
+    again = tackroom("matrix", str(cfg), "--run-id", "matrix-small", "--json")
+    assert json.loads(again.stdout)["totals"]["n_trials"] == 4 and "4 resumed" not in again.stdout
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[harnesses]]\nname = "oracle"\nmax_turns = 3\n')
+    out = tackroom("matrix", str(bad))
+    assert out.returncode == 2 and "harnesses[0].max_turns: unknown field" in out.stderr
+    assert "options" in out.stderr
+
+    down = tmp_path / "down.toml"
+    down.write_text(f'tasks = ["{EXAMPLES / "tasks"}"]\ninclude = ["hello-file"]\n'
+                    f'[[models]]\nlabel = "smollm2"\nbase_url = "http://127.0.0.1:{closed_port()}/v1"\n'
+                    '[[harnesses]]\nname = "oracle"\n')
+    note = tackroom("matrix", str(down), "--out", str(tmp_path / "runs"))
+    assert note.returncode == 0 and "no listed harness calls a model" in note.stderr
+    assert tackroom("matrix", str(tmp_path / "missing.toml")).returncode == 2

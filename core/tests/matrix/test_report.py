@@ -1,0 +1,85 @@
+"""matrix.json, matrix.csv, the terminal table, and report.html rendered in headless Chromium."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+
+import pytest
+from rich.console import Console
+
+from tackroom.matrix import build_report, write_reports
+from tackroom.matrix.report import print_report
+
+from .conftest import painted, sample_outcome, screenshot
+
+def test_matrix_json_has_the_promised_fields(tmp_path):
+    report = build_report(sample_outcome(tmp_path))
+    paths = write_reports(report, tmp_path / "out")
+    data = json.loads(paths["matrix.json"].read_text())
+    assert len(data["cells"]) == 6
+    for cell in data["cells"]:
+        assert {"model", "harness", "pass_at_1", "pass_at_k", "mean_reward", "std", "n_trials", "errors",
+                "pass_at_1_std", "non_model_error_rate", "domains", "behaviour"} <= set(cell)
+    short_sft = next(c for c in data["cells"] if c["harness"] == "chat-short" and c["model"] == "smollm2-sft")
+    short = next(c for c in data["cells"] if c["harness"] == "chat-short" and c["model"] == "smollm2")
+    gain = next(t for t in data["transfer"] if t["harness"] == "chat-short")
+    assert gain["gain"] == pytest.approx(short_sft["pass_at_1"] - short["pass_at_1"])
+    assert {c["model"] for c in data["cells"] if c["harness"] in ("oracle", "nop")} == {None}
+    assert data["totals"]["n_trials"] == sum(c["n_trials"] for c in data["cells"])
+
+
+def test_matrix_csv_has_one_row_per_cell(tmp_path):
+    report = build_report(sample_outcome(tmp_path))
+    rows = list(csv.DictReader(io.StringIO(write_reports(report, tmp_path)["matrix.csv"].read_text())))
+    assert [(r["harness"], r["model"]) for r in rows] == [(c.harness, c.model or "") for c in report.cells]
+    oracle = rows[0]
+    assert float(oracle["pass_at_1"]) == 1.0 and oracle["errors_infra"] == "0" and oracle["behaviour.turns"] == ""
+    assert "domain.finance.pass_at_1" in oracle and "behaviour.tool_call_success_rate" in oracle
+
+
+def test_terminal_table(tmp_path):
+    console = Console(record=True, width=160)
+    print_report(build_report(sample_outcome(tmp_path)), console)
+    text = console.export_text()
+    assert "chat-short" in text and "smollm2-sft" in text and "pass@3" in text
+    assert "transfer: the same harness, two models" in text and "+0.589" in text
+    assert "non-model error rate 5.6%" in text
+
+
+def test_report_html_is_self_contained(tmp_path):
+    html = write_reports(build_report(sample_outcome(tmp_path)), tmp_path)["report.html"].read_text()
+    assert html.startswith("<!DOCTYPE html>") and "<svg" in html and "<style>" in html
+    assert not re.search(r"<script|<link|<img|@import|url\(|src=|href=\"?https?:", html, re.I), \
+        "no external assets, no scripts"
+    assert "Transfer" in html and "+58.9 pt" in html and "By domain" in html and "Tool-call success" in html
+    assert "&lt;script&gt;" not in html
+
+
+def test_labels_are_escaped(tmp_path):
+    outcome = sample_outcome(tmp_path, with_transfer=False)
+    outcome.cells[0].harness = "<script>alert(1)</script>"
+    html = write_reports(build_report(outcome), tmp_path)["report.html"].read_text()
+    assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_report_html_renders_in_headless_chromium(tmp_path, chromium):
+    page = write_reports(build_report(sample_outcome(tmp_path)), tmp_path / "report")["report.html"]
+    width, height, rows = screenshot(chromium, page, tmp_path / "report.png", tmp_path)
+    assert (width, height) == (1280, 2000)
+    colours, share = painted(rows)
+    assert colours > 300, f"only {colours} distinct colours: the page rendered (almost) blank"
+    assert share > 0.2, f"only {share:.0%} of the page differs from its background"
+    # the header band is the dark blue gradient, the body is light
+    top = rows[20][3 * 40:3 * 41]
+    assert top[2] > top[0] + 40, f"expected the blue header at the top, got RGB {tuple(top)}"
+
+
+def test_the_blank_check_catches_a_blank_page(tmp_path, chromium):
+    blank = tmp_path / "blank.html"
+    blank.write_text("<!DOCTYPE html><html><body style='background:#f7f8fa'></body></html>")
+    _, _, rows = screenshot(chromium, blank, tmp_path / "blank.png", tmp_path, height=600)
+    colours, share = painted(rows)
+    assert colours < 10 and share < 0.01

@@ -1,0 +1,25 @@
+"""Errors the archipelago harness raises, each classified for the trial runtime."""
+
+from __future__ import annotations
+
+from tackroom import InfraError, ModelError, TaskError
+
+
+class WorldFormatError(TaskError):
+    """A world's ``world.toml`` is missing or invalid; the message names the file and the field."""
+
+
+class WorldRuntimeError(TaskError):
+    """The sandbox cannot run the world's servers (no python3, too old) or the world's gateway crashed on start."""
+
+
+class WorldBuildError(InfraError):
+    """The world's Python packages could not be prepared on the host (``uv`` missing, index unreachable)."""
+
+
+class McpGatewayError(InfraError):
+    """The world's MCP endpoint stopped answering and one reconnect did not bring it back."""
+
+
+class ContextExhaustedError(ModelError):
+    """The episode ran into the engine's context window (a turn ended with finish_reason=length at the limit)."""

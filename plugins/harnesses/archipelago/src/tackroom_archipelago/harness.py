@@ -1,0 +1,291 @@
+"""The ``archipelago`` harness: an MCP tool-calling loop over a world, faithful to the Mercor/SkyRL guide's Step 1."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from pydantic import Field
+from tackroom import Harness, Policy, PluginOptions, Sandbox, Task, TaskError, Trajectory
+from tackroom.gateway.chat_template import ChatTemplate
+from tackroom.gateway.tool_parsers import get_tool_parser
+
+from tackroom_archipelago.backends import ChatBackend, CompletionsBackend, Generation
+from tackroom_archipelago.errors import ContextExhaustedError
+from tackroom_archipelago.exec_transport import SandboxExecTransport
+from tackroom_archipelago.mcp_session import WorldMcp
+from tackroom_archipelago.metrics import EpisodeStats
+from tackroom_archipelago.observations import (
+    DEFAULT_NUDGE,
+    DEFAULT_TOOL_RESULT_MAX_CHARS,
+    REPAIR_NOTICE,
+    nudge_text,
+    truncate,
+)
+from tackroom_archipelago.tools import FINAL_ANSWER_TOOL, call_arguments, final_answer_tool, openai_tools
+from tackroom_archipelago.world import GatewayHandle, WorldSpec, install_world, load_world, start_gateway
+
+DEFAULT_SYSTEM_PROMPT = """You are an assistant that completes office tasks with the tools you are given.
+
+Before each tool call, say in one or two sentences what you learned and what you will do next.
+Use the tools to read files, spreadsheets, documents, PDFs, mail and chat, and to run code.
+Show your work for calculations. Save deliverables exactly where the task says.
+When you are done, reply with your final answer as plain text, without a tool call."""
+
+
+_TEMPLATES: dict[str, ChatTemplate] = {}
+
+
+async def chat_template(tokenizer: str) -> ChatTemplate:
+    """The tokenizer's chat template, loaded once per process (transformers' first import is slow)."""
+    if tokenizer not in _TEMPLATES:
+        _TEMPLATES[tokenizer] = await asyncio.to_thread(ChatTemplate.from_path, tokenizer)
+    return _TEMPLATES[tokenizer]
+
+
+class ArchipelagoOptions(PluginOptions):
+    """The ``[harness]`` section when ``name = "archipelago"``; defaults follow the Mercor/SkyRL guide."""
+
+    max_steps: int = Field(default=30, ge=1, description="Model turns before the episode stops (stop_reason max_turns)")
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    tool_call_timeout_sec: float = Field(default=60.0, gt=0, description="Per MCP tool call; a timeout is told to the model")
+    tool_result_max_chars: int | None = Field(default=DEFAULT_TOOL_RESULT_MAX_CHARS, ge=100,
+                                              description="Longer tool results keep head (2/3) and tail (1/3); None: off")
+    budget_nudge_ratio: float | None = Field(default=0.2, gt=0, lt=1,
+                                             description="Append a notice to the last tool message when this share of the context is left; None: off")
+    budget_nudge_text: str = DEFAULT_NUDGE
+    repair_unparsed_tool_calls: bool = Field(default=True, description="Ask again when a <tool_call> did not parse")
+    max_parse_repairs: int = Field(default=2, ge=0)
+    tool_choice: Literal["auto", "required"] = Field(
+        default="auto", description="'required' constrains every turn to a tool call (structured outputs); small models need it")
+    final_answer_tool: bool | None = Field(default=None, description="Offer a final_answer tool (default: when tool_choice='required')")
+    endpoint: Literal["auto", "completions", "chat"] = Field(
+        default="auto", description="completions: token ids on /v1/completions (exact); chat: /v1/chat/completions (e.g. the policy gateway); auto: completions unless the endpoint has none")
+    tokenizer: str | None = Field(default=None, description="Tokenizer folder or smollm2/qwen3 (default: the policy's, else smollm2)")
+    tool_parser: str = Field(default="auto", description="hermes, qwen3 or auto (qwen3 when the vocabulary has <think>)")
+    context_length: int | None = Field(default=None, ge=256, description="Default: the engine's max_model_len")
+    max_tokens_per_turn: int | None = Field(default=None, ge=1, description="Default: all the context that is left")
+    sampling: dict[str, Any] = Field(default_factory=dict, description="Merged over the policy's sampling parameters")
+    tools_include: list[str] = Field(default_factory=list, description="Only tools whose names match these globs")
+    tools_exclude: list[str] = Field(default_factory=list)
+    code_tool_prefixes: list[str] = Field(default_factory=lambda: ["code_"], description="Tools counted as code execution")
+    transport: Literal["auto", "http", "exec"] = Field(
+        default="auto", description="http: the sandbox exposes the gateway's port; exec: relay through Sandbox.exec")
+    world: str | None = Field(default=None, description="World directory for tasks without [world] (e.g. plain Harbor tasks)")
+    world_base: str = Field(default="/opt/tackroom-world", description="Where packages and servers go in the sandbox")
+    site_cache_dir: str | None = Field(default=None, description="Host cache of prepared world packages")
+    gateway_startup_timeout_sec: float = Field(default=120.0, gt=0)
+    model_timeout_sec: float = Field(default=600.0, gt=0, description="Per model call")
+
+
+class ArchipelagoHarness(Harness):
+    """MCP tool-calling agent over a world's servers; exact token accounting on /v1/completions (Mercor/SkyRL guide)."""
+
+    name = "archipelago"
+    Options = ArchipelagoOptions
+    capabilities = frozenset({"token_ids", "needs_policy"})
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self.world: WorldSpec | None = None
+        self.gateway: GatewayHandle | None = None
+        self.sandbox: Sandbox | None = None
+        self.task: Task | None = None
+        self.setup_notes: list[str] = []
+
+    # -- setup -------------------------------------------------------------------------------------
+    async def setup(self, sandbox: Sandbox, task: Task) -> None:
+        o = self.options
+        world_dir = task.world_dir or (Path(o.world) if o.world else None)
+        if world_dir is None:
+            raise TaskError(f"{task.path}: the archipelago harness runs world tasks; add [world] path = ... to task.toml "
+                            "(or set the harness option `world`)")
+        self.task, self.sandbox = task, sandbox
+        self.world = load_world(world_dir)
+        t0 = time.monotonic()
+        python = await install_world(sandbox, self.world, base=o.world_base,
+                                     cache_dir=Path(o.site_cache_dir) if o.site_cache_dir else None)
+        self.gateway = await start_gateway(sandbox, self.world, python, base=o.world_base,
+                                           timeout=o.gateway_startup_timeout_sec, transport=o.transport)
+        await chat_template(o.tokenizer or "smollm2")  # under the setup timeout, not the agent's
+        self.setup_notes.append(
+            f"world {self.world.name!r}: {self.gateway.tools} tools on Python {python.version} in "
+            f"{time.monotonic() - t0:.1f}s via {'http ' + self.gateway.url if self.gateway.url else 'exec relay'}")
+
+    def mcp_client(self) -> Client:
+        """A fresh MCP SDK client for the world gateway (direct URL, or relayed through exec)."""
+        assert self.gateway is not None and self.sandbox is not None, "setup() first"
+        g = self.gateway
+        if g.url is not None:
+            return Client(f"{g.url}/mcp", read_timeout_seconds=self.options.tool_call_timeout_sec + 30)
+        transport = SandboxExecTransport(self.sandbox, port=g.port, python=g.python, relay=g.relay,
+                                         timeout=self.options.tool_call_timeout_sec + 10)
+        http = httpx2.AsyncClient(transport=transport, timeout=httpx2.Timeout(self.options.tool_call_timeout_sec + 60))
+        return Client(streamable_http_client(f"http://127.0.0.1:{g.port}/mcp", http_client=http),
+                      read_timeout_seconds=self.options.tool_call_timeout_sec + 30)
+
+    # -- the episode -----------------------------------------------------------------------------------
+    async def run(self, instruction: str, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
+        if policy is None:
+            raise TaskError("the archipelago harness calls a model: give it a policy ([policy] base_url)")
+        if self.gateway is None:
+            raise RuntimeError("ArchipelagoHarness.run called before setup")
+        o = self.options
+        stats = EpisodeStats()
+        mcp = WorldMcp(self.mcp_client, connect_timeout=max(30.0, o.tool_call_timeout_sec))
+        backend = await self._backend(policy)
+        messages: list[dict[str, Any]] = [{"role": "system", "content": o.system_prompt},
+                                          {"role": "user", "content": instruction}]
+        state: dict[str, Any] = {"stop": "max_turns", "final": None, "nudged": False, "repairs": 0}
+        try:
+            await mcp.connect()
+            tools, wrappers = openai_tools(await mcp.list_tools(), o.tools_include or None, o.tools_exclude or None)
+            if o.final_answer_tool or (o.final_answer_tool is None and o.tool_choice == "required"):
+                tools.append(final_answer_tool())
+            if o.tool_choice == "required" and not tools:
+                raise TaskError("tool_choice = 'required' but no tool is left after tools_include/tools_exclude")
+            await backend.start(messages, tools)
+            for _ in range(o.max_steps):
+                if backend.room is not None and backend.room <= 0:
+                    state["stop"] = "context_exhausted"
+                    raise ContextExhaustedError(f"no context left for another turn ({backend.used} tokens used)")
+                t0 = time.monotonic()
+                gen = await backend.generate(force_tool=o.tool_choice == "required")
+                stats.model_time_s += time.monotonic() - t0
+                stats.turns += 1
+                stats.completion_tokens += gen.completion_tokens
+                stats.parse_failures += gen.parse_failures
+                messages.append(self._assistant_message(gen))
+                if gen.hit_context_limit:
+                    state["stop"] = "context_exhausted"
+                    raise ContextExhaustedError(
+                        f"turn {stats.turns} ran into the context window ({gen.completion_tokens} tokens generated, "
+                        f"{gen.room_before} left): finish_reason=length at the limit")
+                if not gen.tool_calls:
+                    if (o.repair_unparsed_tool_calls and "<tool_call>" in gen.text and gen.finish_reason != "length"
+                            and state["repairs"] < o.max_parse_repairs):
+                        state["repairs"] += 1
+                        stats.parse_repairs += 1
+                        repair = [{"role": "tool", "tool_call_id": f"repair_{stats.turns}", "content": REPAIR_NOTICE}]
+                        messages.extend(repair)
+                        backend.add_observation(repair)
+                        continue
+                    state["stop"] = "max_tokens" if gen.finish_reason == "length" else "completed"
+                    state["final"] = gen.content
+                    break
+                finals = [c for c in gen.tool_calls if c.name == FINAL_ANSWER_TOOL]
+                if finals:
+                    state["stop"] = "completed"
+                    state["final"] = str(call_arguments(FINAL_ANSWER_TOOL, finals[0].arguments, {}).get("answer", ""))
+                    break
+                observation = await self._run_tools(gen, mcp, wrappers, tools, stats)
+                self._maybe_nudge(observation, backend, state, stats)
+                messages.extend(observation)
+                backend.add_observation(observation)
+            return self._trajectory(messages, backend, stats, state, mcp)
+        except BaseException as exc:
+            if isinstance(exc, Exception) and getattr(exc, "error_class", None) == "model":
+                if state["stop"] == "max_turns":
+                    state["stop"] = "model_error"
+                exc.trajectory = self._trajectory(messages, backend, stats, state, mcp)  # type: ignore[attr-defined]
+            raise
+        finally:
+            await mcp.close()
+            await backend.aclose()
+
+    async def _backend(self, policy: Policy) -> CompletionsBackend | ChatBackend:
+        o = self.options
+        sampling = {**policy.sampling, **o.sampling}
+        endpoint = o.endpoint
+        if endpoint == "auto":
+            endpoint = "completions" if policy.token_ids or await _has_completions(policy) else "chat"
+        tokenizer = o.tokenizer or policy.tokenizer or "smollm2"
+        template = await chat_template(tokenizer)
+        parser_name = o.tool_parser if o.tool_parser != "auto" else ("qwen3" if template.think_tokens else "hermes")
+        if endpoint == "chat":
+            return ChatBackend(policy, context_length=o.context_length, sampling=sampling,
+                               max_tokens_per_turn=o.max_tokens_per_turn, timeout=o.model_timeout_sec, template=template,
+                               parser=get_tool_parser(parser_name))
+        return CompletionsBackend(policy, template, get_tool_parser(parser_name), context_length=o.context_length,
+                                  sampling=sampling, max_tokens_per_turn=o.max_tokens_per_turn, timeout=o.model_timeout_sec)
+
+    @staticmethod
+    def _assistant_message(gen: Generation) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": gen.content or ""}
+        if gen.reasoning:
+            msg["reasoning_content"] = gen.reasoning
+        if gen.tool_calls:
+            msg["tool_calls"] = [c.openai() for c in gen.tool_calls]
+        return msg
+
+    async def _run_tools(self, gen: Generation, mcp: WorldMcp, wrappers: dict[str, str],
+                         tools: list[dict[str, Any]], stats: EpisodeStats) -> list[dict[str, Any]]:
+        o = self.options
+        offered = {t["function"]["name"] for t in tools}
+        out = []
+        for call in gen.tool_calls:
+            stats.tool_calls[call.name] += 1
+            if call.name not in offered:
+                text, ok, kind = f"Unknown tool {call.name!r}; the tools are: {', '.join(sorted(offered))}", False, "unknown_tool"
+            else:
+                try:
+                    args = call_arguments(call.name, call.arguments, wrappers)
+                except ValueError as exc:
+                    text, ok, kind = f"Error calling tool {call.name}: {exc}", False, "bad_arguments"
+                else:
+                    t0 = time.monotonic()
+                    outcome = await mcp.call(call.name, args, o.tool_call_timeout_sec)
+                    stats.tool_time_s += time.monotonic() - t0
+                    text, ok, kind = outcome.text, outcome.ok, outcome.kind
+            stats.reconnects = mcp.reconnects
+            if ok:
+                stats.tool_successes[call.name] += 1
+            else:
+                stats.tool_errors[kind] += 1
+            text, cut = truncate(text, o.tool_result_max_chars)
+            stats.truncations += cut
+            out.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": text})
+        return out
+
+    def _maybe_nudge(self, observation: list[dict[str, Any]], backend: Any, state: dict[str, Any],
+                     stats: EpisodeStats) -> None:
+        """Append the budget notice to the last tool message once the next turn would start with <= ratio left."""
+        o = self.options
+        ctx = backend.context_length
+        if o.budget_nudge_ratio is None or state["nudged"] or not ctx or not observation:
+            return
+        projected = ctx - backend.used - len(backend.observation_tokens(observation))
+        if projected <= o.budget_nudge_ratio * ctx:
+            last = observation[-1]
+            last["content"] = f"{last['content']}\n\n{nudge_text(o.budget_nudge_text, projected, ctx)}"
+            state["nudged"] = True
+            stats.nudges += 1
+
+    def _trajectory(self, messages: list[dict[str, Any]], backend: Any, stats: EpisodeStats, state: dict[str, Any],
+                    mcp: WorldMcp) -> Trajectory:
+        stats.reconnects = mcp.reconnects
+        ids, mask, lps = backend.flattened()
+        notes = list(self.setup_notes) + list(getattr(backend, "notes", []))
+        return Trajectory(
+            messages=messages, turns=list(backend.turns), token_ids=ids, loss_mask=mask, logprobs=lps,
+            final_answer=state["final"], stop_reason=state["stop"],
+            metrics=stats.metrics(tuple(self.options.code_tool_prefixes)), notes=notes,
+        )
+
+
+async def _has_completions(policy: Policy) -> bool:
+    """Does the endpoint serve ``/completions``? (vLLM does; the policy gateway and chat-only APIs answer 404.)"""
+    try:
+        async with httpx.AsyncClient(timeout=10, headers={"Authorization": f"Bearer {policy.api_key}"}) as client:
+            resp = await client.post(policy.base_url.rstrip("/") + "/completions", json={})
+    except httpx.HTTPError:
+        return True  # unreachable: let the completions client raise its classified error
+    return resp.status_code not in (404, 405)
+
+

@@ -1,0 +1,1 @@
+"""Scripts that run inside the sandbox with the world's Python (stdlib + ``mcp`` only; no tackroom imports)."""

@@ -1,0 +1,33 @@
+"""Fixtures: the Acme example world and a started local sandbox with it installed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from tackroom.builtins.local_sandbox import LocalSandboxProvider
+from tackroom.runtime import sandbox_spec
+from tackroom.task import Task, load_task
+
+REPO = Path(__file__).resolve().parents[4]
+WORLD = REPO / "examples" / "worlds" / "acme"
+TASKS = WORLD / "tasks"
+# The world's servers, importable on the host for the per-server tests.
+sys.path.insert(0, str(WORLD / "servers"))
+sys.path.insert(0, str(Path(__file__).parent))  # scripted_engine
+
+
+@pytest.fixture
+def world_task() -> Task:
+    return load_task(TASKS / "q3-revenue-by-region")
+
+
+@pytest.fixture
+async def sandbox(world_task: Task):
+    box = LocalSandboxProvider().create(sandbox_spec(world_task, "archipelago-test"))
+    await box.start()
+    try:
+        yield box
+    finally:
+        await box.stop()

@@ -1,0 +1,92 @@
+"""Full episodes with a scripted policy through the real world gateway and MCP servers in a local sandbox."""
+
+from __future__ import annotations
+
+from tackroom import Policy
+from tackroom.builtins.test_script_verifier import TestScriptVerifier
+
+import pytest
+from scripted_engine import FILL, ScriptedEngine, call
+from tackroom_archipelago import ArchipelagoHarness
+from tackroom_archipelago.errors import ContextExhaustedError
+
+ANSWER = "region,revenue\nEast,209355.00\nNorth,212595.00\nSouth,365550.00\nWest,372435.00\n"
+
+
+async def test_scripted_policy_solves_a_world_task(world_task, sandbox):
+    script = [
+        "I will total the Revenue column per region.\n"
+        + call("sheets_sum_column", path="finance/q3_sales.xlsx", column="Revenue", group_by="Region"),
+        "Now I write the CSV.\n" + call("files_write_text_file", path="/workspace/output/revenue_by_region.csv", content=ANSWER),
+        "I wrote /workspace/output/revenue_by_region.csv with the four regions.",
+    ]
+    harness = ArchipelagoHarness({"max_steps": 5})
+    await harness.setup(sandbox, world_task)
+    async with ScriptedEngine(script) as engine:
+        traj = await harness.run(world_task.instruction, sandbox, Policy(base_url=engine.url, model="scripted"))
+    assert traj.stop_reason == "completed"
+    assert traj.final_answer.startswith("I wrote")
+    tool_msgs = [m for m in traj.messages if m["role"] == "tool"]
+    assert tool_msgs[0]["content"] == "East,209355\nNorth,212595\nSouth,365550\nWest,372435"
+    assert traj.metrics["tool_calls"] == 2 and traj.metrics["tool_call_success_rate"] == 1.0
+    assert traj.metrics["tool_calls/sheets_sum_column"] == 1.0
+    # Each engine call got exactly the ids so far: the previous prompt, its completion, then the observation delta.
+    assert len(engine.requests) == 3
+    for prev, cur in zip(traj.turns, traj.turns[1:]):
+        assert cur.prompt_ids[: len(prev.prompt_ids) + len(prev.completion_ids)] == prev.prompt_ids + prev.completion_ids
+    assert sum(traj.loss_mask) == sum(len(t.completion_ids) for t in traj.turns)
+    # The task's own deterministic check grades what the MCP tools wrote.
+    reward = await TestScriptVerifier().verify(world_task, sandbox, traj)
+    assert reward.score == 1.0, reward.details
+
+
+async def test_truncation_repair_and_budget_nudge_fire(world_task, sandbox):
+    script = [
+        "<tool_call>\n{\"name\": \"files_read_text_file\", \"arguments\": {\"path\": \n</tool_call>",  # does not parse
+        call("files_read_text_file", path="hr/employees.csv"),  # long: truncated, then the context runs low
+        "Done.",
+    ]
+    harness = ArchipelagoHarness({"max_steps": 5, "tool_result_max_chars": 300, "context_length": 1600,
+                                  "tools_include": ["files_*"],
+                                  "budget_nudge_ratio": 0.45})
+    await harness.setup(sandbox, world_task)
+    async with ScriptedEngine(script) as engine:
+        traj = await harness.run(world_task.instruction, sandbox, Policy(base_url=engine.url, model="scripted"))
+    m = traj.metrics
+    assert (m["parse_repairs"], m["parse_failures"], m["truncations"], m["nudges"]) == (1.0, 1.0, 1.0, 1.0), m
+    repair, observation = [x for x in traj.messages if x["role"] == "tool"]
+    assert "could not be parsed" in repair["content"]
+    assert "[TRUNCATED: the tool returned" in observation["content"]
+    assert observation["content"].startswith("id,name,email")
+    assert "[SYSTEM NOTICE]" in observation["content"]
+    assert traj.stop_reason == "completed"
+    # What the model saw is what was recorded: the notice sits in the token stream, masked out.
+    decoded = engine.template.decode(traj.turns[-1].prompt_ids)
+    assert "[SYSTEM NOTICE]" in decoded and "[TRUNCATED" in decoded
+
+
+async def test_envelope_tools_are_hoisted_and_rewrapped(world_task, sandbox):
+    script = [call("code_run_python", code="import csv; print(len(list(csv.reader(open('hr/employees.csv')))) - 1)"), "24 people."]
+    harness = ArchipelagoHarness({"max_steps": 3})
+    await harness.setup(sandbox, world_task)
+    async with ScriptedEngine(script) as engine:
+        traj = await harness.run(world_task.instruction, sandbox, Policy(base_url=engine.url, model="scripted"))
+    tool = next(x for x in traj.messages if x["role"] == "tool")
+    assert tool["content"].startswith("exit code 0") and "24" in tool["content"]
+    assert traj.metrics["code_execution_share"] == 1.0
+    # The model was shown the flat schema, not the {"request": {...}} envelope.
+    first_prompt = engine.template.decode(engine.requests[0]["prompt"])
+    assert '"code"' in first_prompt and '"request"' not in first_prompt
+
+
+async def test_context_limit_ends_the_episode_as_a_model_error(world_task, sandbox):
+    harness = ArchipelagoHarness({"max_steps": 3, "tools_include": ["files_*"]})
+    await harness.setup(sandbox, world_task)
+    async with ScriptedEngine([call("files_list_directory"), FILL], max_model_len=2600) as engine:
+        with pytest.raises(ContextExhaustedError) as info:
+            await harness.run(world_task.instruction, sandbox, Policy(base_url=engine.url, model="scripted"))
+    assert info.value.error_class == "model"
+    traj = info.value.trajectory
+    assert traj.stop_reason == "context_exhausted"
+    assert len(traj.token_ids) == 2600 and traj.turns[-1].finish_reason == "length"
+    assert sum(traj.loss_mask) == sum(len(t.completion_ids) for t in traj.turns)

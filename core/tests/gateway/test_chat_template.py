@@ -89,3 +89,12 @@ def test_tokenizer_without_template_is_a_clear_error(smollm2_tokenizer):
     tok.chat_template = None
     with pytest.raises(ChatTemplateError, match="has no chat template"):
         ChatTemplate(tok)
+
+
+@pytest.mark.parametrize("which", ["smollm2", "qwen3"])
+def test_fast_encode_equals_the_tokenizers_own(which, request):
+    tok = request.getfixturevalue(f"{which}_tokenizer")
+    tmpl = ChatTemplate(tok)
+    assert tmpl._backend is not None
+    for text in ["<|im_start|>user\n  héllo\t wörld 12345 🚀<|im_end|>\n", "<tool_call>\n{\"a\": 1}\n</tool_call>", "  ", "日本語\r\n"]:
+        assert tmpl.encode(text) == tok.encode(text, add_special_tokens=False)

@@ -198,7 +198,7 @@ async def test_engine_dying_mid_stream_is_an_infra_error_not_a_hang(smollm2_toke
 async def test_engine_down_is_an_infra_error(smollm2_tokenizer):
     tok = smollm2_tokenizer
     async with gateway_over_fake(tok) as (fake, gw), httpx.AsyncClient(timeout=30) as c:
-        gw.engine._http._base_url = httpx.URL("http://127.0.0.1:9/v1/")  # nothing listens on the discard port
+        gw.engine.base_url = "http://127.0.0.1:9/v1"  # nothing listens on the discard port
         start = time.monotonic()
         r = await c.post(gw.session_base_url("down") + "/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
         s = await c.post(gw.session_base_url("down") + "/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "stream": True})

@@ -40,6 +40,10 @@ def gateway(
             await gw.stop()
 
     try:
-        asyncio.run(serve())
+        import uvloop  # a faster event loop where available: the gateway sits on every model call
+    except ImportError:
+        uvloop = None
+    try:
+        uvloop.run(serve()) if uvloop is not None else asyncio.run(serve())
     except KeyboardInterrupt:
         pass

@@ -74,7 +74,9 @@ class ChatTemplate:
             )
         self.tokenizer = tokenizer
         self.name_or_path = str(getattr(tokenizer, "name_or_path", ""))
-        self._closing_text, self.end_of_turn_text = self._assistant_closing()
+        self._backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+        self.closing_text, self.end_of_turn_text = self._assistant_closing()
+        """What the template writes after an assistant message's content (e.g. ``<|im_end|>\\n``)."""
         self.end_of_turn_id: int | None = None
         if self.end_of_turn_text:
             ids = self.encode(self.end_of_turn_text)
@@ -110,6 +112,8 @@ class ChatTemplate:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; special-token strings in it become their ids, nothing is added."""
+        if self._backend is not None:  # the Rust tokenizer directly: same ids, a fraction of the wrapper's cost
+            return self._backend.encode(text, add_special_tokens=False).ids
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def decode(self, ids: list[int]) -> str:

@@ -17,7 +17,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import httpcore
 from pydantic import BaseModel, Field
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
@@ -90,7 +90,8 @@ class _Retryable(Exception):
         self.status = status
 
 
-_RETRY_ON = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, _Retryable)
+# Failures where nothing reached the caller yet, so trying again is safe.
+_RETRY_ON = (httpcore.ConnectError, httpcore.ConnectTimeout, httpcore.RemoteProtocolError, httpcore.ReadError, httpcore.WriteError, _Retryable)
 
 
 def _error_message(body: bytes) -> str:
@@ -114,22 +115,30 @@ def _logprob_fields(lp: dict[str, Any] | None) -> tuple[list[float], list[str], 
 
 
 class EngineClient:
-    """One pooled HTTP client per engine; safe to share between sessions and tasks."""
+    """One pooled HTTP/1.1 client per engine; safe to share between sessions and tasks.
 
-    def __init__(self, settings: EngineSettings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    Built on httpcore (httpx's transport) directly: the gateway sits on every model
+    call, and httpx's per-request URL/cookie handling costs more than the hop itself.
+    """
+
+    def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
         t = settings.timeouts
-        self._http = httpx.AsyncClient(
-            base_url=settings.base_url.rstrip("/") + "/",
-            headers={"Authorization": f"Bearer {settings.api_key}"},
-            timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool),
-            limits=httpx.Limits(max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections),
-            transport=transport,
+        self.base_url = settings.base_url.rstrip("/")
+        url = httpcore.URL(self.base_url)
+        self._host = url.host + (b":%d" % url.port if url.port else b"")
+        self._timeouts = {"connect": t.connect, "read": t.read, "write": t.write, "pool": t.pool}
+        self._headers = [
+            (b"content-type", b"application/json"),
+            (b"authorization", f"Bearer {settings.api_key}".encode()),
+        ]
+        self._pool = httpcore.AsyncConnectionPool(
+            max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections, keepalive_expiry=60.0
         )
         self.info: EngineInfo | None = None
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._pool.aclose()
 
     def _retrying(self) -> AsyncRetrying:
         return AsyncRetrying(
@@ -141,36 +150,47 @@ class EngineClient:
 
     def _unavailable(self, exc: BaseException) -> EngineUnavailableError:
         return EngineUnavailableError(
-            f"engine at {self.settings.base_url} unavailable after {self.settings.retries + 1} attempts: "
+            f"engine at {self.base_url} unavailable after {self.settings.retries + 1} attempts: "
             f"{type(exc).__name__}: {exc}. Is it running? (`tackroom model status`)"
         )
 
     def _timeout(self, exc: BaseException) -> EngineTimeoutError:
         return EngineTimeoutError(
-            f"engine at {self.settings.base_url} sent nothing for {self.settings.timeouts.read:.0f}s "
+            f"engine at {self.base_url} sent nothing for {self.settings.timeouts.read:.0f}s "
             f"({type(exc).__name__}); the engine is overloaded or stuck, or raise the read timeout"
         )
 
-    async def fetch_info(self) -> EngineInfo:
-        """``GET /models``: the served model name and its context length."""
+    async def _call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> tuple[int, bytes]:
+        """One request with retries on connection failures and 5xx; returns (status, body)."""
+        content = json.dumps(payload).encode() if payload is not None else b""
+        url = f"{self.base_url}/{path}"
         try:
             async for attempt in self._retrying():
                 with attempt:
-                    resp = await self._http.get("models")
-                    if resp.status_code >= 500:
-                        raise _Retryable(resp.status_code, _error_message(resp.content))
+                    resp = await self._pool.request(
+                        method, url, headers=self._headers, content=content, extensions={"timeout": self._timeouts}
+                    )
+                    if resp.status >= 500:
+                        raise _Retryable(resp.status, _error_message(resp.content))
         except _RETRY_ON as exc:
             raise self._unavailable(exc) from exc
-        except httpx.TimeoutException as exc:
+        except httpcore.TimeoutException as exc:
             raise self._timeout(exc) from exc
-        if resp.status_code != 200:
-            raise classify_engine_rejection(resp.status_code, _error_message(resp.content))
-        data = resp.json().get("data") or []
+        except httpcore.NetworkError as exc:
+            raise self._unavailable(exc) from exc
+        if resp.status != 200:
+            raise classify_engine_rejection(resp.status, _error_message(resp.content))
+        return resp.status, resp.content
+
+    async def fetch_info(self) -> EngineInfo:
+        """``GET /models``: the served model name and its context length."""
+        _, body = await self._call("GET", "models")
+        data = json.loads(body).get("data") or []
         wanted = self.settings.model
         entry = next((d for d in data if d.get("id") == wanted), None) if wanted else (data[0] if data else None)
         if entry is None:
             served = ", ".join(d.get("id", "?") for d in data) or "none"
-            raise EngineRequestError(f"engine at {self.settings.base_url} serves {served}, not {wanted!r}; pass --model with one of them")
+            raise EngineRequestError(f"engine at {self.base_url} serves {served}, not {wanted!r}; pass --model with one of them")
         self.info = EngineInfo(model=entry["id"], max_model_len=entry.get("max_model_len"))
         return self.info
 
@@ -187,28 +207,15 @@ class EngineClient:
 
     async def complete(self, body: dict[str, Any]) -> EngineCompletion:
         """POST ``/completions`` and wait for the whole answer."""
-        payload = self._payload(body, stream=False)
-        try:
-            async for attempt in self._retrying():
-                with attempt:
-                    resp = await self._http.post("completions", json=payload)
-                    if resp.status_code >= 500:
-                        raise _Retryable(resp.status_code, _error_message(resp.content))
-        except _RETRY_ON as exc:
-            raise self._unavailable(exc) from exc
-        except httpx.TimeoutException as exc:
-            raise self._timeout(exc) from exc
-        if resp.status_code != 200:
-            raise classify_engine_rejection(resp.status_code, _error_message(resp.content))
-        data = resp.json()
-        choice = data["choices"][0]
-        values, tokens, tops = _logprob_fields(choice.get("logprobs"))
-        ids = list(choice.get("token_ids") or [])
+        _, raw = await self._call("POST", "completions", self._payload(body, stream=False))
+        choice = json.loads(raw)["choices"][0]
         if choice.get("token_ids") is None:
             raise EngineRequestError(
                 "engine returned no token_ids; it must accept `return_token_ids` on /v1/completions (vLLM >= 0.10)"
             )
-        return EngineCompletion(
+        values, tokens, tops = _logprob_fields(choice.get("logprobs"))
+        ids = list(choice["token_ids"])
+        return EngineCompletion.model_construct(
             prompt_ids=choice.get("prompt_token_ids"),
             completion_ids=ids,
             logprobs=values if len(values) == len(ids) else None,
@@ -225,63 +232,78 @@ class EngineClient:
         Retries happen only until the engine answers 200; a failure after that is
         raised as :class:`EngineUnavailableError` (the caller may have forwarded output).
         """
-        payload = self._payload(body, stream=True)
-        request = self._http.build_request("POST", "completions", json=payload)
-        resp: httpx.Response | None = None
+        content = json.dumps(self._payload(body, stream=True)).encode()
+        url = f"{self.base_url}/completions"
+        resp: httpcore.Response | None = None
         try:
             async for attempt in self._retrying():
                 with attempt:
-                    resp = await self._http.send(request, stream=True)
-                    if resp.status_code >= 500:
-                        content = await resp.aread()
+                    headers = [*self._headers, (b"host", self._host), (b"content-length", str(len(content)).encode())]
+                    resp = await self._pool.handle_async_request(
+                        httpcore.Request("POST", url, headers=headers, content=content, extensions={"timeout": self._timeouts})
+                    )
+                    if resp.status >= 500:
+                        err = await resp.aread()
                         await resp.aclose()
-                        raise _Retryable(resp.status_code, _error_message(content))
+                        raise _Retryable(resp.status, _error_message(err))
         except _RETRY_ON as exc:
             raise self._unavailable(exc) from exc
-        except httpx.TimeoutException as exc:
+        except httpcore.TimeoutException as exc:
             raise self._timeout(exc) from exc
+        except httpcore.NetworkError as exc:
+            raise self._unavailable(exc) from exc
         assert resp is not None
         try:
-            if resp.status_code != 200:
-                raise classify_engine_rejection(resp.status_code, _error_message(await resp.aread()))
+            if resp.status != 200:
+                raise classify_engine_rejection(resp.status, _error_message(await resp.aread()))
             finished = False
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    finished = True
+            buffer = b""
+            async for data in resp.aiter_stream():
+                buffer += data
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not line.startswith(b"data:"):
+                        continue
+                    item = line[5:].strip()
+                    if item == b"[DONE]":
+                        finished = True
+                        break
+                    for chunk in self._chunks(json.loads(item)):
+                        yield chunk
+                if finished:
                     break
-                obj = json.loads(data)
-                if "error" in obj:
-                    err = obj["error"]
-                    msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
-                    status = int(err.get("code") or 500) if isinstance(err, dict) and str(err.get("code", "")).isdigit() else 500
-                    if status >= 500:
-                        raise EngineUnavailableError(f"engine failed mid-stream: {msg}")
-                    raise classify_engine_rejection(status, msg)
-                for choice in obj.get("choices") or []:
-                    values, tokens, tops = _logprob_fields(choice.get("logprobs"))
-                    yield EngineChunk(
-                        text=choice.get("text") or "",
-                        token_ids=list(choice.get("token_ids") or []),
-                        logprobs=values,
-                        tokens=tokens,
-                        top_logprobs=tops,
-                        prompt_ids=choice.get("prompt_token_ids"),
-                        finish_reason=choice.get("finish_reason"),
-                        stop_reason=choice.get("stop_reason"),
-                    )
             if not finished:
-                raise EngineUnavailableError(
-                    f"engine at {self.settings.base_url} closed the stream before it finished (did it die?)"
-                )
-        except httpx.TimeoutException as exc:
+                raise EngineUnavailableError(f"engine at {self.base_url} closed the stream before it finished (did it die?)")
+        except httpcore.TimeoutException as exc:
             raise self._timeout(exc) from exc
-        except (httpx.TransportError, httpx.StreamError) as exc:
-            raise EngineUnavailableError(
-                f"engine at {self.settings.base_url} failed mid-stream: {type(exc).__name__}: {exc}"
-            ) from exc
+        except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
+            raise EngineUnavailableError(f"engine at {self.base_url} failed mid-stream: {type(exc).__name__}: {exc}") from exc
         finally:
             await resp.aclose()
 
+    @staticmethod
+    def _chunks(obj: dict[str, Any]) -> list[EngineChunk]:
+        if "error" in obj:
+            err = obj["error"]
+            msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+            code = str(err.get("code", "")) if isinstance(err, dict) else ""
+            status = int(code) if code.isdigit() else 500
+            if status >= 500:
+                raise EngineUnavailableError(f"engine failed mid-stream: {msg}")
+            raise classify_engine_rejection(status, msg)
+        out = []
+        for choice in obj.get("choices") or []:
+            values, tokens, tops = _logprob_fields(choice.get("logprobs"))
+            out.append(
+                EngineChunk.model_construct(
+                    text=choice.get("text") or "",
+                    token_ids=list(choice.get("token_ids") or []),
+                    logprobs=values,
+                    tokens=tokens,
+                    top_logprobs=tops,
+                    prompt_ids=choice.get("prompt_token_ids"),
+                    finish_reason=choice.get("finish_reason"),
+                    stop_reason=choice.get("stop_reason"),
+                )
+            )
+        return out

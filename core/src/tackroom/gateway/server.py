@@ -22,7 +22,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import uvicorn
 from pydantic import BaseModel
 from starlette.applications import Starlette
@@ -95,11 +94,9 @@ class PolicyGateway:
         self,
         settings: GatewaySettings,
         *,
-        engine_transport: httpx.AsyncBaseTransport | None = None,
         template: ChatTemplate | None = None,
     ) -> None:
         self.settings = settings
-        self._engine_transport = engine_transport
         self.template = template
         self.parser: ToolParser | None = None
         self.engine: EngineClient | None = None
@@ -142,7 +139,7 @@ class PolicyGateway:
                 name = "qwen3" if self.template.think_tokens else "hermes"
             self.parser = get_tool_parser(name)
         if self.engine is None:
-            self.engine = EngineClient(self.settings.engine, transport=self._engine_transport)
+            self.engine = EngineClient(self.settings.engine)
         if self.engine.info is None:
             await self.engine.fetch_info()
 

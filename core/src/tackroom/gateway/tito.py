@@ -156,13 +156,13 @@ class TitoSession:
         parent = self._parent_for(keys, context)
         if parent is None:
             ids = self.template.render_ids(messages, tools=tools, template_kwargs=template_kwargs)
-            return PromptPlan(prompt_ids=ids, messages=messages, keys=keys, context=context, new_messages=len(messages))
+            return PromptPlan.model_construct(prompt_ids=ids, parent=None, messages=messages, keys=keys, context=context, new_messages=len(messages))
         done = len(parent.keys) + 1
         closed = bool(parent.completion_ids) and parent.completion_ids[-1] == self.template.end_of_turn_id
         tail = self.template.continuation_ids(
             messages[done:], closed=closed, tools=tools, template_kwargs=template_kwargs
         )
-        return PromptPlan(
+        return PromptPlan.model_construct(
             prompt_ids=parent.prompt_ids + parent.completion_ids + tail,
             parent=parent.index,
             messages=messages,
@@ -204,7 +204,7 @@ class TitoSession:
                     f"turn {index}: extends turn {parent.index}, which is no longer the newest turn of "
                     f"branch {parent.branch} (history rewritten or request retried); started branch {branch}"
                 )
-        turn = RecordedTurn(
+        turn = RecordedTurn.model_construct(
             index=index,
             messages=plan.messages,
             keys=plan.keys,

@@ -217,7 +217,8 @@ class ArchipelagoHarness(Harness):
 
     @staticmethod
     def _assistant_message(gen: Generation) -> dict[str, Any]:
-        msg: dict[str, Any] = {"role": "assistant", "content": gen.content or ""}
+        # The transcript keeps what the model wrote, verbatim (tool-call markup included); the parsed calls ride along.
+        msg: dict[str, Any] = {"role": "assistant", "content": gen.text}
         if gen.reasoning:
             msg["reasoning_content"] = gen.reasoning
         if gen.tool_calls:

@@ -15,7 +15,19 @@ Kind-specific suites (sandbox, harness, verifier, loss) live in the
 sub-modules and are re-exported here.
 """
 
+from tackroom.testing.harness_checks import (
+    ALL_CHECKS as HARNESS_CHECKS,
+    KIT_INSTRUCTION,
+    KIT_SOLUTION,
+    HarnessCheckReport,
+    HarnessCheckResult,
+    HarnessScript,
+    harness_self_check,
+    run_harness_checks,
+    write_kit_task,
+)
 from tackroom.testing.plugin_checks import check_loss_spec, check_plugin, check_registered
+from tackroom.testing.scripted_chat import ScriptedChatServerForTests, ScriptedReply
 from tackroom.testing.sandbox_checks import (
     ALL_CHECKS as SANDBOX_CHECKS,
     SandboxCheckReport,
@@ -25,12 +37,23 @@ from tackroom.testing.sandbox_checks import (
 )
 
 __all__ = [
+    "HARNESS_CHECKS",
+    "KIT_INSTRUCTION",
+    "KIT_SOLUTION",
+    "HarnessCheckReport",
+    "HarnessCheckResult",
+    "HarnessScript",
+    "ScriptedChatServerForTests",
+    "ScriptedReply",
     "SANDBOX_CHECKS",
     "SandboxCheckReport",
     "SandboxCheckResult",
     "check_loss_spec",
     "check_plugin",
     "check_registered",
+    "harness_self_check",
+    "run_harness_checks",
     "run_sandbox_checks",
     "sandbox_self_check",
+    "write_kit_task",
 ]

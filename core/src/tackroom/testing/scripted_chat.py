@@ -1,0 +1,166 @@
+"""A test double for harness tests: an OpenAI-compatible chat server that replays a fixed script.
+
+It stands in for a model only where a real one cannot misbehave on demand
+(malformed JSON, a 500, a reply that never comes) or must say exact words (a
+scripted solution). It is not a policy and has no tokenizer: ``usage`` is a
+character estimate unless a :class:`ScriptedReply` sets it.
+
+```python
+async with ScriptedChatServerForTests(['{"analysis": "", ...}', "not json"]) as server:
+    trajectory = await harness.run(instruction, sandbox, server.policy())
+    assert len(server.requests) == 2
+```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import uvicorn
+from pydantic import BaseModel
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from tackroom.policy import Policy
+
+
+class ScriptedReply(BaseModel):
+    """One scripted answer: assistant text, or an HTTP error, after an optional delay."""
+
+    content: str = ""
+    status: int = 200
+    error_message: str = "scripted error"
+    error_code: str | None = None
+    delay_s: float = 0.0
+    finish_reason: str = "stop"
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+def _chars(messages: Any) -> int:
+    if not isinstance(messages, list):
+        return 0
+    return sum(len(str(m.get("content") or "")) for m in messages if isinstance(m, dict))
+
+
+class ScriptedChatServerForTests:
+    """Serves ``POST /v1/chat/completions`` from a script on 127.0.0.1; a test fixture, never a policy.
+
+    Replies are used in order; once the script runs out the last one repeats
+    (``then="repeat_last"``) or every request gets HTTP 500 (``then="error"``).
+    ``requests`` holds every request body received. ``GET /v1/models``
+    advertises ``max_model_len`` when given.
+    """
+
+    def __init__(
+        self,
+        replies: Sequence[str | ScriptedReply],
+        *,
+        then: Literal["repeat_last", "error"] = "repeat_last",
+        model: str = "scripted",
+        max_model_len: int | None = None,
+    ) -> None:
+        self.replies = [r if isinstance(r, ScriptedReply) else ScriptedReply(content=r) for r in replies]
+        self.then = then
+        self.model = model
+        self.max_model_len = max_model_len
+        self.requests: list[dict[str, Any]] = []
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Task | None = None
+        self.port: int | None = None
+        self._closing = asyncio.Event()
+        self.app = Starlette(routes=[
+            Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/v1/models", self._models, methods=["GET"]),
+        ])
+
+    # -- lifecycle ------------------------------------------------------------------
+    async def start(self) -> ScriptedChatServerForTests:
+        self._closing = asyncio.Event()
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="off",
+                                access_log=False, timeout_graceful_shutdown=1)
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve(), name="scripted-chat-server")
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if self._task.done():
+                raise RuntimeError(f"scripted chat server failed to start: {self._task.exception()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("scripted chat server did not start within 30 s")
+            await asyncio.sleep(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        self._closing.set()  # delayed replies end now instead of holding the shutdown
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, timeout=10)
+            except TimeoutError:
+                self._task.cancel()
+            self._task = None
+
+    async def __aenter__(self) -> ScriptedChatServerForTests:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("scripted chat server not started: use `async with` or await start()")
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def policy(self, **overrides: Any) -> Policy:
+        """A :class:`~tackroom.Policy` pointing at this server."""
+        return Policy(base_url=self.base_url, model=self.model, **overrides)
+
+    # -- routes ---------------------------------------------------------------------
+    def _next(self) -> ScriptedReply:
+        index = len(self.requests) - 1
+        if index < len(self.replies):
+            return self.replies[index]
+        if self.then == "repeat_last" and self.replies:
+            return self.replies[-1]
+        return ScriptedReply(status=500, error_message=f"the script has no reply number {index + 1}")
+
+    async def _models(self, request: Request) -> JSONResponse:
+        entry = {"id": self.model, "object": "model", "owned_by": "tests", "max_model_len": self.max_model_len}
+        return JSONResponse({"object": "list", "data": [entry]})
+
+    async def _chat(self, request: Request) -> JSONResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            body = {}
+        self.requests.append(body if isinstance(body, dict) else {"body": body})
+        reply = self._next()
+        if reply.delay_s:
+            try:
+                await asyncio.wait_for(self._closing.wait(), reply.delay_s)
+                return JSONResponse({"error": {"message": "the scripted server is stopping"}}, status_code=503)
+            except TimeoutError:
+                pass
+        if reply.status >= 400:
+            error = {"message": reply.error_message, "type": "scripted_error", "param": None, "code": reply.error_code}
+            return JSONResponse({"error": error}, status_code=reply.status)
+        prompt = reply.prompt_tokens if reply.prompt_tokens is not None else _chars(body.get("messages")) // 4 + 1
+        completion = reply.completion_tokens if reply.completion_tokens is not None else len(reply.content) // 4 + 1
+        return JSONResponse({
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.content},
+                         "finish_reason": reply.finish_reason}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+        })

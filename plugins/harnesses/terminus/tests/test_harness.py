@@ -1,6 +1,7 @@
 """The terminus episode against a scripted model (where a real one cannot misbehave on demand) on real sandboxes."""
 
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import tackroom
 from tackroom import SandboxSpec, TaskError
 from tackroom.cli.run_cmd import run_config
 from tackroom.config import RunConfig
-from tackroom.testing import ScriptedChatServerForTests, ScriptedReply
+from tackroom.testing import ScriptedChatServerForTests, ScriptedReply, write_kit_task
 from tackroom_terminus import TerminusHarness
 from tackroom_terminus.chat_client import ContextExhaustedError
 
@@ -20,13 +21,13 @@ SOLVE_HELLO = "echo 'Hello, tackroom!' > /app/greeting.txt\n"
 FAST = {"max_command_duration_sec": 1.0, "request_retries": 0}
 
 
-async def episode(sandbox, replies, max_model_len=None, **options):
+async def episode(sandbox, replies, max_model_len=None, task=HELLO, **options):
     """setup + run with a scripted model; returns (trajectory or the raised error, the server's requests)."""
     harness = TerminusHarness({**FAST, **options})
-    await harness.setup(sandbox, HELLO)
+    await harness.setup(sandbox, task)
     async with ScriptedChatServerForTests(replies, max_model_len=max_model_len) as server:
         try:
-            outcome = await harness.run(HELLO.instruction, sandbox, server.policy())
+            outcome = await harness.run(task.instruction, sandbox, server.policy())
         except tackroom.TackroomError as exc:
             outcome = exc
     return outcome, server.requests
@@ -86,6 +87,20 @@ async def test_context_rejection_by_the_engine_is_a_model_error(local_sandbox):
     overflow = ScriptedReply(status=400, error_code="context_length_exceeded", error_message="prompt is too long")
     error, _ = await episode(local_sandbox, [overflow])
     assert isinstance(error, ContextExhaustedError) and error.trajectory.stop_reason == "context_exhausted"
+
+
+async def test_it_ends_itself_before_the_agent_timeout_and_keeps_its_trajectory(local_sandbox, turn, tmp_path):
+    task = tackroom.load_task(write_kit_task(tmp_path, agent_timeout_sec=8))
+    replies = [turn("echo working\n"), ScriptedReply(content=turn(), delay_s=60)]
+    started = time.monotonic()
+    error, requests = await episode(local_sandbox, replies, task=task, finish_before_timeout_sec=3)
+    elapsed = time.monotonic() - started
+    assert isinstance(error, TimeoutError) and error.error_class == "model", error
+    assert 4.5 < elapsed < 7.5, f"ended after {elapsed:.1f}s; the deadline is 8 - 3 = 5 s into the episode"
+    assert len(requests) == 2 and "3s before the task's 8s agent timeout" in str(error)
+    t = error.trajectory
+    assert t.stop_reason == "agent_timeout" and t.metrics["turns"] == 2 and t.metrics["commands_sent"] == 1
+    assert t.messages[-1]["content"] == replies[0], "the unanswered request is not in the messages"
 
 
 async def test_unconfirmed_completion_goes_on_and_max_turns_stops_cleanly(local_sandbox, turn):

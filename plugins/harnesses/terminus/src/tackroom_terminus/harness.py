@@ -61,6 +61,15 @@ class TerminusOptions(PluginOptions):
     request_timeout_sec: float = Field(default=300.0, gt=0, description="Per model call")
     request_retries: int = Field(default=3, ge=0, description="Retries of a model call on transport errors / 502-504")
     tmux_exec_timeout_sec: float = Field(default=30.0, gt=0, description="Per tmux command in the sandbox")
+    finish_before_timeout_sec: float = Field(
+        default=5.0, ge=0, description="End the episode this long before the task's agent timeout, keeping its "
+        "trajectory and metrics (0: let the runtime cancel it); unused when the timeout is under twice this")
+
+
+class AgentTimeBudgetError(ModelError, TimeoutError):
+    """The episode ran out of the task's agent time and ended itself just before the runtime's timeout."""
+
+    stop_reason = "agent_timeout"
 
 
 class _Episode:
@@ -77,6 +86,8 @@ class _Episode:
         self.model_seconds = 0.0
         self.wait_seconds = 0.0
         self.last_total_tokens: int | None = None
+        self.deadline: float | None = None
+        """``time.monotonic()`` by which the episode ends itself (before the runtime's agent timeout)."""
         self.final_answer: str | None = None
         self.notes: list[str] = []
         self.started = time.monotonic()
@@ -95,9 +106,11 @@ class TerminusHarness(Harness):
         super().__init__(options)
         self.tmux: TmuxSession | None = None
         self.setup_notes: list[str] = []
+        self.agent_timeout_sec: float | None = None
 
     # -- setup -----------------------------------------------------------------------
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
+        self.agent_timeout_sec = task.config.agent.timeout_sec
         how = await ensure_tmux(sandbox, mode=self.options.tmux_install, timeout=self.options.tmux_install_timeout_sec)
         if how != "present":
             self.setup_notes.append(f"terminus: tmux was missing from the sandbox and installed ({how})")
@@ -121,6 +134,9 @@ class TerminusHarness(Harness):
         o = self.options
         ep = _Episode()
         ep.notes.extend(self.setup_notes)
+        margin = o.finish_before_timeout_sec
+        if margin and self.agent_timeout_sec and self.agent_timeout_sec > 2 * margin:
+            ep.deadline = ep.started + self.agent_timeout_sec - margin
         params: dict[str, Any] = {"max_tokens": o.max_tokens, "temperature": o.temperature}
         if o.structured_outputs:
             schema = reply_schema(max_duration=o.max_command_duration_sec, max_chars=o.structured_max_chars,
@@ -152,6 +168,7 @@ class TerminusHarness(Harness):
             if ep.turns >= o.max_turns:
                 ep.notes.append(f"terminus: stopped after max_turns = {o.max_turns}")
                 return self._trajectory(ep, "max_turns")
+            self._check_time(ep)
             self._check_budget(ep, limit)
             reply = await self._ask(ep, client, params)
             parsed = parse_reply(reply.content, max_duration=o.max_command_duration_sec)
@@ -175,8 +192,9 @@ class TerminusHarness(Harness):
                 await self._type(ep, command.keystrokes)
                 ep.commands_sent += 1
                 t0 = time.monotonic()
-                await asyncio.sleep(command.duration)
+                await asyncio.sleep(min(command.duration, self._remaining(ep)))
                 ep.wait_seconds += time.monotonic() - t0
+                self._check_time(ep)
             if turn.task_complete and confirming:
                 ep.final_answer = turn.analysis or None
                 return self._trajectory(ep, "completed")
@@ -188,8 +206,14 @@ class TerminusHarness(Harness):
     async def _ask(self, ep: _Episode, client: ChatClient, params: dict[str, Any]) -> ChatReply:
         ep.turns += 1
         t0 = time.monotonic()
+        deadline = asyncio.timeout(self._remaining(ep) if ep.deadline is not None else None)
         try:
-            reply = await client.complete(ep.messages, **params)
+            async with deadline:
+                reply = await client.complete(ep.messages, **params)
+        except TimeoutError:
+            if deadline.expired():
+                self._check_time(ep)
+            raise
         finally:
             ep.model_seconds += time.monotonic() - t0
         ep.sent = len(ep.messages) + 1
@@ -198,6 +222,20 @@ class TerminusHarness(Harness):
             ep.completion_tokens.append(reply.completion_tokens)
         ep.last_total_tokens = reply.total_tokens
         return reply
+
+    @staticmethod
+    def _remaining(ep: _Episode) -> float:
+        return max(0.0, ep.deadline - time.monotonic()) if ep.deadline is not None else math.inf
+
+    def _check_time(self, ep: _Episode) -> None:
+        """End the episode (keeping its trajectory) once the self-imposed deadline before the agent timeout passed."""
+        if ep.deadline is not None and time.monotonic() >= ep.deadline:
+            error = AgentTimeBudgetError(
+                f"the episode ended itself {self.options.finish_before_timeout_sec:g}s before the task's "
+                f"{self.agent_timeout_sec:g}s agent timeout (after {ep.turns} turns); raise [agent] timeout_sec "
+                "or lower max_tokens / max_turns"
+            )
+            raise error
 
     def _estimate(self, messages: list[dict[str, Any]]) -> int:
         return sum(math.ceil(len(str(m.get("content") or "")) / self.options.chars_per_token) + 8 for m in messages)

@@ -160,7 +160,7 @@ def private_engine(engine_url, tmp_path):
     )
     url = f"http://127.0.0.1:{port}/v1"
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 420
         while True:
             try:
                 if httpx.get(url + "/models", timeout=2).status_code == 200:

@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 from tackroom.matrix import build_report, write_reports
+from tackroom.matrix.charts import nice_axis
 from tackroom.matrix.report import print_report
 
 from .conftest import painted, sample_outcome, screenshot
@@ -83,3 +84,9 @@ def test_the_blank_check_catches_a_blank_page(tmp_path, chromium):
     _, _, rows = screenshot(chromium, blank, tmp_path / "blank.png", tmp_path, height=600)
     colours, share = painted(rows)
     assert colours < 10 and share < 0.01
+
+
+@pytest.mark.parametrize("top, axis", [(4.2, (5.0, 5)), (215.2, (250.0, 5)), (1.0, (1.0, 5)), (7.9, (8.0, 4)),
+                                       (0.3, (0.3, 3)), (866, (1000.0, 5)), (0.0, (1.0, 4))])
+def test_behaviour_axes_end_on_round_numbers(top, axis):
+    assert nice_axis(top) == axis

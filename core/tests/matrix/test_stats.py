@@ -74,7 +74,7 @@ def test_cell_statistics_by_hand():
     assert s.errors == {"infra": 0, "model": 0, "task": 0} and s.non_model_error_rate == 0.0
     assert isclose(s.domains["x"].pass_at_1, 2 / 3) and isclose(s.domains["y"].pass_at_1, 1 / 3)
     assert s.domains["x"].n_tasks == 1 and s.categories["y-cat"].n_trials == 3
-    assert s.behaviour["turns"] == 3.0 and s.behaviour["tool_call_success_rate"] == 0.75
+    assert s.behaviour["turns"] == 3.0 and s.behaviour["tool_call_success_rate"] == 0.75 and s.behaviour_trials == 6
     assert s.n_trials == s.n_counted == 6 and s.n_tasks == 2 and s.mean_trial_sec == 2.0
 
 

@@ -53,7 +53,7 @@ def _fmt(value: float | None, scale: float) -> str:
 
 
 def hbars(bars: list[Bar], *, scale: float = 1.0, width: int = 560, row: int = 26, label_width: int | None = None,
-          marker_name: str | None = None, percent_axis: bool = True) -> str:
+          marker_name: str | None = None, percent_axis: bool = True, intervals: int = 4) -> str:
     """A horizontal bar chart; ``None`` values draw an empty track with "no data"."""
     if not bars:
         return ""
@@ -64,9 +64,9 @@ def hbars(bars: list[Bar], *, scale: float = 1.0, width: int = 560, row: int = 2
     top = 22
     height = top + row * len(bars) + 8
     out = [_svg_open(width, height)]
-    for i in range(5):  # grid lines and axis labels at 0, 25, 50, 75, 100 %
-        x = lw + plot_w * i / 4
-        v = scale * i / 4
+    for i in range(intervals + 1):  # grid lines and axis labels (0, 25, 50, 75, 100 % by default)
+        x = lw + plot_w * i / intervals
+        v = scale * i / intervals
         label = f"{round(100 * v / scale)}%" if percent_axis and scale <= 1.0 else _tick(v)
         out.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 6}" stroke="{GRID}"/>')
         out.append(f'<text x="{x:.1f}" y="{top - 9}" fill="{MUTED}" font-size="10" text-anchor="middle">{label}</text>')
@@ -179,16 +179,17 @@ def transfer_chart(rows: list[tuple[str, float | None, float | None]], *, baseli
     return "".join(out)
 
 
-def nice_ceiling(value: float) -> float:
-    """The smallest "round" number (1, 2, 4, 6, 8 × 10ⁿ: quarters stay round) at or above ``value``."""
+def nice_axis(value: float, max_ticks: int = 5) -> tuple[float, int]:
+    """(axis maximum, number of intervals) with a round step (1, 2, 2.5 or 5 × 10ⁿ) covering ``value``."""
     if value <= 0:
-        return 1.0
-    exp = math.floor(math.log10(value))
-    for step in (1, 2, 4, 6, 8, 10):
-        candidate = step * 10**exp
-        if candidate >= value - 1e-12:
-            return float(candidate)
-    return float(10 ** (exp + 1))
+        return 1.0, 4
+    exp = math.floor(math.log10(value / max_ticks))
+    for mult in (1, 2, 2.5, 5, 10, 20):
+        step = mult * 10**exp
+        n = math.ceil(value / step - 1e-9)
+        if n <= max_ticks:
+            return round(step * n, 10), max(n, 1)
+    return float(10 ** (exp + 2)), 5  # pragma: no cover - the loop always finds a step
 
 
 def _tick(value: float) -> str:

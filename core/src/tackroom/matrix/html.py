@@ -9,7 +9,7 @@ from jinja2 import Environment, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
 from tackroom import __version__
-from tackroom.matrix.charts import Bar, colour, grouped_hbars, hbars, nice_ceiling, transfer_chart
+from tackroom.matrix.charts import Bar, colour, grouped_hbars, hbars, nice_axis, transfer_chart
 from tackroom.matrix.report import MatrixReport, cell_id, fmt, fmt_pm, pct
 from tackroom.matrix.stats import RATIO_METRICS, CellStats
 
@@ -90,10 +90,10 @@ def _context(report: MatrixReport) -> dict[str, Any]:
     for m in charted:
         share = _is_share(m)
         top = max((v for c in measured if (v := c.behaviour.get(m)) is not None), default=0.0)
-        scale = 1.0 if share else nice_ceiling(top * 1.05)
+        scale, intervals = (1.0, 4) if share else nice_axis(top)
         chart = hbars([Bar(_cell_name(c), c.behaviour.get(m), colours[cell_id(c)],
                            note=(pct(c.behaviour.get(m)) if share else fmt(c.behaviour.get(m), 1)))
-                       for c in measured], scale=scale, width=500, percent_axis=share)
+                       for c in measured], scale=scale, width=500, percent_axis=share, intervals=intervals)
         behaviour.append({"name": m, "title": BEHAVIOUR_TITLES.get(m, m.replace("_", " ")), "chart": Markup(chart)})
 
     transfers = []

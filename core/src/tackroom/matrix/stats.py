@@ -106,6 +106,8 @@ class CellStats(BaseModel):
     domains: dict[str, Breakdown] = Field(default_factory=dict)
     categories: dict[str, Breakdown] = Field(default_factory=dict)
     behaviour: dict[str, float] = Field(default_factory=dict)
+    behaviour_trials: int = 0
+    """How many trials reported behaviour metrics (a harness cancelled at its timeout reports none)."""
     mean_trial_sec: float | None = None
 
 
@@ -200,5 +202,6 @@ def cell_stats(results: Sequence[TrialResult], *, model: str | None, harness: st
         non_model_errors=non_model, non_model_error_rate=(non_model / planned) if planned else None,
         domains=_breakdown(counted, "domain", passes, pass_threshold),
         categories=_breakdown(counted, "category", passes, pass_threshold),
-        behaviour=behaviour(results), mean_trial_sec=_mean(totals),
+        behaviour=behaviour(results), behaviour_trials=sum(1 for r in results if r.metrics),
+        mean_trial_sec=_mean(totals),
     )

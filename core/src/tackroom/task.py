@@ -60,13 +60,23 @@ class MetadataSection(_Section):
 
 
 class RubricCriterion(BaseModel):
-    """One gradable criterion; ``weight`` scales its share of the rubric score."""
+    """One gradable criterion; ``weight`` scales its share of the rubric score.
+
+    A *penalty* criterion describes a mistake (``"The agent deleted the input
+    file"``): when it holds, its weight is taken off the score. Mark one with
+    ``penalty = true`` or a negative ``weight``.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     id: str | None = None
     criterion: str
     weight: float = 1.0
+    penalty: bool = False
+
+    @property
+    def is_penalty(self) -> bool:
+        return self.penalty or self.weight < 0
 
 
 class WorldSection(_Section):

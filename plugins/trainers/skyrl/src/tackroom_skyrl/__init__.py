@@ -1,0 +1,23 @@
+"""tackroom-skyrl: ``tackroom train`` — SkyRL's fully-async trainer with any tackroom harness as the rollout engine.
+
+Importing this module imports neither SkyRL nor torch: the ``train`` command
+is added through the ``tackroom_commands`` hook and imports what it needs
+when it runs. :class:`tackroom_skyrl.generator.TackroomGenerator` is SkyRL's
+``GeneratorInterface`` over the trial runtime.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tackroom
+
+
+@tackroom.hookimpl
+def tackroom_commands(app: Any) -> None:
+    from tackroom_skyrl.cli import add_train_command
+
+    add_train_command(app)
+
+
+__all__ = ["tackroom_commands"]

@@ -1,0 +1,58 @@
+"""``tackroom train CONFIG.toml`` (added through the ``tackroom_commands`` hook)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+def add_train_command(app: Any) -> None:
+    @app.command("train")
+    def train(
+        config_file: Path = typer.Argument(..., help="A train config TOML (see examples/train/)."),
+        backend: str = typer.Option(None, "--backend", help="skyrl (GPU cluster) or tinker; default: the config's."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Map the config and print it with the ceilings; train nothing."),
+        run_id: str = typer.Option(None, "--run-id", help="Run directory name (default: a timestamp)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    ) -> None:
+        """Train with SkyRL's fully-async trainer, any harness as the rollout engine."""
+        from rich.console import Console
+
+        from tackroom import TackroomError
+        from tackroom_skyrl.config import load_train_config
+        from tackroom_skyrl.launch import launch, plan
+        from tackroom_skyrl.preflight import check_machine
+
+        console, err = Console(), Console(stderr=True)
+        try:
+            config = load_train_config(config_file)
+            if backend:
+                config.backend = backend  # type: ignore[assignment]
+            if config.backend == "tinker":
+                raise TackroomError(
+                    "backend 'tinker' (SkyRL's Tinker API on JAX, the CPU overfit path) is not built yet; "
+                    "use backend = \"skyrl\" on a GPU node, or --dry-run to check this config")
+            run_dir = Path(config.rollout.out) / (run_id or datetime.now().strftime("%Y%m%d-%H%M%S"))
+            train_plan = plan(config, run_dir)
+            if as_json:
+                typer.echo(train_plan.model_dump_json(indent=2))
+            else:
+                console.print(f"[bold]tackroom train[/] {config_file}: {train_plan.tasks} tasks → {train_plan.dataset}")
+                for line in train_plan.ceilings.lines():
+                    console.print("  " + line)
+                if dry_run:
+                    console.print("SkyRL overrides:")
+                    for key, value in train_plan.overrides.items():
+                        console.print(f"  {key} = {json.dumps(value)}")
+            if dry_run:
+                return
+            check_machine(config)
+            launch(config, train_plan)
+        except TackroomError as exc:
+            err.print("[red]error:[/]", end=" ")
+            err.print(str(exc), markup=False)
+            raise typer.Exit(2) from None

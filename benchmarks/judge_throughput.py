@@ -76,6 +76,7 @@ async def run_once(options: dict, tasks: list[tackroom.Task]) -> dict:
         "verdicts": verdicts,
         "failed_trials": len(failed),
         "errors": sorted({type(e).__name__ for e in failed}),
+        "first_error": str(failed[0])[:300] if failed else None,
         "wall_s": round(wall, 2),
         "verdicts_per_s": round(verdicts / wall, 2) if wall else 0.0,
         "latency_mean_s": round(statistics.mean(latencies), 3) if latencies else None,
@@ -139,6 +140,8 @@ async def main() -> int:
                           f"p95 {r['latency_p95_s']}s  attempts {r['attempts']}  retries {r['retries']}  "
                           f"reasks {r['reasks']}  in-flight max {r['max_in_flight']}  failed trials "
                           f"{r['failed_trials']} {r['errors'] or ''}", flush=True)
+                    if r["first_error"]:
+                        print(f"       first error: {r['first_error']}", flush=True)
         await close_shared_clients()
     finally:
         if server is not None:

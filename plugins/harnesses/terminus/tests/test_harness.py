@@ -1,7 +1,6 @@
 """The terminus episode against a scripted model (where a real one cannot misbehave on demand) on real sandboxes."""
 
 import json
-import time
 import uuid
 from pathlib import Path
 
@@ -89,18 +88,25 @@ async def test_context_rejection_by_the_engine_is_a_model_error(local_sandbox):
     assert isinstance(error, ContextExhaustedError) and error.trajectory.stop_reason == "context_exhausted"
 
 
-async def test_it_ends_itself_before_the_agent_timeout_and_keeps_its_trajectory(local_sandbox, turn, tmp_path):
-    task = tackroom.load_task(write_kit_task(tmp_path, agent_timeout_sec=8))
+async def test_it_ends_itself_before_the_agent_timeout_and_the_trial_keeps_its_trajectory(turn, tmp_path):
     replies = [turn("echo working\n"), ScriptedReply(content=turn(), delay_s=60)]
-    started = time.monotonic()
-    error, requests = await episode(local_sandbox, replies, task=task, finish_before_timeout_sec=3)
-    elapsed = time.monotonic() - started
-    assert isinstance(error, TimeoutError) and error.error_class == "model", error
-    assert 4.5 < elapsed < 7.5, f"ended after {elapsed:.1f}s; the deadline is 8 - 3 = 5 s into the episode"
-    assert len(requests) == 2 and "3s before the task's 8s agent timeout" in str(error)
-    t = error.trajectory
-    assert t.stop_reason == "agent_timeout" and t.metrics["turns"] == 2 and t.metrics["commands_sent"] == 1
-    assert t.messages[-1]["content"] == replies[0], "the unanswered request is not in the messages"
+    async with ScriptedChatServerForTests(replies) as server:
+        cfg = RunConfig.model_validate({
+            "tasks": [str(write_kit_task(tmp_path, agent_timeout_sec=8))],
+            "harness": {"name": "terminus", **FAST, "finish_before_timeout_sec": 3},
+            "policy": {"base_url": server.base_url, "model": "scripted", "gateway": False},
+            "runtime": {"out": str(tmp_path / "runs"), "attempts": 1},
+        })
+        run_dir, results, _ = await run_config(cfg, progress=False, run_id="deadline")
+    result = results[0]
+    assert result.error.error_class == "model" and result.error.type == "AgentTimeBudgetError", result.error
+    assert "3s before the task's 8s agent timeout" in result.error.message
+    assert 4.5 < result.timings["harness_run"] < 7.5, "the deadline is 8 - 3 = 5 s into the episode"
+    assert result.stop_reason == "agent_timeout" and result.reward == 0.0
+    assert result.metrics["turns"] == 2 and result.metrics["commands_sent"] == 1, "the metrics survive the timeout"
+    saved = json.loads((run_dir / result.trial_id / "trajectory.json").read_text())
+    assert saved["messages"][-1]["content"] == replies[0], "the unanswered request is not in the messages"
+    assert len(server.requests) == 2
 
 
 async def test_unconfirmed_completion_goes_on_and_max_turns_stops_cleanly(local_sandbox, turn):

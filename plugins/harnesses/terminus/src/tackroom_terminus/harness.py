@@ -66,8 +66,12 @@ class TerminusOptions(PluginOptions):
         "trajectory and metrics (0: let the runtime cancel it); unused when the timeout is under twice this")
 
 
-class AgentTimeBudgetError(ModelError, TimeoutError):
-    """The episode ran out of the task's agent time and ended itself just before the runtime's timeout."""
+class AgentTimeBudgetError(ModelError):
+    """The episode ran out of the task's agent time and ended itself just before the runtime's timeout.
+
+    Not a ``TimeoutError`` on purpose: the runtime turns those into its own
+    ``AgentTimeoutError`` and would drop the trajectory attached here.
+    """
 
     stop_reason = "agent_timeout"
 

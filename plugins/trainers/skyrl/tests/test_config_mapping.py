@@ -215,3 +215,12 @@ def test_example_configs_map_onto_skyrl(name, tmp_path):
     cfg = build_skyrl_config(o)
     assert cfg.trainer.algorithm.dppo.delta_low == 0.15 and cfg.trainer.fully_async.enabled
     assert derive_ceilings(config).warnings == []
+
+
+def test_overfit_example_maps_onto_one_gpu_pair(tmp_path):
+    config = load_train_config(EXAMPLES / "train" / "overfit.toml")
+    assert len(config.tasks) == 1 and Path(config.tasks[0]).name == "overfit-tasks"
+    o = skyrl_overrides(config, dataset_path=tmp_path / "p.jsonl", run_dir=tmp_path)
+    assert o["generator.inference_engine.num_engines"] == 1 and o["trainer.placement.policy_num_gpus_per_node"] == 1
+    assert o["trainer.fully_async.num_parallel_generation_workers"] == 6  # (1 + 1) × 3 groups
+    build_skyrl_config(o)

@@ -78,8 +78,8 @@ def resolve_groups(
 
 
 def row_tokens(loss_mask: torch.Tensor) -> torch.Tensor:
-    """Valid-token weight per sequence, ``[B]`` float32."""
-    return loss_mask.float().sum(dim=-1)
+    """Valid-token weight per sequence, ``[B]`` float32 (a bool mask is not copied to float first)."""
+    return loss_mask.sum(dim=-1, dtype=torch.float32)
 
 
 def sequence_scale(
@@ -120,7 +120,16 @@ def aggregation_scale(
     if loss_mask.dim() != 2:
         raise LossInputError(f"loss_mask must be [batch, tokens], got shape {list(loss_mask.shape)}")
     ids, groups = resolve_groups(aggregation, loss_mask.shape[0], group_ids, num_groups)
-    return sequence_scale(row_tokens(loss_mask), aggregation, ids, groups)
+    return mask_scale(loss_mask, ids, groups, aggregation)
+
+
+def mask_scale(
+    loss_mask: torch.Tensor, group_ids: torch.Tensor | None, num_groups: int, aggregation: Reduction
+) -> torch.Tensor:
+    """:func:`sequence_scale` straight from a ``[B, T]`` mask; unchecked, safe inside ``torch.compile``."""
+    if aggregation is None:  # the masked sum needs no pass over the mask
+        return torch.ones(loss_mask.shape[0], 1, dtype=torch.float32, device=loss_mask.device)
+    return sequence_scale(row_tokens(loss_mask), aggregation, group_ids, num_groups)
 
 
 def scale_advantages(

@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
-from tackroom_losses.aggregation import Reduction, row_tokens, sequence_scale
-from tackroom_losses.fusion import run_kernel
-from tackroom_losses.inputs import check_inputs
+from tackroom_losses.aggregation import Reduction, sequence_scale
+from tackroom_losses.fusion import KernelOutput, run_loss
+from tackroom_losses.inputs import prepare
 from tackroom_losses.options import DppoOptions
-from tackroom_losses.ratio import importance_ratio, masked_fraction, ratio_stats
+from tackroom_losses.ratio import log_ratio, masked_fraction, ratio_moves, ratio_of, ratio_stats, row_sum
 
 BERNOULLI_EPS = 1e-8
 """Keeps log((1 - mu) / (1 - pi)) finite when a probability rounds to 1."""
@@ -39,15 +39,21 @@ def dppo_kernel(
     divergence: str,
     delta_low: float,
     delta_high: float,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The whole loss as tensor math; :func:`dppo` validates and may compile it."""
+    needs_grad: bool,
+) -> KernelOutput:
+    """The loss, its gradient and metrics as tensor math; :func:`dppo` validates and may compile it.
+
+    Per token ``-(r A keep)``; the mask is a decision, not differentiated, so
+    the derivative in ``log_probs`` is the term itself (``d r = r d log pi``).
+    """
     mask = loss_mask.float()
-    tokens = row_tokens(mask)
+    tokens = row_sum(mask)
     total = tokens.sum()
+    scale = sequence_scale(tokens, aggregation, group_ids, num_groups)
     adv = advantages.float()
-    ratio = importance_ratio(log_probs, behaviour_log_probs)
-    # The mask is a decision, not a function to differentiate.
-    lp = log_probs.detach().float()
+    delta = log_ratio(log_probs, behaviour_log_probs)
+    ratio = ratio_of(delta)
+    lp = log_probs.float()
     mu_lp = behaviour_log_probs.float()
     pi, mu = lp.exp(), mu_lp.exp()
     gap = pi - mu
@@ -57,15 +63,15 @@ def dppo_kernel(
     else:  # binary_kl
         size = mu * (mu_lp - lp) + (1.0 - mu) * torch.log((1.0 - mu + BERNOULLI_EPS) / (1.0 - pi + BERNOULLI_EPS))
         blocked = ((adv > 0) & (gap > 0) & (size > delta_high)) | ((adv < 0) & (gap < 0) & (size > delta_low))
-    keep = (~blocked).float()
-    per_token = -(ratio * adv * keep)
-    loss = (per_token * mask * sequence_scale(tokens, aggregation, group_ids, num_groups)).sum()
+    term = torch.where(blocked, 0.0, -ratio * adv) * mask
+    loss = (row_sum(term) * scale.squeeze(-1)).sum()
+    gradient = torch.where(ratio_moves(delta), term, 0.0).to(log_probs.dtype) if needs_grad else None
     metrics = {
         "clip_ratio": masked_fraction(blocked, mask, total),
-        "divergence_mean": (size * mask).sum() / total.clamp(min=1.0),
+        "divergence_mean": row_sum(size * mask).sum() / total.clamp(min=1.0),
     }
     metrics.update(ratio_stats(ratio, mask, total))
-    return loss, metrics
+    return loss, gradient, scale, metrics
 
 
 def dppo(
@@ -93,12 +99,11 @@ def dppo(
     """
     options = DppoOptions.from_config(config)
     behaviour = rollout_logprobs if rollout_logprobs is not None else old_log_probs
-    inputs = check_inputs(
+    inputs = prepare(
         log_probs, advantages, loss_mask, aggregation=aggregation, group_ids=group_ids, num_groups=num_groups,
         behaviour_log_probs=behaviour,
     )
-    return run_kernel(
+    return run_loss(
         dppo_kernel, options.fused, log_probs,
-        log_probs, behaviour, advantages, inputs.loss_mask, inputs.group_ids, inputs.num_groups,
-        inputs.aggregation, options.divergence, options.delta_low, options.delta_high,
+        behaviour, advantages, *inputs.kernel_args(), options.divergence, options.delta_low, options.delta_high,
     )

@@ -15,12 +15,12 @@ from typing import Any
 
 import torch
 
-from tackroom_losses.aggregation import Reduction, row_tokens, sequence_scale
+from tackroom_losses.aggregation import Reduction, sequence_scale
 from tackroom_losses.errors import LossInputError
-from tackroom_losses.fusion import run_kernel
-from tackroom_losses.inputs import check_inputs
+from tackroom_losses.fusion import KernelOutput, run_loss
+from tackroom_losses.inputs import prepare
 from tackroom_losses.options import Glm5Options
-from tackroom_losses.ratio import importance_ratio, masked_fraction, ratio_stats
+from tackroom_losses.ratio import importance_ratio, masked_fraction, ratio_stats, row_sum
 
 
 def glm5_kernel(
@@ -33,19 +33,25 @@ def glm5_kernel(
     aggregation: Reduction,
     eps_clip_low: float,
     eps_clip_high: float,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The whole loss as tensor math; :func:`glm5` validates and may compile it."""
+    needs_grad: bool,
+) -> KernelOutput:
+    """The loss, its gradient and metrics as tensor math; :func:`glm5` validates and may compile it.
+
+    Per token ``-w A log pi`` with the weight ``w`` detached, so the
+    derivative in ``log_probs`` is ``-w A``.
+    """
     mask = loss_mask.float()
-    tokens = row_tokens(mask)
+    tokens = row_sum(mask)
     total = tokens.sum()
-    ratio = importance_ratio(log_probs.detach(), rollout_logprobs)
+    scale = sequence_scale(tokens, aggregation, group_ids, num_groups)
+    ratio = importance_ratio(log_probs, rollout_logprobs)
     inside = (ratio > 1.0 - eps_clip_low) & (ratio < 1.0 + eps_clip_high)
-    weight = torch.where(inside, ratio, torch.zeros_like(ratio))
-    per_token = -(weight * advantages.float() * log_probs.float())
-    loss = (per_token * mask * sequence_scale(tokens, aggregation, group_ids, num_groups)).sum()
+    slope = torch.where(inside, -ratio * advantages.float(), 0.0) * mask
+    loss = (row_sum(slope * log_probs.float()) * scale.squeeze(-1)).sum()
+    gradient = slope.to(log_probs.dtype) if needs_grad else None
     metrics = {"clip_ratio": masked_fraction(~inside, mask, total)}
     metrics.update(ratio_stats(ratio, mask, total))
-    return loss, metrics
+    return loss, gradient, scale, metrics
 
 
 def glm5(
@@ -74,12 +80,11 @@ def glm5(
             "(the trajectory's per-token logprobs, [batch, tokens])"
         )
     options = Glm5Options.from_config(config)
-    inputs = check_inputs(
+    inputs = prepare(
         log_probs, advantages, loss_mask, aggregation=aggregation, group_ids=group_ids, num_groups=num_groups,
         rollout_logprobs=rollout_logprobs,
     )
-    return run_kernel(
+    return run_loss(
         glm5_kernel, options.fused, log_probs,
-        log_probs, rollout_logprobs, advantages, inputs.loss_mask, inputs.group_ids, inputs.num_groups,
-        inputs.aggregation, options.eps_clip_low, options.eps_clip_high,
+        rollout_logprobs, advantages, *inputs.kernel_args(), options.eps_clip_low, options.eps_clip_high,
     )

@@ -1,4 +1,4 @@
-"""Checks on the tensors a loss receives; all on shapes and devices, none on values (no sync)."""
+"""Checks on the tensors a loss receives: shapes and devices, never values (no sync)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,16 @@ class LossInputs:
     """What every loss kernel needs besides its own tensors."""
 
     loss_mask: torch.Tensor
-    aggregation: Reduction
     group_ids: torch.Tensor | None
     num_groups: int
+    aggregation: Reduction
+
+    def kernel_args(self) -> tuple:
+        """What every loss kernel takes after its own tensors, in order."""
+        return self.loss_mask, self.group_ids, self.num_groups, self.aggregation
 
 
-def check_inputs(
+def prepare(
     log_probs: torch.Tensor,
     advantages: torch.Tensor,
     loss_mask: torch.Tensor | None,
@@ -30,7 +34,7 @@ def check_inputs(
     num_groups: int | None,
     **others: torch.Tensor | None,
 ) -> LossInputs:
-    """Validate shapes and the aggregation; fill in a missing loss mask (all tokens valid)."""
+    """Validate shapes and the aggregation; fill in a missing loss mask (every token valid)."""
     check_aggregation(aggregation)
     if not isinstance(log_probs, torch.Tensor) or log_probs.dim() != 2:
         shape = list(log_probs.shape) if isinstance(log_probs, torch.Tensor) else type(log_probs).__name__
@@ -55,4 +59,4 @@ def check_inputs(
     ids, groups = resolve_groups(aggregation, log_probs.shape[0], group_ids, num_groups)
     if ids is not None and ids.device != log_probs.device:
         raise LossInputError(f"group_ids is on {ids.device} but log_probs is on {log_probs.device}")
-    return LossInputs(loss_mask, aggregation, ids, groups)
+    return LossInputs(loss_mask, ids, groups, aggregation)

@@ -6,11 +6,11 @@ from typing import Any
 
 import torch
 
-from tackroom_losses.aggregation import Reduction, row_tokens, sequence_scale
-from tackroom_losses.fusion import run_kernel
-from tackroom_losses.inputs import check_inputs
+from tackroom_losses.aggregation import Reduction, sequence_scale
+from tackroom_losses.fusion import KernelOutput, run_loss
+from tackroom_losses.inputs import prepare
 from tackroom_losses.options import PpoClipOptions
-from tackroom_losses.ratio import importance_ratio, masked_fraction, ratio_stats
+from tackroom_losses.ratio import log_ratio, masked_fraction, ratio_moves, ratio_of, ratio_stats, row_sum
 
 
 def ppo_clip_kernel(
@@ -23,20 +23,31 @@ def ppo_clip_kernel(
     aggregation: Reduction,
     eps_clip_low: float,
     eps_clip_high: float,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The whole loss as tensor math; :func:`ppo_clip` validates and may compile it."""
+    needs_grad: bool,
+) -> KernelOutput:
+    """The loss, its gradient and metrics as tensor math; :func:`ppo_clip` validates and may compile it.
+
+    Per token ``-min(r A, clip(r) A)``; its derivative in ``log_probs`` is
+    ``-r A`` where the unclipped term is the smaller one (ties included, as
+    autograd splits them) and 0 where the clipped term wins.
+    """
     mask = loss_mask.float()
-    tokens = row_tokens(mask)
+    tokens = row_sum(mask)
     total = tokens.sum()
-    ratio = importance_ratio(log_probs, old_log_probs)
+    scale = sequence_scale(tokens, aggregation, group_ids, num_groups)
+    delta = log_ratio(log_probs, old_log_probs)
+    ratio = ratio_of(delta)
     adv = advantages.float()
     surrogate = ratio * adv
     clipped = ratio.clamp(1.0 - eps_clip_low, 1.0 + eps_clip_high) * adv
-    per_token = -torch.minimum(surrogate, clipped)
-    loss = (per_token * mask * sequence_scale(tokens, aggregation, group_ids, num_groups)).sum()
-    metrics = {"clip_ratio": masked_fraction(clipped.detach() < surrogate.detach(), mask, total)}
+    loss = (row_sum(-torch.minimum(surrogate, clipped) * mask) * scale.squeeze(-1)).sum()
+    gradient = None
+    if needs_grad:
+        unclipped = (surrogate <= clipped) & ratio_moves(delta)
+        gradient = torch.where(unclipped, -surrogate * mask, 0.0).to(log_probs.dtype)
+    metrics = {"clip_ratio": masked_fraction(clipped < surrogate, mask, total)}
     metrics.update(ratio_stats(ratio, mask, total))
-    return loss, metrics
+    return loss, gradient, scale, metrics
 
 
 def ppo_clip(
@@ -64,12 +75,11 @@ def ppo_clip(
     ``ratio_mean``, ``ratio_min``, ``ratio_max``.
     """
     options = PpoClipOptions.from_config(config)
-    inputs = check_inputs(
+    inputs = prepare(
         log_probs, advantages, loss_mask, aggregation=aggregation, group_ids=group_ids, num_groups=num_groups,
         old_log_probs=old_log_probs,
     )
-    return run_kernel(
+    return run_loss(
         ppo_clip_kernel, options.fused, log_probs,
-        log_probs, old_log_probs, advantages, inputs.loss_mask, inputs.group_ids, inputs.num_groups,
-        inputs.aggregation, options.eps_clip_low, options.eps_clip_high,
+        old_log_probs, advantages, *inputs.kernel_args(), options.eps_clip_low, options.eps_clip_high,
     )

@@ -13,26 +13,49 @@ LOG_RATIO_LIMIT = 20.0
 """Log-ratios are clamped to ±20 before ``exp`` so a stale token cannot overflow float32."""
 
 
+def log_ratio(log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor) -> torch.Tensor:
+    """``log_probs - behaviour_log_probs`` in float32, unclamped."""
+    return log_probs.float() - behaviour_log_probs.float()
+
+
+def ratio_of(delta: torch.Tensor) -> torch.Tensor:
+    """``exp`` of a log-ratio clamped to ±20."""
+    return torch.exp(delta.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
+
+
+def ratio_moves(delta: torch.Tensor) -> torch.Tensor:
+    """Where the clamped ratio still depends on ``log_probs`` (d ratio / d log_probs = ratio there, 0 elsewhere)."""
+    return delta.abs() <= LOG_RATIO_LIMIT
+
+
 def importance_ratio(log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor) -> torch.Tensor:
     """``exp(log_probs - behaviour_log_probs)`` in float32, the log-ratio clamped to ±20."""
-    log_ratio = log_probs.float() - behaviour_log_probs.float()
-    return torch.exp(log_ratio.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
+    return ratio_of(log_ratio(log_probs, behaviour_log_probs))
+
+
+def row_sum(values: torch.Tensor) -> torch.Tensor:
+    """Sum over tokens, ``[B, T] -> [B]``.
+
+    Every big reduction in a loss kernel goes over the same (token) axis, so
+    ``torch.compile`` fuses them all into one sweep over the inputs; the
+    per-sequence results are then reduced again, which is cheap.
+    """
+    return values.sum(dim=-1)
 
 
 def masked_fraction(flag: torch.Tensor, mask: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
     """Mask-weighted fraction of tokens where ``flag`` holds; 0 when no token is valid."""
-    return (flag.float() * mask).sum() / total.clamp(min=1.0)
+    return row_sum(flag.float() * mask).sum() / total.clamp(min=1.0)
 
 
 def ratio_stats(ratio: torch.Tensor, mask: torch.Tensor, total: torch.Tensor) -> dict[str, torch.Tensor]:
     """Mean, min and max of the ratio over valid tokens; all 1.0 (on-policy) when none is valid."""
-    ratio = ratio.detach()
     valid = mask > 0
     some = total > 0
     one = torch.ones((), dtype=ratio.dtype, device=ratio.device)
-    mean = (ratio * mask).sum() / total.clamp(min=1.0)
-    low = torch.where(valid, ratio, torch.full_like(ratio, float("inf"))).amin()
-    high = torch.where(valid, ratio, torch.full_like(ratio, float("-inf"))).amax()
+    mean = row_sum(ratio * mask).sum() / total.clamp(min=1.0)
+    low = torch.where(valid, ratio, float("inf")).amin(dim=-1).amin()
+    high = torch.where(valid, ratio, float("-inf")).amax(dim=-1).amax()
     return {
         "ratio_mean": torch.where(some, mean, one),
         "ratio_min": torch.where(some, low, one),

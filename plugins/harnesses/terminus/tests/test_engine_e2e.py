@@ -8,6 +8,7 @@ Kept lean (few turns, small max_tokens): the machine is shared.
 """
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,15 @@ LEAN = {
     "structured_outputs": True, "structured_max_chars": 48, "structured_max_commands": 2, "max_turns": 3,
     "max_tokens": 256, "max_command_duration_sec": 1.0, "temperature": 0.0,
 }
+
+
+def hello_file(tmp_path: Path) -> Path:
+    """examples/tasks/hello-file with a roomier agent timeout: the engine is shared, a turn can take 30 s."""
+    task = shutil.copytree(EXAMPLES / "hello-file", tmp_path / "tasks" / "hello-file")
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace("timeout_sec = 60", "timeout_sec = 400", 1))
+    assert "timeout_sec = 400" in toml.read_text()
+    return task
 
 
 def assert_token_exact(traj: dict) -> None:
@@ -51,9 +61,9 @@ def test_tackroom_run_terminus_on_the_real_model_is_clean_and_token_exact(tmp_pa
     options = "\n".join(f"{k} = {json.dumps(v)}" for k, v in LEAN.items())
     config.write_text(f'[harness]\nname = "terminus"\n{options}\n')
     out = subprocess.run(
-        [sys.executable, "-m", "tackroom.cli.main", "run", str(EXAMPLES / "hello-file"), "--config", str(config),
+        [sys.executable, "-m", "tackroom.cli.main", "run", str(hello_file(tmp_path)), "--config", str(config),
          "--base-url", engine_url, "--out", str(tmp_path / "runs"), "--run-id", "e2e", "--attempts", "1", "--json"],
-        capture_output=True, text=True, timeout=500,
+        capture_output=True, text=True, timeout=550,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout)
@@ -77,10 +87,10 @@ def test_tackroom_run_terminus_on_the_real_model_is_clean_and_token_exact(tmp_pa
 @pytest.mark.engine
 async def test_context_budget_ends_a_real_episode_as_a_model_error(tmp_path, engine_url):
     cfg = RunConfig.model_validate({
-        "tasks": [str(EXAMPLES / "hello-file")],
+        "tasks": [str(hello_file(tmp_path))],
         "harness": {"name": "terminus", **LEAN, "max_turns": 10, "context_limit_tokens": 700},
         "policy": {"base_url": engine_url, "tokenizer": "smollm2"},
-        "runtime": {"out": str(tmp_path), "attempts": 1},
+        "runtime": {"out": str(tmp_path / "runs"), "attempts": 1},
     })
     run_dir, results, _ = await run_config(cfg, progress=False, run_id="budget")
     result = results[0]

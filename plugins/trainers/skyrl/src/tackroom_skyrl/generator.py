@@ -103,6 +103,7 @@ class TackroomGenerator(GeneratorInterface):
         self._tasks: dict[str, Task] = {}
         self._gateway_stack: contextlib.AsyncExitStack | None = None
         self._gateway: Any = None
+        self._gateway_lock = asyncio.Lock()  # the fully-async trainer calls generate() from many workers at once
         self._calls = 0
 
     # -- routing ----------------------------------------------------------------------
@@ -115,10 +116,17 @@ class TackroomGenerator(GeneratorInterface):
     async def _ensure_gateway(self) -> Any:
         if not self.uses_gateway or self._gateway is not None:
             return self._gateway
+        async with self._gateway_lock:
+            if self._gateway is None:
+                await self._start_gateway()
+        return self._gateway
+
+    async def _start_gateway(self) -> None:
         from tackroom.gateway.engine_client import EngineSettings
         from tackroom.gateway.server import GatewaySettings, PolicyGateway
 
-        tokenizer = self.config.policy.tokenizer or self.config.model.tokenizer or "smollm2"
+        # never a default vocabulary: the wrong tokenizer would corrupt every token id silently
+        tokenizer = self.config.policy.tokenizer or self.config.model.tokenizer or self.config.model.path
         settings = GatewaySettings(
             engine=EngineSettings(base_url=self.base_url, model=None if self.model == "default" else self.model,
                                   api_key=self.config.policy.api_key),
@@ -127,7 +135,6 @@ class TackroomGenerator(GeneratorInterface):
         stack = contextlib.AsyncExitStack()
         self._gateway = await stack.enter_async_context(PolicyGateway(settings))
         self._gateway_stack = stack
-        return self._gateway
 
     async def aclose(self) -> None:
         """Stop the policy gateway (if one was started)."""

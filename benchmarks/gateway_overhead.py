@@ -218,7 +218,7 @@ def main() -> None:
             raise SystemExit("give --engine URL (or set TACKROOM_ENGINE_URL), or use --instant-engine")
         gport = free_port()
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "tackroom.cli.main", "gateway", "--engine", args.engine, "--port", str(gport), "--tokenizer", args.tokenizer],
+            [sys.executable, "-m", "tackroom.gateway", "--engine", args.engine, "--port", str(gport), "--tokenizer", args.tokenizer],
             start_new_session=True, stdout=subprocess.DEVNULL,
         ))
         gateway_url = f"http://127.0.0.1:{gport}"

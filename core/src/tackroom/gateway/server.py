@@ -452,6 +452,8 @@ class PolicyGateway:
                         piece = await chunks.__anext__()
                     except StopAsyncIteration:
                         break
+                if piece.prompt_ids is not None and piece.prompt_ids != plan.prompt_ids:
+                    session.notes.append(f"turn {len(session.turns)}: engine echoed prompt ids that differ from those sent")
                 ids.extend(piece.token_ids)
                 logprobs.extend(piece.logprobs)
                 if piece.finish_reason is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -34,17 +33,4 @@ def qwen3_tokenizer():
     return load_tokenizer("qwen3")
 
 
-@pytest.fixture(scope="session")
-def engine_url() -> str:
-    """The real engine's OpenAI base URL (``TACKROOM_ENGINE_URL``, e.g. from ``tackroom model up``).
-
-    Locally the engine tests are skipped with a reason when it is unset; under CI
-    (``CI=true``) that is a failure, because CI is meant to run them.
-    """
-    url = os.environ.get("TACKROOM_ENGINE_URL")
-    if url:
-        return url.rstrip("/")
-    message = "TACKROOM_ENGINE_URL is not set: start the engine (`tackroom model up`) and export the URL it prints"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+# engine_url comes from the repository's root conftest.py (TACKROOM_ENGINE_URL, else `tackroom model up`'s engine).

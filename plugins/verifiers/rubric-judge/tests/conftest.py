@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 import tackroom
@@ -68,25 +66,4 @@ async def _fresh_judge_clients():
     await close_shared_clients()
 
 
-@pytest.fixture(scope="session")
-def engine_url() -> str:
-    """The real local OpenAI-compatible engine (vLLM serving SmolLM2-135M-Instruct) from $TACKROOM_ENGINE_URL.
-
-    Skipped with a reason when unset (under CI, CI=true, that fails instead); set but unreachable always fails.
-    """
-    url = os.environ.get("TACKROOM_ENGINE_URL", "").strip()
-    in_ci = os.environ.get("CI", "").lower() == "true"
-    if not url:
-        message = ("TACKROOM_ENGINE_URL is not set: start the local engine (vLLM + SmolLM2-135M-Instruct) and "
-                   "export its base URL, e.g. http://127.0.0.1:8021/v1")
-        if in_ci:
-            pytest.fail(message)
-        pytest.skip(message)
-    from tackroom_rubric_judge.transport import openai_base_url
-
-    url = openai_base_url(url)
-    try:
-        httpx.get(f"{url}/models", timeout=10).raise_for_status()
-    except httpx.HTTPError as exc:
-        pytest.fail(f"the engine at TACKROOM_ENGINE_URL={url} does not answer /models: {exc}")
-    return url
+# engine_url comes from the repository's root conftest.py (TACKROOM_ENGINE_URL, else `tackroom model up`'s engine).

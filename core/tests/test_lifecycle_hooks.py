@@ -57,3 +57,18 @@ def test_tackroom_commands_adds_a_sub_command(manager):
     manager.hook.tackroom_commands(app=app)
     result = CliRunner().invoke(app, ["greet", "ada"])
     assert result.exit_code == 0 and result.output.strip() == "hi ada"
+
+
+def test_tackroom_commands_a_broken_plugin_does_not_take_the_cli_down(monkeypatch):
+    from tackroom.cli import main as cli_main
+
+    manager = tackroom.PluginManager(load_entry_points=False)
+
+    def broken(app):
+        raise ImportError("no module named heavy_sdk")
+
+    mod = types.ModuleType("broken_cmds")
+    mod.tackroom_commands = tackroom.hookimpl(broken)
+    manager.register(mod, name="broken-cmds")
+    monkeypatch.setattr("tackroom.manager._manager", manager)
+    cli_main.load_plugin_commands()  # logs a warning, raises nothing

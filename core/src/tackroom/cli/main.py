@@ -29,9 +29,18 @@ def root(
 
 def load_plugin_commands() -> None:
     """Let plugins add their sub-commands (the ``tackroom_commands`` hook)."""
+    import logging
+
     from tackroom.manager import get_plugin_manager
 
-    get_plugin_manager().hook.tackroom_commands(app=app)
+    # One plugin at a time: a plugin whose command module is broken loses its commands,
+    # not every other command of the CLI.
+    for impl in get_plugin_manager().hook.tackroom_commands.get_hookimpls():
+        try:
+            impl.function(app=app)
+        except Exception as exc:  # noqa: BLE001
+            logging.getLogger("tackroom").warning(
+                "plugin %s failed to add its commands: %s: %s", impl.plugin_name, type(exc).__name__, exc)
 
 
 def main() -> None:

@@ -90,3 +90,14 @@ def test_cli_status_json(cache):
     out = subprocess.run([sys.executable, "-m", "tackroom.cli.main", "model", "status", "--json"],
                          capture_output=True, text=True, env={**os.environ, "TACKROOM_CACHE": str(cache)})
     assert json.loads(out.stdout) == {"running": False, "healthy": False}
+
+
+def test_a_recycled_pid_is_not_mistaken_for_the_engine(cache):
+    # The state of an engine that died (e.g. with the machine's last session) whose pid now
+    # belongs to another process -- here, this test process. `down` must not kill it.
+    engine.engine_dir().mkdir(parents=True)
+    state = engine.EngineState(pid=os.getpid(), base_url="http://127.0.0.1:9/v1", model="x", model_path="x",
+                               log="x", started_at=time.time(), proc_start="1")
+    engine.state_file().write_text(state.model_dump_json())
+    assert engine.status()["running"] is False
+    assert engine.down() is False  # and we are still alive to assert it

@@ -71,6 +71,8 @@ class EngineState(BaseModel):
     model_path: str
     log: str
     started_at: float
+    proc_start: str | None = None
+    """The process's kernel start time: a recycled pid of a dead engine is not mistaken for it."""
 
 
 def engine_dir() -> Path:
@@ -169,14 +171,24 @@ def read_state() -> EngineState | None:
         return None
 
 
-def _alive(pid: int) -> bool:
+def _proc_start(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (field 22 of /proc/PID/stat), to tell a recycled pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _alive(pid: int, started: str | None = None) -> bool:
+    """Is ``pid`` running, and (when ``started`` is known) still the same process?"""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return started is None or _proc_start(pid) in (None, started)
 
 
 def healthy(base_url: str, timeout: float = 3.0) -> bool:
@@ -190,7 +202,7 @@ def healthy(base_url: str, timeout: float = 3.0) -> bool:
 def running_engine_url() -> str | None:
     """The base URL of a healthy engine started by ``tackroom model up``, else None."""
     state = read_state()
-    if state is not None and _alive(state.pid) and healthy(state.base_url):
+    if state is not None and _alive(state.pid, state.proc_start) and healthy(state.base_url):
         return state.base_url
     return None
 
@@ -207,7 +219,7 @@ def up(settings: EngineSettings | None = None, log: Callable[[str], None] = prin
     """Start the engine (setting it up first if needed) and wait until it is healthy. Idempotent."""
     settings = settings or EngineSettings()
     state = read_state()
-    if state is not None and _alive(state.pid):
+    if state is not None and _alive(state.pid, state.proc_start):
         if healthy(state.base_url):
             return state
         log(f"engine pid {state.pid} is alive but not healthy; waiting")
@@ -240,7 +252,8 @@ def up(settings: EngineSettings | None = None, log: Callable[[str], None] = prin
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
     state = EngineState(pid=proc.pid, base_url=settings.base_url, model=settings.served_name,
-                        model_path=str(model), log=str(logfile), started_at=time.time())
+                        model_path=str(model), log=str(logfile), started_at=time.time(),
+                        proc_start=_proc_start(proc.pid))
     state_file().write_text(state.model_dump_json(indent=2))
     return _wait_healthy(state, settings)
 
@@ -248,7 +261,7 @@ def up(settings: EngineSettings | None = None, log: Callable[[str], None] = prin
 def _wait_healthy(state: EngineState, settings: EngineSettings) -> EngineState:
     deadline = time.monotonic() + settings.start_timeout_sec
     while time.monotonic() < deadline:
-        if not _alive(state.pid):
+        if not _alive(state.pid, state.proc_start):
             tail = Path(state.log).read_text(errors="replace")[-3000:] if Path(state.log).exists() else ""
             state_file().unlink(missing_ok=True)
             raise EngineError(f"the engine exited during start-up; end of {state.log}:\n{tail}")
@@ -264,7 +277,7 @@ def down(timeout: float = 30.0) -> bool:
     state = read_state()
     if state is None:
         return False
-    was_running = _alive(state.pid)
+    was_running = _alive(state.pid, state.proc_start)
     if was_running:
         for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
             try:
@@ -272,9 +285,9 @@ def down(timeout: float = 30.0) -> bool:
             except ProcessLookupError:
                 break
             deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and _alive(state.pid):
+            while time.monotonic() < deadline and _alive(state.pid, state.proc_start):
                 time.sleep(0.2)
-            if not _alive(state.pid):
+            if not _alive(state.pid, state.proc_start):
                 break
     state_file().unlink(missing_ok=True)
     return was_running
@@ -284,7 +297,7 @@ def status() -> dict[str, object]:
     state = read_state()
     if state is None:
         return {"running": False, "healthy": False}
-    alive = _alive(state.pid)
+    alive = _alive(state.pid, state.proc_start)
     return {"running": alive, "healthy": alive and healthy(state.base_url), **state.model_dump()}
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tackroom.errors import ConfigError, PluginNotFoundError
+from tackroom.executors.options import RayOptions
 from tackroom.plugin import Plugin, PluginKind
 
 M = TypeVar("M", bound=BaseModel)
@@ -110,9 +111,12 @@ class RuntimeConfig(BaseModel):
     concurrency: int = Field(default=4, ge=1)
     out: str = "runs"
     run_id: str | None = None
-    executor: str = "asyncio"
+    executor: Literal["asyncio", "ray"] = "asyncio"
+    """Where attempts run: in this process (``asyncio``) or each as a Ray task (``ray``)."""
     teardown_timeout_sec: float = 60.0
     retry_backoff_sec: float = 1.0
+    ray: RayOptions = Field(default_factory=RayOptions)
+    """``[runtime.ray]``: options of the ``ray`` executor."""
 
 
 class RunConfig(BaseModel):

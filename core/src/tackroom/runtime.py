@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt, wait_exponential
 
 from tackroom.errors import ErrorClass, ModelError, TackroomError
+from tackroom.executors import Executor, make_executor
 from tackroom.harness import Harness
 from tackroom.manager import PluginManager, get_plugin_manager
 from tackroom.policy import Policy
@@ -126,6 +127,8 @@ class TrialRuntime:
         manager: PluginManager | None = None,
         progress: bool = True,
         console: Console | None = None,
+        executor: str | Executor = "asyncio",
+        executor_options: Any = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.attempts = attempts
@@ -136,6 +139,8 @@ class TrialRuntime:
         self.manager = manager or get_plugin_manager()
         self.progress = progress
         self.console = console or Console(stderr=True)
+        self.executor = make_executor(executor, executor_options)
+        """Where attempts run: ``asyncio`` (in-process) or ``ray`` (a Ray task each); see tackroom.executors."""
 
     # -- one attempt ----------------------------------------------------------------
     async def run_attempt(self, trial: Trial, task: Task, plugins: TrialPlugins, attempt: int,
@@ -256,9 +261,10 @@ class TrialRuntime:
     async def _attempt_with_policy(self, trial: Trial, task: Task, plugins: TrialPlugins,
                                    attempt: int) -> tuple[TrialResult, Trajectory]:
         if plugins.policy_for is None:
-            return await self.run_attempt(trial, task, plugins, attempt)
+            return await self.executor.run_attempt(self, trial, task, plugins, attempt)
         async with plugins.policy_for(trial) as session:
-            result, trajectory = await self.run_attempt(trial, task, plugins, attempt, policy=session.policy)
+            result, trajectory = await self.executor.run_attempt(self, trial, task, plugins, attempt,
+                                                                 policy=session.policy)
             engine_error = session.error()
             if engine_error is not None and result.error is not None and result.error.phase == "harness_run":
                 # The engine's own classification (down → infra, context exceeded → model) decides.
@@ -286,7 +292,6 @@ class TrialRuntime:
         """Run trials concurrently (at most ``concurrency`` at once), resuming finished ones."""
         items = list(items)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        semaphore = asyncio.Semaphore(self.concurrency)
         results: dict[str, TrialResult] = {}
         todo = []
         for trial, task, plugins in items:
@@ -295,6 +300,9 @@ class TrialRuntime:
                 results[trial.id] = done
             else:
                 todo.append((trial, task, plugins))
+        if todo:
+            await self.executor.start(todo)
+        semaphore = asyncio.Semaphore(self.executor.max_in_flight(self.concurrency))
 
         with Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -36,8 +36,6 @@ async def run_config(config: RunConfig, *, progress: bool = True, run_id: str | 
 
     if not config.tasks:
         raise ConfigError("no tasks given: pass task or dataset directories (or set `tasks` in the config)")
-    if config.runtime.executor != "asyncio":
-        raise ConfigError(f"runtime.executor: {config.runtime.executor!r} is not available; installed executors: asyncio")
     harness = instantiate("harness", config.harness, where="harness")
     sandbox = instantiate("sandbox", config.sandbox, where="sandbox")
     verifier = instantiate("verifier", config.verifier, where="verifier")
@@ -57,6 +55,7 @@ async def run_config(config: RunConfig, *, progress: bool = True, run_id: str | 
         run_dir, attempts=config.runtime.attempts, concurrency=config.runtime.concurrency,
         teardown_timeout_sec=config.runtime.teardown_timeout_sec,
         retry_backoff_sec=config.runtime.retry_backoff_sec, progress=progress, console=err_console,
+        executor=config.runtime.executor, executor_options=config.runtime.ray,
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "run.json").write_text(config.model_dump_json(indent=2))
@@ -103,6 +102,7 @@ def run(
     verifier: str = typer.Option(None, "--verifier", help="Verifier name (default: test-script)."),
     attempts: int = typer.Option(None, "--attempts", help="Attempts per trial for infra failures."),
     concurrency: int = typer.Option(None, "--concurrency", help="Trials at once."),
+    executor: str = typer.Option(None, "--executor", help="Where trials run: asyncio (in-process, default) or ray."),
     out: str = typer.Option(None, "--out", help="Runs directory (default: runs)."),
     run_id: str = typer.Option(None, "--run-id", help="Resume (or name) a run: finished trials are reused."),
     include: list[str] = typer.Option(None, "--include", help="Only task ids matching these patterns."),
@@ -121,7 +121,7 @@ def run(
         config.sandbox = PluginSelection(name=sandbox)
     if verifier:
         config.verifier = PluginSelection(name=verifier)
-    for field, value in (("attempts", attempts), ("concurrency", concurrency), ("out", out)):
+    for field, value in (("attempts", attempts), ("concurrency", concurrency), ("out", out), ("executor", executor)):
         if value is not None:
             setattr(config.runtime, field, value)
     if include:

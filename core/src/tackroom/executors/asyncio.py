@@ -1,0 +1,24 @@
+"""The ``asyncio`` executor: attempts run as coroutines on the caller's event loop (the default)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tackroom.executors.base import Executor
+
+if TYPE_CHECKING:
+    from tackroom.policy import Policy
+    from tackroom.runtime import TrialPlugins, TrialRuntime
+    from tackroom.task import Task
+    from tackroom.trajectory import Trajectory
+    from tackroom.trial import Trial, TrialResult
+
+
+class AsyncioExecutor(Executor):
+    """In-process: every attempt shares this Python process; the cheapest way to run up to a few dozen trials."""
+
+    name = "asyncio"
+
+    async def run_attempt(self, runtime: TrialRuntime, trial: Trial, task: Task, plugins: TrialPlugins,
+                          attempt: int, policy: Policy | None = None) -> tuple[TrialResult, Trajectory]:
+        return await runtime.run_attempt(trial, task, plugins, attempt, policy=policy)

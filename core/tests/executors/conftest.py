@@ -1,0 +1,29 @@
+"""One real local Ray cluster for every executor test (starting one takes 10–30 s on two cores)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # misbehaving_harnesses, importable by name here and in the workers
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A private local Ray cluster (2 CPUs, a ``test_slot`` resource of 2), shut down after the session.
+
+    Workers get this folder on their PYTHONPATH, so the harnesses in
+    ``misbehaving_harnesses`` ship by reference like any installed plugin.
+    """
+    from tackroom.executors import RayOptions
+    from tackroom.executors.ray import connect
+
+    pythonpath = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
+    ray = connect(RayOptions(address="local", local_num_cpus=2, local_resources={"test_slot": 2},
+                             runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}))
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,101 @@
+"""Harnesses that misbehave on purpose, importable by Ray workers (the tests put this folder on their PYTHONPATH).
+
+Each is the oracle harness plus one fault, triggered per task through a
+marker file so "only on the first attempt" holds across worker processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+from pydantic import Field
+
+from tackroom.builtins.local_sandbox import LocalSandboxProvider
+from tackroom.builtins.oracle_harness import OracleHarness, OracleOptions
+from tackroom.testing import run_harness_checks, run_sandbox_checks
+from tackroom.trajectory import Trajectory
+
+
+class FaultOptions(OracleOptions):
+    marker_dir: str = Field(description="Where the per-task 'fault already happened' markers go")
+    every_attempt: bool = Field(default=False, description="Misbehave on every attempt, not only the first")
+    seconds: float = Field(default=0.0, description="How long to block or wait")
+
+
+class _Faulty(OracleHarness):
+    """Oracle, with a fault on the first attempt of each task."""
+
+    Options = FaultOptions
+
+    def _first_time(self) -> bool:
+        assert self.task is not None
+        marker = Path(self.options.marker_dir) / f"{self.task.id}.{self.name}"
+        if marker.exists() and not self.options.every_attempt:
+            return False
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(os.getpid()))
+        return True
+
+
+class KillsItsWorker(_Faulty):
+    """SIGKILLs its own process mid-run (a worker lost to the OOM killer), then solves the task on the retry."""
+
+    name = "kills-its-worker"
+
+    async def run(self, instruction, sandbox, policy):
+        if self._first_time():
+            await sandbox.exec("echo half-done > /app/progress")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return await super().run(instruction, sandbox, policy)
+
+
+class WaitsToBeKilled(_Faulty):
+    """Writes its pid to ``<marker_dir>/<task>.pid`` and waits, so a test can kill the process from outside."""
+
+    name = "waits-to-be-killed"
+
+    async def run(self, instruction, sandbox, policy):
+        if self._first_time():
+            assert self.task is not None
+            (Path(self.options.marker_dir) / f"{self.task.id}.pid").write_text(str(os.getpid()))
+            await asyncio.sleep(self.options.seconds)
+        return await super().run(instruction, sandbox, policy)
+
+
+class BlocksItsLoop(_Faulty):
+    """Blocks its event loop with a synchronous sleep on the first attempt: no asyncio timeout can fire."""
+
+    name = "blocks-its-loop"
+
+    async def run(self, instruction, sandbox, policy):
+        if self._first_time():
+            time.sleep(self.options.seconds)
+        return await super().run(instruction, sandbox, policy)
+
+
+class ReportsItsProcess(OracleHarness):
+    """Oracle that records where it ran: metrics ``pid`` and ``uvloop`` (1.0 when its event loop is uvloop's)."""
+
+    name = "reports-its-process"
+
+    async def run(self, instruction, sandbox, policy):
+        trajectory: Trajectory = await super().run(instruction, sandbox, policy)
+        uvloop = type(asyncio.get_running_loop()).__module__.startswith("uvloop")
+        trajectory.metrics.update(pid=float(os.getpid()), uvloop=float(uvloop))
+        return trajectory
+
+
+def sandbox_checks_here() -> dict:
+    """The sandbox conformance suite on the local sandbox, in whatever process calls this."""
+    report = asyncio.run(run_sandbox_checks(LocalSandboxProvider()))
+    return {"pid": os.getpid(), "report": report.model_dump()}
+
+
+def harness_checks_here() -> dict:
+    """The harness conformance suite for the oracle harness on the local sandbox, in this process."""
+    report = asyncio.run(run_harness_checks(OracleHarness, sandbox=LocalSandboxProvider()))
+    return {"pid": os.getpid(), "report": report.model_dump()}

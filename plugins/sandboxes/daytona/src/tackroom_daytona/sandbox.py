@@ -1,0 +1,250 @@
+"""One Daytona sandbox: create under the provider's cap, exec through a wrapper, tar transfers, preview links."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import math
+import posixpath
+import secrets
+import shlex
+import tarfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tackroom import ExecResult, Sandbox, SandboxBuildError, SandboxError, SandboxSpec, SandboxTimeoutError
+from tackroom.sandbox import DEFAULT_EXEC_TIMEOUT, check_relative_inside
+
+from tackroom_daytona.calls import bounded, retried
+
+if TYPE_CHECKING:
+    from tackroom_daytona.provider import DaytonaProvider
+
+KILLED = 137
+
+
+def wrapper(base: str, cmd: str | list[str], *, cwd: str | None, env: dict[str, str], timeout: float, stdin: bool, limit: int) -> str:
+    """A script running ``cmd`` in its own process group with stdout/stderr/stdin as files under ``base``.
+
+    Daytona's exec merges the streams and has no stdin, so the command's streams
+    go to files; on timeout the whole group is killed and ``base.timeout`` is made.
+    Outputs over ``limit`` bytes are cut and ``TRUNCATED`` printed.
+    """
+    inner = cmd if isinstance(cmd, str) else shlex.join(cmd)
+    env_prefix = ("env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " ") if env else ""
+    src = f"{base}.in" if stdin else "/dev/null"
+    cd = f"cd {shlex.quote(cwd)} || exit 1; " if cwd else ""
+    return (
+        f"{cd}setsid {env_prefix}bash -c {shlex.quote(inner)} <{src} >{base}.out 2>{base}.err & pid=$!; "
+        f"( trap 'kill $s 2>/dev/null; exit 0' TERM; sleep {timeout:g} & s=$!; wait $s; "
+        f"touch {base}.timeout; kill -KILL -- -$pid ) >/dev/null 2>&1 </dev/null & w=$!; "
+        f"wait $pid; rc=$?; kill $w 2>/dev/null; "
+        f"for f in {base}.out {base}.err; do [ $(stat -c %s $f) -gt {limit} ] && truncate -s {limit} $f && echo TRUNCATED; done; "
+        f"exit $rc"
+    )
+
+
+class DaytonaSandbox(Sandbox):
+    """A Daytona sandbox; commands go through ``process.exec``, files through ``fs``."""
+
+    def __init__(self, spec: SandboxSpec, provider: DaytonaProvider) -> None:
+        super().__init__(spec)
+        self.provider = provider
+        self.options = provider.options
+        self.sandbox: Any = None
+        self._holding_slot = False
+        self._stopped = False
+
+    # -- lifecycle ------------------------------------------------------------------
+    async def start(self) -> None:
+        import daytona
+
+        client = self.provider.client()
+        if self._stopped:
+            raise SandboxError(f"sandbox {self.spec.name} was stopped; create a new one")
+        await self.provider.slots.acquire()
+        self._holding_slot = True
+        try:
+            kind, image = self.provider.image(self.spec)
+            params = daytona.CreateSandboxFromImageParams(
+                image=image,
+                name=self.spec.name,
+                env_vars=dict(self.spec.env),
+                labels={**self.spec.labels, self.options.cleanup_label: "1", "tackroom.trial": self.spec.name},
+                resources=daytona.Resources(cpu=math.ceil(self.spec.cpus), memory=math.ceil(self.spec.memory_mb / 1024)),
+                network_block_all=not self.spec.allow_internet,
+                auto_stop_interval=self.options.auto_stop_minutes,
+            )
+            limit = self.spec.build_timeout_sec + self.spec.start_timeout_sec
+            create = asyncio.ensure_future(
+                retried(
+                    f"create {self.spec.name}",
+                    lambda: client.create(params, timeout=limit),
+                    timeout=limit + 10, attempts=self.options.retries, wait=self.options.retry_wait_sec,
+                )
+            )
+            try:
+                self.sandbox = await asyncio.shield(create)
+            except asyncio.CancelledError:
+                try:  # the create may still land: wait for it (bounded) and delete what it made
+                    self.sandbox = await asyncio.wait_for(asyncio.shield(create), limit + 10)
+                except BaseException:  # noqa: BLE001  nothing was made, or it failed: nothing to delete
+                    create.cancel()
+                await self.stop()
+                raise
+            except daytona.DaytonaError as exc:
+                if kind == "dockerfile" and "build" in str(exc).lower():
+                    raise SandboxBuildError(
+                        f"daytona could not build {self.spec.environment_dir}/Dockerfile: {exc}; fix the Dockerfile",
+                        task_fault=True,
+                    ) from exc
+                raise SandboxError(f"daytona could not create sandbox {self.spec.name}: {exc}") from exc
+            await self.exec(f"mkdir -p {shlex.quote(self.spec.workdir)}", timeout=60)
+        except BaseException:
+            if self.sandbox is None:
+                self._release()
+            else:
+                await self.stop()
+            raise
+
+    def _release(self) -> None:
+        if self._holding_slot:
+            self._holding_slot = False
+            self.provider.slots.release()
+
+    async def stop(self) -> None:
+        """Delete the sandbox (shielded from cancellation, bounded); idempotent."""
+        self._stopped = True
+        sb, self.sandbox = self.sandbox, None
+        try:
+            if sb is not None:
+                client = self.provider.client()
+                t = self.options.api_timeout_sec
+                task = asyncio.ensure_future(bounded("delete", lambda: client.delete(sb, timeout=t), t + 5))
+                try:
+                    await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    await asyncio.wait([task], timeout=t + 5)
+                    raise
+                except Exception as exc:  # noqa: BLE001  a leak is reaped by cleanup()
+                    self.notes.append(f"delete failed ({exc}); `cleanup` removes sandboxes labelled {self.options.cleanup_label}")
+        finally:
+            self._release()
+
+    def _live(self) -> Any:
+        if self.sandbox is None:
+            raise SandboxError(f"daytona sandbox {self.spec.name} is not running (never started or stopped)")
+        return self.sandbox
+
+    # -- exec -------------------------------------------------------------------------
+    async def exec(
+        self,
+        cmd: str | list[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = DEFAULT_EXEC_TIMEOUT,
+        stdin: str | bytes | None = None,
+    ) -> ExecResult:
+        sb = self._live()
+        base = f"/tmp/.tackroom-exec-{secrets.token_hex(6)}"
+        started = time.monotonic()
+        if stdin is not None:
+            await self._put(stdin.encode() if isinstance(stdin, str) else stdin, f"{base}.in", timeout)
+        script = wrapper(base, cmd, cwd=cwd, env=env or {}, timeout=timeout, stdin=stdin is not None, limit=self.options.output_limit_bytes)
+        response = await retried(
+            "process.exec",
+            lambda: sb.process.exec(script, timeout=math.ceil(timeout) + 10),
+            timeout=timeout + 15, attempts=self.options.retries, wait=self.options.retry_wait_sec,
+        )
+        try:
+            out = await self._get(f"{base}.out", 60)
+            err = await self._get(f"{base}.err", 60)
+            timed_out = response.exit_code == KILLED and (
+                await sb.process.exec(f"test -e {base}.timeout", timeout=30)
+            ).exit_code == 0
+        finally:
+            await sb.process.exec(f"rm -f {base}.*", timeout=30)
+        if timed_out:
+            raise SandboxTimeoutError(f"command {cmd!r} ran past {timeout:g}s and was killed")
+        return ExecResult(
+            exit_code=response.exit_code,
+            stdout=out.decode(errors="replace"),
+            stderr=err.decode(errors="replace"),
+            truncated="TRUNCATED" in (response.result or ""),
+            duration_s=time.monotonic() - started,
+        )
+
+    # -- files ----------------------------------------------------------------------
+    def _resolve(self, path: str) -> str:
+        return check_relative_inside(path if path.startswith("/") else posixpath.join(self.spec.workdir, path))
+
+    async def _put(self, data: bytes, remote: str, timeout: float) -> None:
+        sb = self._live()
+        await bounded(f"upload to {remote}", lambda: sb.fs.upload_file(data, remote, timeout=math.ceil(timeout)), timeout + 5)
+
+    async def _get(self, remote: str, timeout: float) -> bytes:
+        sb = self._live()
+        data = await bounded(f"download of {remote}", lambda: sb.fs.download_file(remote), timeout)
+        return data or b""
+
+    async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
+        target = self._resolve(dest)
+        if not source.exists():
+            raise FileNotFoundError(source)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            if source.is_dir():
+                for child in sorted(source.iterdir()):
+                    tar.add(child, arcname=child.name)
+                extract_to = target
+            else:
+                tar.add(source, arcname=posixpath.basename(target))
+                extract_to = posixpath.dirname(target)
+        staged = f"/tmp/.tackroom-up-{secrets.token_hex(6)}.tar"
+        await self._put(buf.getvalue(), staged, timeout)
+        r = await self.exec(
+            f"mkdir -p {shlex.quote(extract_to)} && tar --no-same-owner -xf {staged} -C {shlex.quote(extract_to)}; s=$?; rm -f {staged}; exit $s",
+            timeout=timeout,
+        )
+        if not r.ok:
+            raise SandboxError(f"upload to {target} failed: {r.stderr.strip()}")
+
+    async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
+        path = self._resolve(source)
+        staged = f"/tmp/.tackroom-down-{secrets.token_hex(6)}.tar"
+        q = shlex.quote(path)
+        r = await self.exec(
+            f"if [ -d {q} ]; then tar -cf {staged} -C {q} . && echo dir; elif [ -e {q} ]; then echo file; else echo missing; fi",
+            timeout=timeout,
+        )
+        kind = r.stdout.strip()
+        if kind == "missing":
+            raise FileNotFoundError(f"{source} does not exist in the sandbox")
+        if kind == "file":
+            data = await self._get(path, timeout)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+            return
+        if kind != "dir":
+            raise SandboxError(f"download of {source} failed: {r.stderr.strip() or r.stdout.strip()}")
+        try:
+            data = await self._get(staged, timeout)
+        finally:
+            await self.exec(f"rm -f {staged}", timeout=30)
+        dest.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(dest, filter="data")
+
+    # -- ports --------------------------------------------------------------------
+    async def expose(self, port: int) -> str:
+        """A signed preview URL for ``port`` (the token is in the URL; it expires after ``preview_expires_sec``)."""
+        sb = self._live()
+        t = self.options.api_timeout_sec
+        link = await bounded(
+            "create_signed_preview_url",
+            lambda: sb.create_signed_preview_url(port, expires_in_seconds=self.options.preview_expires_sec, request_timeout=t),
+            t + 5,
+        )
+        return link.url

@@ -1,0 +1,21 @@
+"""The conformance suite on real Daytona sandboxes: `pytest -m live` with Modal credentials."""
+
+from __future__ import annotations
+
+import pytest
+from tackroom.testing import sandbox_self_check
+
+from tackroom_daytona.provider import DaytonaProvider, have_credentials
+
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.skipif(not have_credentials(), reason="needs DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN + DAYTONA_ORGANIZATION_ID)"),
+]
+
+
+async def test_daytona_conforms() -> None:
+    provider = DaytonaProvider()
+    try:
+        await sandbox_self_check(provider)
+    finally:
+        await provider.cleanup()

@@ -1,0 +1,247 @@
+"""One Modal sandbox: create under the provider's cap, exec, tar transfers, tunnels, shielded terminate."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import math
+import posixpath
+import secrets
+import shlex
+import tarfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tackroom import ExecResult, Sandbox, SandboxError, SandboxSpec, SandboxTimeoutError
+from tackroom.sandbox import DEFAULT_EXEC_TIMEOUT, check_relative_inside
+
+from tackroom_modal.calls import bounded, retried
+
+if TYPE_CHECKING:
+    from tackroom_modal.provider import ModalProvider
+
+
+def _cap(data: bytes, limit: int) -> tuple[str, bool]:
+    return data[:limit].decode(errors="replace"), len(data) > limit
+
+
+class ModalSandbox(Sandbox):
+    """A ``modal.Sandbox`` running ``sleep infinity``; commands go through ``Sandbox.exec``."""
+
+    def __init__(self, spec: SandboxSpec, provider: ModalProvider) -> None:
+        super().__init__(spec)
+        self.provider = provider
+        self.options = provider.options
+        self.sandbox: Any = None
+        self._holding_slot = False
+        self._stopped = False
+
+    # -- lifecycle ------------------------------------------------------------------
+    async def start(self) -> None:
+        import modal
+
+        self.provider.require_credentials()
+        if self._stopped:
+            raise SandboxError(f"sandbox {self.spec.name} was stopped; create a new one")
+        await self.provider.slots.acquire()
+        self._holding_slot = True
+        try:
+            image = await self.provider.image(self.spec)
+            app = await self.provider.app()
+            tags = {**self.spec.labels, self.options.cleanup_tag: "1", "tackroom.trial": self.spec.name}
+            kwargs: dict[str, Any] = dict(
+                app=app,
+                image=image,
+                tags=tags,
+                env=dict(self.spec.env),
+                timeout=self.options.sandbox_timeout_sec,
+                workdir=self.spec.workdir,
+                cpu=self.spec.cpus,
+                memory=self.spec.memory_mb,
+                block_network=not self.spec.allow_internet,
+                encrypted_ports=list(self.options.expose_ports),
+            )
+            create = asyncio.ensure_future(
+                retried(
+                    f"Sandbox.create for {self.spec.name}",
+                    lambda: modal.Sandbox.create.aio("sleep", "infinity", **kwargs),
+                    timeout=self.spec.start_timeout_sec, attempts=self.options.retries, wait=self.options.retry_wait_sec,
+                )
+            )
+            try:
+                self.sandbox = await asyncio.shield(create)
+            except asyncio.CancelledError:
+                # The create may still land: wait for it (bounded) and terminate what it made.
+                try:
+                    self.sandbox = await asyncio.wait_for(asyncio.shield(create), self.spec.start_timeout_sec)
+                except BaseException:  # noqa: BLE001  nothing was made, or it failed: nothing to terminate
+                    create.cancel()
+                await self.stop()
+                raise
+        except BaseException:
+            if self.sandbox is None:
+                self._release()
+            else:
+                await self.stop()
+            raise
+
+    def _release(self) -> None:
+        if self._holding_slot:
+            self._holding_slot = False
+            self.provider.slots.release()
+
+    async def stop(self) -> None:
+        """Terminate (shielded from cancellation, bounded); idempotent."""
+        self._stopped = True
+        sb, self.sandbox = self.sandbox, None
+        try:
+            if sb is not None:
+                task = asyncio.ensure_future(bounded("Sandbox.terminate", lambda: sb.terminate.aio(), self.options.api_timeout_sec))
+                try:
+                    await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    await asyncio.wait([task], timeout=self.options.api_timeout_sec)
+                    raise
+                except Exception as exc:  # noqa: BLE001  already gone is fine; a leak is reaped by cleanup()
+                    self.notes.append(f"terminate failed ({exc}); `cleanup` removes sandboxes tagged {self.options.cleanup_tag}")
+        finally:
+            self._release()
+
+    def _live(self) -> Any:
+        if self.sandbox is None:
+            raise SandboxError(f"modal sandbox {self.spec.name} is not running (never started or stopped)")
+        return self.sandbox
+
+    # -- exec -------------------------------------------------------------------------
+    async def exec(
+        self,
+        cmd: str | list[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = DEFAULT_EXEC_TIMEOUT,
+        stdin: str | bytes | None = None,
+    ) -> ExecResult:
+        out, err, code, elapsed = await self._run(cmd, cwd=cwd, env=env, timeout=timeout, stdin=stdin, limit=self.options.output_limit_bytes)
+        stdout, t1 = _cap(out, self.options.output_limit_bytes)
+        stderr, t2 = _cap(err, self.options.output_limit_bytes)
+        return ExecResult(exit_code=code, stdout=stdout, stderr=stderr, truncated=t1 or t2, duration_s=elapsed)
+
+    async def _run(
+        self, cmd: str | list[str], *, cwd: str | None, env: dict[str, str] | None, timeout: float,
+        stdin: str | bytes | None, limit: int | None,
+    ) -> tuple[bytes, bytes, int, float]:
+        import modal.exception as me
+
+        sb = self._live()
+        argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        merged = {**self.spec.env, **(env or {})}
+        started = time.monotonic()
+        proc = await retried(
+            f"exec {argv[:3]}",
+            lambda: sb.exec.aio(*argv, workdir=cwd, env=merged or None, timeout=max(1, math.ceil(timeout)), text=False),
+            timeout=self.options.api_timeout_sec, attempts=self.options.retries, wait=self.options.retry_wait_sec,
+        )
+
+        async def read(stream: Any) -> bytes:
+            chunks, size = [], 0
+            async for chunk in stream:
+                data = chunk.encode() if isinstance(chunk, str) else bytes(chunk)
+                if limit is None or size <= limit:
+                    chunks.append(data)
+                size += len(data)
+            return b"".join(chunks)
+
+        async def feed() -> None:
+            if stdin is not None:
+                proc.stdin.write(stdin.encode() if isinstance(stdin, str) else stdin)
+            proc.stdin.write_eof()
+            await proc.stdin.drain.aio()
+
+        async def whole() -> tuple[bytes, bytes, int]:
+            _, out, err = await asyncio.gather(feed(), read(proc.stdout), read(proc.stderr))
+            return out, err, await proc.wait.aio()
+
+        try:
+            out, err, code = await asyncio.wait_for(whole(), timeout + 5)
+        except (TimeoutError, me.ExecTimeoutError) as exc:
+            raise SandboxTimeoutError(f"command {argv!r} ran past {timeout:g}s and was killed") from exc
+        except (me.SandboxTerminatedError, me.NotFoundError) as exc:
+            raise SandboxError(f"modal sandbox {self.spec.name} died: {exc}") from exc
+        elapsed = time.monotonic() - started
+        if elapsed > timeout and code != 0:  # Modal killed it at the exec timeout
+            raise SandboxTimeoutError(f"command {argv!r} ran past {timeout:g}s and was killed")
+        return out, err, code, elapsed
+
+    # -- files ----------------------------------------------------------------------
+    def _resolve(self, path: str) -> str:
+        return check_relative_inside(path if path.startswith("/") else posixpath.join(self.spec.workdir, path))
+
+    async def _put(self, data: bytes, remote: str, timeout: float) -> None:
+        sb = self._live()
+        await bounded(f"writing {remote}", lambda: sb.filesystem.write_bytes.aio(data, remote), timeout)
+
+    async def _get(self, remote: str, timeout: float) -> bytes:
+        sb = self._live()
+        return await bounded(f"reading {remote}", lambda: sb.filesystem.read_bytes.aio(remote), timeout)
+
+    async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
+        target = self._resolve(dest)
+        if not source.exists():
+            raise FileNotFoundError(source)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            if source.is_dir():
+                for child in sorted(source.iterdir()):
+                    tar.add(child, arcname=child.name)
+                extract_to = target
+            else:
+                tar.add(source, arcname=posixpath.basename(target))
+                extract_to = posixpath.dirname(target)
+        staged = f"/tmp/.tackroom-up-{secrets.token_hex(6)}.tar"
+        await self._put(buf.getvalue(), staged, timeout)
+        r = await self.exec(
+            f"mkdir -p {shlex.quote(extract_to)} && tar --no-same-owner -xf {staged} -C {shlex.quote(extract_to)}; s=$?; rm -f {staged}; exit $s",
+            timeout=timeout,
+        )
+        if not r.ok:
+            raise SandboxError(f"upload to {target} failed: {r.stderr.strip()}")
+
+    async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
+        path = self._resolve(source)
+        staged = f"/tmp/.tackroom-down-{secrets.token_hex(6)}.tar"
+        q = shlex.quote(path)
+        r = await self.exec(
+            f"if [ -d {q} ]; then tar -cf {staged} -C {q} . && echo dir; elif [ -e {q} ]; then echo file; else echo missing; fi",
+            timeout=timeout,
+        )
+        kind = r.stdout.strip()
+        if kind == "missing":
+            raise FileNotFoundError(f"{source} does not exist in the sandbox")
+        if kind == "file":
+            data = await self._get(path, timeout)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+            return
+        if kind != "dir":
+            raise SandboxError(f"download of {source} failed: {r.stderr.strip() or r.stdout.strip()}")
+        try:
+            data = await self._get(staged, timeout)
+        finally:
+            await self.exec(f"rm -f {staged}", timeout=30)
+        dest.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(dest, filter="data")
+
+    # -- ports --------------------------------------------------------------------
+    async def expose(self, port: int) -> str:
+        """The HTTPS URL of ``port``'s tunnel; the port must be in the provider's ``expose_ports``."""
+        if port not in self.options.expose_ports:
+            raise SandboxError(
+                f"modal opens tunnels only at create: add {port} to [sandbox.options].expose_ports "
+                f"(now {self.options.expose_ports})"
+            )
+        sb = self._live()
+        tunnels = await bounded("Sandbox.tunnels", lambda: sb.tunnels.aio(), self.options.api_timeout_sec)
+        return tunnels[port].url

@@ -60,6 +60,11 @@ def plugins(harness_cls=OracleHarness, sandbox=None, **options) -> TrialPlugins:
                         TestScriptVerifier, TestScriptVerifier.Options())
 
 
+def roots_in(tmp_path: Path) -> LocalSandboxProvider:
+    """A local sandbox provider whose per-trial roots live in the test's directory (a killed worker leaves its root)."""
+    return LocalSandboxProvider({"root_dir": str(tmp_path / "roots")})
+
+
 def ray_runtime(run_dir: Path, manager=None, attempts: int = 3, concurrency: int = 4, teardown_timeout_sec: float = 10,
                 **ray_options) -> TrialRuntime:
     return TrialRuntime(run_dir, attempts=attempts, concurrency=concurrency, retry_backoff_sec=0.01, progress=False,
@@ -173,7 +178,7 @@ def test_harness_conformance_checks_pass_inside_a_ray_task(ray_cluster):
 
 async def test_a_worker_that_kills_itself_is_an_infra_error_retried_and_written_once(ray_cluster, tmp_path, writes):
     task = write_task(tmp_path, "dies", 5)
-    harness = plugins(KillsItsWorker, marker_dir=str(tmp_path / "markers"))
+    harness = plugins(KillsItsWorker, sandbox=roots_in(tmp_path), marker_dir=str(tmp_path / "markers"))
     run_dir = tmp_path / "run"
     [result] = await ray_runtime(run_dir, attempts=3).run_all([(trial_for(task, "kills-its-worker"), task, harness)])
     assert result.reward == 1.0 and result.error is None and result.attempt == 2
@@ -218,7 +223,7 @@ def _cmdline_mentions(proc: Path, text: str) -> bool:
 
 async def test_a_worker_dying_on_every_attempt_ends_as_an_infra_error_after_the_attempts(ray_cluster, tmp_path, writes):
     task = write_task(tmp_path, "always", 1)
-    harness = plugins(KillsItsWorker, marker_dir=str(tmp_path / "m"), every_attempt=True)
+    harness = plugins(KillsItsWorker, sandbox=roots_in(tmp_path), marker_dir=str(tmp_path / "m"), every_attempt=True)
     run_dir = tmp_path / "run"
     [result] = await ray_runtime(run_dir, attempts=2).run_all([(trial_for(task, "kills-its-worker"), task, harness)])
     assert result.error.error_class == "infra" and result.error.type == "WorkerLostError"
@@ -229,7 +234,7 @@ async def test_a_worker_dying_on_every_attempt_ends_as_an_infra_error_after_the_
 
 async def test_an_attempt_that_blocks_its_event_loop_is_cancelled_at_its_deadline_and_retried(ray_cluster, tmp_path):
     task = write_task(tmp_path, "stuck", 2)
-    harness = plugins(BlocksItsLoop, marker_dir=str(tmp_path / "m"), seconds=600)
+    harness = plugins(BlocksItsLoop, sandbox=roots_in(tmp_path), marker_dir=str(tmp_path / "m"), seconds=600)
     started = time.monotonic()
     [result] = await ray_runtime(tmp_path / "run", attempt_timeout_sec=8, teardown_timeout_sec=2).run_all(
         [(trial_for(task, "blocks-its-loop"), task, harness)])

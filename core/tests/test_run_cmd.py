@@ -44,3 +44,14 @@ def test_run_errors_a_user_can_hit(tmp_path):
     bad.write_text('[sandbox]\nname = "local"\nroot = "/x"\n')
     cfg = tackroom("run", str(EXAMPLES / "hello-file"), "--config", str(bad))
     assert cfg.returncode == 2 and "sandbox.root: unknown field" in cfg.stderr
+
+
+def test_a_flag_naming_the_configured_plugin_keeps_its_options(tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'tasks = ["{EXAMPLES / "hello-file"}"]\n[sandbox]\nname = "local"\noutput_limit_bytes = 7\n'
+                   f'[runtime]\nout = "{tmp_path}"\n')
+    # output_limit_bytes = 7 is below the option's minimum: the error proves the option was kept.
+    out = tackroom("run", "--config", str(cfg), "--sandbox", "local")
+    assert out.returncode == 2 and "sandbox.output_limit_bytes" in out.stderr
+    other = tackroom("run", "--config", str(cfg), "--sandbox", "local", "--harness", "nop", "--json")
+    assert other.returncode == 2, "options stay with the configured sandbox"

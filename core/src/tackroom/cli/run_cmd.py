@@ -115,11 +115,12 @@ def run(
     config = load_run_config(config_file) if config_file else RunConfig()
     if sources:
         config.tasks = [str(Path(s).resolve()) for s in sources]
-    if harness:
+    # A flag naming the plugin the config already selects keeps the config's options for it.
+    if harness and harness != config.harness.name:
         config.harness = PluginSelection(name=harness)
-    if sandbox:
+    if sandbox and sandbox != config.sandbox.name:
         config.sandbox = PluginSelection(name=sandbox)
-    if verifier:
+    if verifier and verifier != config.verifier.name:
         config.verifier = PluginSelection(name=verifier)
     for field, value in (("attempts", attempts), ("concurrency", concurrency), ("out", out), ("executor", executor)):
         if value is not None:

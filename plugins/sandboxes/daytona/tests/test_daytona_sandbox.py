@@ -138,6 +138,8 @@ async def test_exec_reads_stream_files_and_feeds_stdin(fake_daytona: Any, respon
     assert script.kwargs == {"timeout": 18}
     assert script.args[0].startswith("cd /tmp || exit 1; setsid env B=x bash -c 'echo hi'")
     assert proc.exec.await_args.args[0].startswith("rm -f /tmp/.tackroom-exec-")
+    await sb.exec("pwd")
+    assert [c for c in proc.exec.await_args_list if "bash -c pwd " in c.args[0]][0].args[0].startswith("cd /app || exit 1; ")
 
 
 async def test_exec_timeout_raises(fake_daytona: Any, response: Any) -> None:

@@ -173,6 +173,14 @@ async def test_exec_timeout_raises(fake_modal: Any, process_for_tests: Any) -> N
         await asyncio.wait_for(sb.exec("sleep 600", timeout=0.1), 10)
 
 
+async def test_exec_killed_by_modals_timeout_raises(fake_modal: Any, process_for_tests: Any) -> None:
+    fake_modal.sandbox.exec.aio.return_value = process_for_tests(code=-1)  # what ContainerProcess.wait gives on ExecTimeoutError
+    sb = ModalProvider(FAST).create(spec())
+    await sb.start()
+    with pytest.raises(SandboxTimeoutError, match="ran past 2s"):
+        await sb.exec("sleep 600", timeout=2)
+
+
 async def test_exec_transient_then_success(fake_modal: Any, process_for_tests: Any) -> None:
     fake_modal.sandbox.exec.aio.side_effect = [me.ConnectionError("reset"), process_for_tests(stdout=b"ok")]
     sb = ModalProvider(FAST).create(spec())

@@ -55,6 +55,7 @@ class DaytonaSandbox(Sandbox):
         self.sandbox: Any = None
         self._holding_slot = False
         self._stopped = False
+        self._workdir: str | None = None
 
     # -- lifecycle ------------------------------------------------------------------
     async def start(self) -> None:
@@ -100,7 +101,11 @@ class DaytonaSandbox(Sandbox):
                         task_fault=True,
                     ) from exc
                 raise SandboxError(f"daytona could not create sandbox {self.spec.name}: {exc}") from exc
-            await self.exec(f"mkdir -p {shlex.quote(self.spec.workdir)}", timeout=60)
+            made = await self.exec(f"mkdir -p {shlex.quote(self.spec.workdir)}", timeout=60)
+            if made.ok:
+                self._workdir = self.spec.workdir
+            else:
+                self.notes.append(f"could not create workdir {self.spec.workdir} ({made.stderr.strip()}); commands run in the image's default directory")
         except BaseException:
             if self.sandbox is None:
                 self._release()
@@ -152,7 +157,7 @@ class DaytonaSandbox(Sandbox):
         started = time.monotonic()
         if stdin is not None:
             await self._put(stdin.encode() if isinstance(stdin, str) else stdin, f"{base}.in", timeout)
-        script = wrapper(base, cmd, cwd=cwd, env=env or {}, timeout=timeout, stdin=stdin is not None, limit=self.options.output_limit_bytes)
+        script = wrapper(base, cmd, cwd=cwd or self._workdir, env=env or {}, timeout=timeout, stdin=stdin is not None, limit=self.options.output_limit_bytes)
         response = await retried(
             "process.exec",
             lambda: sb.process.exec(script, timeout=math.ceil(timeout) + 10),

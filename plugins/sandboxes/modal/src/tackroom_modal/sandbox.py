@@ -170,7 +170,7 @@ class ModalSandbox(Sandbox):
         except (me.SandboxTerminatedError, me.NotFoundError) as exc:
             raise SandboxError(f"modal sandbox {self.spec.name} died: {exc}") from exc
         elapsed = time.monotonic() - started
-        if elapsed > timeout and code != 0:  # Modal killed it at the exec timeout
+        if code == -1 or (elapsed > timeout and code != 0):  # ContainerProcess.wait gives -1 when Modal killed it at the timeout
             raise SandboxTimeoutError(f"command {argv!r} ran past {timeout:g}s and was killed")
         return out, err, code, elapsed
 

@@ -25,7 +25,9 @@ class Harness(Plugin):
 
     Capabilities: ``token_ids`` (keeps its own exact token accounting),
     ``needs_policy`` (calls a model; ``oracle``/``nop`` do not), ``chat``
-    (speaks only chat completions, so the runtime routes it through the gateway).
+    (speaks only chat completions, so the runtime routes it through the gateway),
+    ``agent_in_sandbox`` (its agent runs inside the sandbox and calls the policy
+    from there, so the runtime gives the sandbox the host network).
     """
 
     kind: ClassVar[PluginKind] = "harness"

@@ -16,7 +16,9 @@ raising. Each check runs the kit's tiny task (write ``kit-ok`` to
 harness run under the agent timeout, the ``test-script`` verifier, teardown) on
 the sandbox provider given. Harnesses that call a model (capability
 ``needs_policy``) talk to a :class:`ScriptedChatServerForTests` that replays
-what the :class:`HarnessScript` says; the model checks are skipped for the rest.
+what the :class:`HarnessScript` says (or to what ``model_server`` starts, e.g.
+a scripted engine behind the real policy gateway for a harness whose client
+streams and needs tool calls parsed); the model checks are skipped for the rest.
 
 Checks (names in :data:`ALL_CHECKS`):
 
@@ -94,6 +96,9 @@ class HarnessScript(BaseModel):
     max_turns_option: str = "max_turns"
     """The harness option that bounds model calls per episode."""
     malformed: list[str] = Field(default_factory=lambda: list(MALFORMED_REPLIES))
+    recorded: list[str | None] | None = None
+    """What the trajectory's assistant messages hold for each ``solve`` reply (None: nothing to check), when a
+    harness records them differently from the raw reply (e.g. tool-call markup parsed out of the text)."""
 
 
 class HarnessCheckResult(BaseModel):
@@ -150,12 +155,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+ModelServer = Callable[..., contextlib.AbstractAsyncContextManager[Any]]
+"""``factory(replies)`` → an async context manager yielding an object with ``policy()`` and ``requests``
+(what :class:`ScriptedChatServerForTests` has); replies are strings or :class:`ScriptedReply`."""
+
+
 class _Kit:
     """What every check shares: the harness under test, the provider, the task directories."""
 
     def __init__(self, harness_cls: type[Harness], options: dict[str, Any], provider: SandboxProvider,
                  script: HarnessScript | None, expected_reward: float | None, work: Path,
-                 agent_timeout_sec: float) -> None:
+                 agent_timeout_sec: float, model_server: ModelServer | None = None) -> None:
+        self.model_server = model_server or ScriptedChatServerForTests
         self.harness_cls = harness_cls
         self.options = options
         self.provider = provider
@@ -181,7 +192,7 @@ class _Kit:
 
     @contextlib.asynccontextmanager
     async def model(self, replies: list[str | ScriptedReply], **kwargs: Any) -> AsyncIterator[ScriptedChatServerForTests]:
-        async with ScriptedChatServerForTests(replies, **kwargs) as server:
+        async with self.model_server(replies, **kwargs) as server:
             yield server
 
 
@@ -215,7 +226,9 @@ async def check_solves_task(kit: _Kit) -> None:
         async with kit.model(list(kit.script.solve)) as server:
             result, trajectory = await kit.attempt(kit.task, server.policy())
         assert server.requests, "the harness never called the model"
-        served = [kit.script.solve[min(i, len(kit.script.solve) - 1)] for i in range(len(server.requests))]
+        said_for = kit.script.recorded if kit.script.recorded is not None else kit.script.solve
+        served = [said_for[min(i, len(said_for) - 1)] for i in range(len(server.requests))]
+        served = [reply for reply in served if reply is not None]
     assert result.error is None, f"the scripted episode failed: {_describe(result)}"
     if kit.expected_reward is not None:
         assert result.reward == kit.expected_reward, (
@@ -308,7 +321,7 @@ async def check_engine_errors(kit: _Kit) -> None:
 
 @contextlib.asynccontextmanager
 async def _started(kit: _Kit) -> AsyncIterator[Sandbox]:
-    sandbox = kit.provider.create(sandbox_spec(kit.task, f"harness-check-{secrets.token_hex(4)}"))
+    sandbox = kit.provider.create(sandbox_spec(kit.task, f"harness-check-{secrets.token_hex(4)}", kit.harness_cls))
     try:
         await asyncio.wait_for(sandbox.start(), 300)
         yield sandbox
@@ -351,11 +364,13 @@ async def run_harness_checks(
     skip: Iterable[str] = (),
     agent_timeout_sec: float = 30.0,
     check_timeout_s: float = 300.0,
+    model_server: ModelServer | None = None,
 ) -> HarnessCheckReport:
     """Run every check (but ``skip``) and return the report; see the module docstring.
 
     ``agent_timeout_sec`` is the kit task's agent timeout (all checks but
-    ``agent_timeout``, which uses 3 s); ``check_timeout_s`` bounds each check.
+    ``agent_timeout``, which uses 3 s); ``check_timeout_s`` bounds each check;
+    ``model_server`` replaces :class:`ScriptedChatServerForTests` as the scripted model.
     """
     skip = set(skip)
     unknown = skip - set(ALL_CHECKS)
@@ -370,7 +385,8 @@ async def run_harness_checks(
         except AssertionError as exc:
             results.append(HarnessCheckResult(name="plugin", passed=False, message=str(exc)))
     with tempfile.TemporaryDirectory(prefix="tackroom-harness-check-") as tmp:
-        kit = _Kit(harness_cls, dict(options or {}), sandbox, script, expected_reward, Path(tmp), agent_timeout_sec)
+        kit = _Kit(harness_cls, dict(options or {}), sandbox, script, expected_reward, Path(tmp), agent_timeout_sec,
+                   model_server)
         for name, check in _CHECKS.items():
             if name in skip:
                 continue

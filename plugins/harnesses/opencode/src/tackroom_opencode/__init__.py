@@ -1,0 +1,1 @@
+"""tackroom-opencode: the OpenCode agent as a tackroom harness."""

@@ -1,0 +1,426 @@
+"""The ``opencode`` harness: the real OpenCode agent, headless, inside the sandbox.
+
+Setup ships the pinned OpenCode binary (and a static ripgrep) from the host's
+install into the sandbox under ``sandbox_dir`` — nothing is downloaded at trial
+time. Run writes an ``opencode.json`` whose only provider is the trial's policy
+(a gateway session, so the token trajectory is exact) reached through a
+:class:`~tackroom_opencode.relay.ModelRelay` (turn limit, failing endpoint, calls
+in flight), starts ``opencode run --format json`` in its own session, watches
+it, and turns its JSON events into the trajectory's messages and metrics. The
+agent timeout, a hang and the turn limit stop every process OpenCode started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.resources
+import secrets
+import shlex
+import time
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
+
+import httpx
+from pydantic import Field
+
+from tackroom import ConfigError, Harness, InfraError, Policy, PluginOptions, Sandbox, Task, Trajectory
+from tackroom.sandbox import SandboxError
+
+from tackroom_opencode.config import (
+    COMPACT_PROMPT,
+    COMPACT_TOOLS,
+    FULL_TOOLS,
+    PROVIDER_ID,
+    AgentSettings,
+    McpServer,
+    ModelSettings,
+    build_config,
+)
+from tackroom_opencode.errors import (
+    OpenCodeCrashError,
+    OpenCodeModelError,
+    OpenCodeTimeoutError,
+    PolicyUnreachableError,
+)
+from tackroom_opencode.events import Episode, parse_events
+from tackroom_opencode.install import DEFAULT_VERSION, OpenCodeInstall, ensure_installed
+from tackroom_opencode.relay import ModelRelay
+
+SAMPLING_FIELDS_OPENCODE_SETS = {"temperature", "top_p", "max_tokens", "max_completion_tokens"}
+
+
+class OpenCodeSetupError(InfraError):
+    """OpenCode could not be put into the sandbox or does not run there."""
+
+
+class OpenCodeOptions(PluginOptions):
+    """The ``[harness]`` section when ``name = "opencode"``."""
+
+    version: str = Field(default=DEFAULT_VERSION, description="The opencode-ai release to run (installed from npm once)")
+    cache_dir: str | None = Field(default=None, description="Host install cache (default ~/.cache/tackroom/opencode)")
+    install_timeout_sec: float = Field(default=600.0, gt=0, description="Limit for the one-time npm install")
+    profile: Literal["auto", "full", "compact"] = Field(
+        default="auto",
+        description="full: OpenCode's own system prompt and tools; compact: a short prompt and bash/read/write/edit, "
+        "for small-context models; auto: compact when the model's context is below compact_below_context",
+    )
+    compact_below_context: int = Field(default=16384, gt=0, description="auto picks compact below this context length")
+    tools: list[str] | None = Field(default=None, description="Tools to allow (default: the profile's); others are removed")
+    prompt: str | None = Field(default=None, description="System prompt replacing the profile's")
+    max_turns: int | None = Field(default=50, gt=0, description="Model calls per episode (OpenCode's step limit, enforced)")
+    max_tokens_per_turn: int | None = Field(
+        default=None, gt=0,
+        description="Output limit per turn unless the policy's sampling sets max_tokens (default: 4096 full, 512 compact)")
+    context_length: int | None = Field(default=None, gt=0, description="The model's context (default: asked from the policy's /models)")
+    mcp_servers: dict[str, McpServer] = Field(default_factory=dict, description="MCP servers to give OpenCode (none by default)")
+    sandbox_dir: str = Field(default="/opt/opencode", description="Where OpenCode, its config and state live in the sandbox")
+    hang_timeout_sec: float = Field(
+        default=900.0, gt=0,
+        description="No output and no model call in flight for this long is a hang (infra error); OpenCode's bash "
+        "tool stops a command after at most 10 minutes, so nothing it does legitimately is silent for longer")
+    max_model_errors: int = Field(
+        default=3, ge=1,
+        description="Failed model calls (OpenCode retries them for a minute) after which the endpoint counts as down (infra)")
+    timeout_margin_sec: float = Field(
+        default=5.0, ge=0,
+        description="Stop OpenCode this long (at most a fifth of the agent timeout) before the agent timeout, to keep its trajectory")
+    kill_grace_sec: int = Field(default=1, ge=0, description="Seconds between TERM and KILL when stopping OpenCode")
+    poll_interval_sec: float = Field(default=1.0, gt=0, description="Longest pause between progress checks")
+    log_tail_chars: int = Field(default=1500, ge=0, description="How much of OpenCode's stderr and log an error message carries")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for OpenCode")
+
+
+class OpenCodeHarness(Harness):
+    """OpenCode (opencode-ai), the real agent, headless in the sandbox; its model calls go through the policy gateway."""
+
+    name = "opencode"
+    Options = OpenCodeOptions
+    capabilities = frozenset({"chat", "needs_policy", "agent_in_sandbox"})
+    options: OpenCodeOptions
+
+    ctl_name: ClassVar[str] = "opencodectl.sh"
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self.task: Task | None = None
+        self.install: OpenCodeInstall | None = None
+
+    # -- paths inside the sandbox ------------------------------------------------------
+    def _path(self, *parts: str) -> str:
+        return "/".join([self.options.sandbox_dir.rstrip("/"), *parts])
+
+    @property
+    def _ctl(self) -> str:
+        return shlex.quote(self._path(self.ctl_name))
+
+    # -- setup -------------------------------------------------------------------------
+    async def setup(self, sandbox: Sandbox, task: Task) -> None:
+        self.task = task
+        self.install = await ensure_installed(
+            self.options.version,
+            cache_dir=Path(self.options.cache_dir).expanduser() if self.options.cache_dir else None,
+            timeout=self.options.install_timeout_sec,
+        )
+        dirs = " ".join(shlex.quote(self._path(*p)) for p in [
+            ("bin",), ("run",), ("xdg", "config", "opencode", "node_modules"), ("xdg", "data"), ("xdg", "cache"),
+            ("xdg", "state")])
+        await self._must(sandbox, f"mkdir -p {dirs}", "create OpenCode's directories", timeout=60)
+        await self._seed_config_dir(sandbox)
+        ctl = importlib.resources.files("tackroom_opencode") / "sandbox_side" / self.ctl_name
+        with importlib.resources.as_file(ctl) as ctl_path:
+            await sandbox.upload(ctl_path, self._path(self.ctl_name), timeout=60)
+        await sandbox.upload(self.install.binary, self._path("bin", "opencode"), timeout=300)
+        await sandbox.upload(self.install.ripgrep, self._path("bin", "rg"), timeout=60)
+        binary = shlex.quote(self._path("bin", "opencode"))
+        await self._must(sandbox, f"chmod 755 {binary} {shlex.quote(self._path('bin', 'rg'))} {self._ctl}",
+                         "make OpenCode executable", timeout=60)
+        result = await sandbox.exec(f"HOME=/tmp {binary} --version", timeout=120)
+        if not result.ok or result.stdout.strip() != self.options.version:
+            raise OpenCodeSetupError(
+                f"OpenCode {self.options.version} does not run in this sandbox (exit {result.exit_code}): "
+                f"{(result.stderr or result.stdout).strip()[-1000:]}. The binary needs a glibc userland "
+                "(Debian, Ubuntu …); for musl images (Alpine) no build is shipped yet"
+            )
+
+    async def _seed_config_dir(self, sandbox: Sandbox) -> None:
+        """Mark OpenCode's config dir as already holding its plugin SDK, so it does not npm-install it.
+
+        At start OpenCode installs ``@opencode-ai/plugin`` into each config
+        directory in the background unless ``node_modules`` exists and the lock
+        lists every dependency of ``package.json``. Custom plugins are not used
+        here, so an empty install that says it is complete is the truth.
+        """
+        deps = {"@opencode-ai/plugin": self.options.version}
+        config_dir = ("xdg", "config", "opencode")
+        await sandbox.write_file(self._path(*config_dir, "package.json"), _json({"dependencies": deps}), timeout=60)
+        await sandbox.write_file(self._path(*config_dir, "package-lock.json"),
+                                 _json({"lockfileVersion": 3, "packages": {"": {"dependencies": deps}}}), timeout=60)
+
+    async def _must(self, sandbox: Sandbox, cmd: str, what: str, *, timeout: float) -> None:
+        result = await sandbox.exec(cmd, timeout=timeout)
+        if not result.ok:
+            raise OpenCodeSetupError(f"could not {what} in the sandbox (exit {result.exit_code}): "
+                                     f"{(result.stderr or result.stdout).strip()[-1000:]}")
+
+    # -- run ---------------------------------------------------------------------------
+    async def run(self, instruction: str, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
+        if policy is None:
+            raise ConfigError("the opencode harness calls a model: set [policy] base_url (e.g. `tackroom model up`)")
+        if self.install is None or self.task is None:
+            raise RuntimeError("OpenCodeHarness.run called before setup")
+        timeout = self.task.config.agent.timeout_sec
+        deadline = time.monotonic() + timeout - min(self.options.timeout_margin_sec, timeout / 5)
+        context = self.options.context_length or await served_context_length(policy) or 32768
+        profile = self.options.profile
+        if profile == "auto":
+            profile = "compact" if context < self.options.compact_below_context else "full"
+        async with ModelRelay(policy.base_url, max_calls=self.options.max_turns) as relay:
+            model, agent = self._settings(policy, relay.base_url, context, profile)
+            await sandbox.write_file(self._path("opencode.json"), _json(build_config(model, agent)), timeout=60)
+            await sandbox.write_file(self._path("run", "instruction.md"), instruction, timeout=60)
+            await check_reachable(sandbox, relay.base_url, policy.base_url)
+            ended = await self._run_opencode(sandbox, policy, relay, deadline)
+        return await self._outcome(sandbox, instruction, policy, relay, ended, agent, profile, context)
+
+    async def _run_opencode(self, sandbox: Sandbox, policy: Policy, relay: ModelRelay, deadline: float) -> str:
+        """Start OpenCode, watch it until it ends (how: see :meth:`_watch`), and stop everything it started."""
+        token = secrets.token_hex(8)
+        try:
+            await self._start(sandbox, policy, token)
+            ended = await self._watch(sandbox, relay, deadline)
+        except asyncio.CancelledError:
+            # The runtime's agent timeout: no time left for a grace period, and nothing may outlive the run.
+            stop = asyncio.ensure_future(self._stop(sandbox, token, grace=0))
+            try:
+                await asyncio.shield(stop)
+            except asyncio.CancelledError:
+                await stop
+            raise
+        except BaseException:
+            await self._stop(sandbox, token)
+            raise
+        await self._stop(sandbox, token)
+        return ended
+
+    async def _outcome(self, sandbox: Sandbox, instruction: str, policy: Policy, relay: ModelRelay, ended: str,
+                       agent: AgentSettings, profile: str, context: int) -> Trajectory:
+        """The trajectory, or the classified error carrying it."""
+        assert self.task is not None
+        episode = parse_events(await self._read(sandbox, self._path("run", "events.jsonl")))
+        trajectory = self._trajectory(instruction, episode, agent, profile, context)
+        exit_code = (await self._read(sandbox, self._path("run", "exit_code"))).strip()
+        if relay.limit_reached:
+            # The relay refused the call after the last allowed turn (OpenCode may have exited on that refusal
+            # before the watch loop saw it); the episode ends there, like any turn limit.
+            trajectory.stop_reason = "max_turns"
+            return trajectory
+        if ended == "timeout":
+            trajectory.stop_reason = "agent_timeout"
+            raise OpenCodeTimeoutError(
+                f"OpenCode was still working at the agent timeout ({self.task.config.agent.timeout_sec:g}s) "
+                f"after {len(episode.steps)} turns; it was stopped", trajectory)
+        if ended == "hang":
+            trajectory.stop_reason = "hang"
+            raise OpenCodeCrashError(
+                f"OpenCode made no progress for {self.options.hang_timeout_sec:g}s and was stopped"
+                + await self._logs(sandbox), trajectory)
+        if ended == "model_errors":
+            trajectory.stop_reason = "endpoint_failing"
+            raise OpenCodeCrashError(
+                f"the model endpoint {policy.base_url} failed {relay.failures} calls (last: {relay.last_failure}); "
+                "OpenCode was stopped instead of retrying for another minute" + await self._logs(sandbox), trajectory)
+        if episode.failure is not None:
+            failure = episode.failure
+            if failure.context_exhausted:
+                trajectory.stop_reason = "context_exhausted"
+                raise OpenCodeModelError(f"the conversation outgrew the model's context ({context} tokens): "
+                                         f"{failure.message}", trajectory)
+            trajectory.stop_reason = "model_error" if _rejected(failure.status_code) else "opencode_error"
+            message = f"OpenCode stopped on {failure.name}: {failure.message}"
+            if _rejected(failure.status_code):
+                raise OpenCodeModelError(message, trajectory)
+            raise OpenCodeCrashError(message + await self._logs(sandbox), trajectory)
+        if ended == "died" or exit_code != "0":
+            trajectory.stop_reason = "opencode_crashed"
+            how = f"exited with status {exit_code}" if exit_code else "died without an exit status"
+            raise OpenCodeCrashError(f"OpenCode {how}" + await self._logs(sandbox), trajectory)
+        return trajectory
+
+    def _settings(self, policy: Policy, base_url: str, context: int, profile: str) -> tuple[ModelSettings, AgentSettings]:
+        sampling = dict(policy.sampling)
+        wanted = (sampling.get("max_tokens") or sampling.get("max_completion_tokens") or self.options.max_tokens_per_turn
+                  or (512 if profile == "compact" else 4096))
+        model = ModelSettings(
+            base_url=base_url,
+            model=policy.model,
+            api_key=policy.api_key,
+            context_length=context,
+            max_output_tokens=max(16, min(int(wanted), context // 4)),
+            temperature=sampling.get("temperature"),
+            top_p=sampling.get("top_p"),
+            extra_body={k: v for k, v in sampling.items() if k not in SAMPLING_FIELDS_OPENCODE_SETS},
+        )
+        tools = tuple(self.options.tools) if self.options.tools is not None else (
+            COMPACT_TOOLS if profile == "compact" else FULL_TOOLS)
+        prompt = self.options.prompt if self.options.prompt is not None else (
+            COMPACT_PROMPT if profile == "compact" else None)
+        agent = AgentSettings(tools=tools, prompt=prompt, max_steps=self.options.max_turns,
+                              mcp_servers=self.options.mcp_servers)
+        return model, agent
+
+    def _env(self, token: str) -> dict[str, str]:
+        xdg = self._path("xdg")
+        env = {
+            "TACKROOM_OPENCODE_RUN": token,
+            "OPENCODE_CONFIG": self._path("opencode.json"),
+            "XDG_CONFIG_HOME": f"{xdg}/config",
+            "XDG_DATA_HOME": f"{xdg}/data",
+            "XDG_CACHE_HOME": f"{xdg}/cache",
+            "XDG_STATE_HOME": f"{xdg}/state",
+            # Nothing from the task's files may change the harness's config, and nothing is fetched.
+            "OPENCODE_DISABLE_PROJECT_CONFIG": "1",
+            "OPENCODE_DISABLE_AUTOUPDATE": "1",
+            "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+            "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+            "OPENCODE_DISABLE_EXTERNAL_SKILLS": "1",
+            "OPENCODE_DISABLE_SHARE": "1",
+            "OPENCODE_DISABLE_AUTOCOMPACT": "1",
+            "OPENCODE_DISABLE_PRUNE": "1",
+            "npm_config_offline": "true",
+        }
+        env.update(self.options.env)
+        return env
+
+    async def _start(self, sandbox: Sandbox, policy: Policy, token: str) -> None:
+        argv = [self._path("bin", "opencode"), "run", "--format", "json", "--title", "tackroom trial",
+                "--model", f"{PROVIDER_ID}/{policy.model}"]
+        cmd = (f'export PATH={shlex.quote(self._path("bin"))}:"$PATH"; '
+               f"bash {self._ctl} start {shlex.quote(self.options.sandbox_dir)} {shlex.join(argv)}")
+        result = await sandbox.exec(cmd, env=self._env(token), timeout=60)
+        if not result.ok:
+            raise OpenCodeCrashError(f"could not start OpenCode in the sandbox (exit {result.exit_code}): "
+                                     f"{(result.stderr or result.stdout).strip()[-1000:]}")
+
+    async def _watch(self, sandbox: Sandbox, relay: ModelRelay, deadline: float) -> str:
+        """Wait until OpenCode exits (``exited``), dies (``died``), is refused a call past the turn limit
+        (``max_turns``), keeps failing to reach the model (``model_errors``), makes no progress with no model
+        call in flight (``hang``), or the deadline passes (``timeout``)."""
+        last_sizes: tuple[int, ...] | None = None
+        last_progress = time.monotonic()
+        pause = 0.2
+        while True:
+            result = await sandbox.exec(f"bash {self._ctl} poll {shlex.quote(self.options.sandbox_dir)}", timeout=60)
+            fields = result.stdout.split()
+            if not result.ok or len(fields) != 5:
+                raise OpenCodeCrashError(f"could not check on OpenCode (exit {result.exit_code}): "
+                                         f"{(result.stderr or result.stdout).strip()[-1000:]}")
+            alive, code, sizes = fields[0] == "1", fields[1], tuple(int(x) for x in fields[2:])
+            now = time.monotonic()
+            if code != "-":
+                return "exited"
+            if not alive:
+                return "died"
+            if relay.limit_reached:
+                return "max_turns"
+            if relay.failures >= self.options.max_model_errors:
+                return "model_errors"
+            if sizes != last_sizes or relay.in_flight:
+                last_sizes, last_progress = sizes, now
+            if now >= deadline:
+                return "timeout"
+            if now - max(last_progress, relay.last_activity) >= self.options.hang_timeout_sec:
+                return "hang"
+            await asyncio.sleep(max(0.0, min(pause, deadline - now)))
+            pause = min(pause * 1.5, self.options.poll_interval_sec)
+
+    async def _stop(self, sandbox: Sandbox, token: str, grace: int | None = None) -> None:
+        """Stop OpenCode and everything it started (TERM, then KILL after ``grace`` seconds); never raises."""
+        grace = self.options.kill_grace_sec if grace is None else grace
+        try:
+            await sandbox.exec(f"bash {self._ctl} stop {shlex.quote(self.options.sandbox_dir)} {token} {grace}",
+                               timeout=grace + 30)
+        except (SandboxError, OSError):
+            pass  # the sandbox is gone (or wedged); its teardown ends every process in it
+
+    async def _read(self, sandbox: Sandbox, path: str) -> str:
+        try:
+            return (await sandbox.read_file(path, timeout=120)).decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    async def _logs(self, sandbox: Sandbox) -> str:
+        """The tails of OpenCode's stderr and of its own log, for an error message."""
+        n = self.options.log_tail_chars
+        if n == 0:
+            return ""
+        logs = shlex.quote(self._path("xdg", "data", "opencode", "log"))
+        stderr = shlex.quote(self._path("run", "stderr.log"))
+        try:
+            result = await sandbox.exec(
+                f"echo '--- opencode stderr (tail) ---'; tail -c {n} {stderr} 2>/dev/null; "
+                f"echo; echo '--- opencode log (tail) ---'; tail -c {n} \"$(ls -t {logs}/*.log 2>/dev/null | head -n1)\" "
+                "2>/dev/null", timeout=60)
+        except SandboxError:
+            return ""
+        return "\n" + result.stdout.strip()
+
+    def _trajectory(self, instruction: str, episode: Episode, agent: AgentSettings, profile: str,
+                    context: int) -> Trajectory:
+        metrics = episode.metrics()
+        stop = "completed"
+        if agent.max_steps is not None and len(episode.steps) >= agent.max_steps:
+            stop = "max_turns"
+        elif episode.steps and episode.steps[-1].finish_reason == "length":
+            stop = "max_tokens"
+        notes = [f"opencode {self.options.version}, profile {profile} (context {context}), tools {', '.join(agent.tools)}"]
+        if episode.unparsed_lines:
+            notes.append(f"{episode.unparsed_lines} lines of OpenCode's output were not JSON events")
+        return Trajectory(messages=episode.messages(instruction), final_answer=episode.final_answer,
+                          stop_reason=stop, metrics=metrics, notes=notes)
+
+
+def _rejected(status: int | None) -> bool:
+    """A 4xx other than timeouts and rate limits: the endpoint refused this conversation."""
+    return status is not None and 400 <= status < 500 and status not in (408, 429)
+
+
+def _json(doc: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+async def served_context_length(policy: Policy, timeout: float = 15.0) -> int | None:
+    """``max_model_len`` of the policy's model, as its ``/models`` reports it (the gateway and vLLM do)."""
+    try:
+        async with httpx.AsyncClient(timeout=timeout) as client:
+            r = await client.get(f"{policy.base_url.rstrip('/')}/models",
+                                 headers={"Authorization": f"Bearer {policy.api_key}"})
+        r.raise_for_status()
+        models = r.json().get("data") or []
+    except (httpx.HTTPError, ValueError):
+        return None
+    chosen = next((m for m in models if m.get("id") == policy.model), models[0] if models else None)
+    value = (chosen or {}).get("max_model_len")
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+async def check_reachable(sandbox: Sandbox, base_url: str, policy_url: str, timeout: float = 10.0) -> None:
+    """Fail fast, with the fix, when the sandbox cannot open a connection to ``base_url`` (the relay to the policy)."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    probe = f"timeout {timeout:g} bash -c {shlex.quote(f'exec 3<>/dev/tcp/{host}/{port}')}"
+    result = await sandbox.exec(probe, timeout=timeout + 15)
+    if not result.ok:
+        raise PolicyUnreachableError(
+            f"OpenCode runs inside the sandbox but the sandbox cannot connect to the host at {host}:{port}, "
+            f"where the harness relays its calls to the policy {policy_url} "
+            f"({(result.stderr or 'connection refused or timed out').strip()[-300:]}). The trial runtime gives "
+            "harnesses with the `agent_in_sandbox` capability a sandbox with the host network (local, docker); "
+            "when you start the sandbox yourself set SandboxSpec(allow_internet=True), and for a remote sandbox "
+            "serve the gateway on an address it can reach (`tackroom gateway --host 0.0.0.0`, or a tunnel)"
+        )

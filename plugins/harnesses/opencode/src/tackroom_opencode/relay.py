@@ -1,0 +1,155 @@
+"""A per-run relay between OpenCode and the policy: forwards every call unchanged, and counts them.
+
+OpenCode has no hard turn limit (its ``steps`` only asks the model for a
+text-only answer; a model that keeps calling tools keeps it going), and it
+retries a failing endpoint for about a minute. The relay gives the harness both
+facts as they happen: it refuses the call after the last allowed turn (HTTP 400,
+so OpenCode does not retry it) before it reaches the policy, counts failed calls
+(5xx, unreachable), and knows whether a call is in flight (a slow model is not a
+hang). Bodies and streams pass through byte for byte, so the gateway session
+behind it records the same tokens as without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tackroom import InfraError
+
+_HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+TURN_LIMIT_CODE = "tackroom_turn_limit"
+
+
+class ModelRelay:
+    """Serves ``http://HOST:PORT/v1/...`` and forwards to ``upstream`` (an OpenAI base URL ending in ``/v1``)."""
+
+    def __init__(self, upstream: str, *, max_calls: int | None, host: str = "127.0.0.1",
+                 read_timeout_s: float = 900.0) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.max_calls = max_calls
+        self.host = host
+        self.calls = 0
+        """Model calls forwarded (chat completions)."""
+        self.failures = 0
+        """Calls the policy answered with a 5xx, or could not be reached for."""
+        self.refused = 0
+        """Calls refused because the turn limit was reached."""
+        self._open: set[httpx.Response] = set()
+        self.last_activity = time.monotonic()
+        self.last_failure: str | None = None
+        self._pending = 0
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=read_timeout_s))
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Task | None = None
+        self.port: int | None = None
+        self.app = Starlette(routes=[Route("/v1/{path:path}", self._forward, methods=["GET", "POST"])])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def in_flight(self) -> int:
+        """Calls forwarded and not yet answered in full."""
+        return self._pending + len(self._open)
+
+    @property
+    def limit_reached(self) -> bool:
+        return self.refused > 0
+
+    async def start(self) -> ModelRelay:
+        config = uvicorn.Config(self.app, host=self.host, port=0, log_level="warning", lifespan="off",
+                                access_log=False, timeout_graceful_shutdown=1)
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve(), name="opencode-model-relay")
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if self._task.done():
+                raise InfraError(f"the model relay for OpenCode did not start: {self._task.exception()}")
+            if time.monotonic() > deadline:
+                raise InfraError("the model relay for OpenCode did not start within 30s")
+            await asyncio.sleep(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            self._server.force_exit = True
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), 5)
+            except (TimeoutError, asyncio.CancelledError):
+                self._task.cancel()
+            self._task = None
+        for reply in list(self._open):
+            await self._close(reply)
+        await self._client.aclose()
+
+    async def __aenter__(self) -> ModelRelay:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- forwarding --------------------------------------------------------------------
+    async def _forward(self, request: Request) -> Response:
+        path = request.path_params["path"]
+        is_call = request.method == "POST" and path.rstrip("/").endswith("chat/completions")
+        self.last_activity = time.monotonic()
+        if is_call and self.max_calls is not None and self.calls >= self.max_calls:
+            self.refused += 1
+            return JSONResponse({"error": {
+                "message": f"tackroom: the episode's turn limit ({self.max_calls} model calls) is reached",
+                "type": "invalid_request_error", "param": None, "code": TURN_LIMIT_CODE}}, status_code=400)
+        if is_call:
+            self.calls += 1
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+        upstream = httpx.URL(f"{self.upstream}/{path}", query=request.url.query.encode())
+        self._pending += 1
+        try:
+            reply = await self._client.send(
+                self._client.build_request(request.method, upstream, headers=headers, content=await request.body()),
+                stream=True,
+            )
+        except httpx.HTTPError as exc:
+            self._failed(f"{type(exc).__name__}: {exc}")
+            return JSONResponse({"error": {"message": f"policy unreachable: {exc}", "type": "server_error"}},
+                                status_code=502)
+        finally:
+            self._pending -= 1
+        self._open.add(reply)
+        if reply.status_code >= 500:
+            self._failed(f"HTTP {reply.status_code}")
+        out_headers = {k: v for k, v in reply.headers.items() if k.lower() not in _HOP_HEADERS}
+        return StreamingResponse(self._relay(reply), status_code=reply.status_code, headers=out_headers,
+                                 background=BackgroundTask(self._close, reply))
+
+    async def _relay(self, reply: httpx.Response):  # noqa: ANN202  an async iterator of bytes
+        try:
+            async for chunk in reply.aiter_raw():
+                self.last_activity = time.monotonic()
+                yield chunk
+        except httpx.HTTPError as exc:
+            self._failed(f"stream broke: {exc}")
+        finally:
+            await self._close(reply)
+
+    async def _close(self, reply: httpx.Response) -> None:
+        if reply in self._open:
+            self._open.discard(reply)
+            self.last_activity = time.monotonic()
+            await reply.aclose()
+
+    def _failed(self, why: str) -> None:
+        self.failures += 1
+        self.last_failure = why

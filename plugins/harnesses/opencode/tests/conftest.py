@@ -1,0 +1,57 @@
+"""Fixtures for the opencode harness tests: the real OpenCode install, the real SmolLM2 tokenizer, tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # scripted_engine.py (tests use --import-mode=importlib)
+
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "tasks"
+
+
+@pytest.fixture(scope="session")
+def opencode_install():
+    """The pinned OpenCode from npm, in the host cache (installed on first use)."""
+    from tackroom_opencode.install import ensure_installed
+
+    return asyncio.run(ensure_installed())
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    from tackroom.model import load_tokenizer
+
+    return load_tokenizer("smollm2")
+
+
+@pytest.fixture(scope="session")
+def docker_ready() -> None:
+    """Skip (locally) or fail (under CI) when no Docker engine answers; bootstrap the offline base image."""
+    try:
+        out = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=20)
+        problem = None if out.returncode == 0 else f"the Docker engine is unreachable: {out.stderr.strip()[:200]}"
+    except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
+        problem = f"no Docker engine ({exc})"
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and {problem}")
+        pytest.skip(problem)
+    from tackroom_docker.base_images import bootstrap
+
+    asyncio.run(bootstrap("debian:bookworm-slim"))
+
+
+def write_task(root: Path, name: str, *, instruction: str, test_sh: str, timeout_sec: float = 120) -> Path:
+    """A Harbor-style task directory."""
+    d = root / name
+    (d / "tests").mkdir(parents=True)
+    (d / "instruction.md").write_text(instruction)
+    (d / "task.toml").write_text(f"[agent]\ntimeout_sec = {timeout_sec}\n[verifier]\ntimeout_sec = 30\n")
+    (d / "tests" / "test.sh").write_text(test_sh)
+    return d

@@ -1,0 +1,122 @@
+"""How OpenCode's failures reach the trial: timeouts, hangs, crashes, context exhaustion, an unreachable policy.
+
+Each test runs the real OpenCode in a real local sandbox against the real gateway
+in front of a scripted engine (delays and context limits chosen per test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import pytest
+from conftest import write_task
+from scripted_engine import Later, ScriptedEngineForTests, scripted_gateway, tool_call
+
+from tackroom import SandboxSpec, load_task
+from tackroom.builtins.local_sandbox import LocalSandboxProvider
+from tackroom_opencode.errors import (
+    OpenCodeCrashError,
+    OpenCodeModelError,
+    OpenCodeTimeoutError,
+    PolicyUnreachableError,
+)
+from tackroom_opencode.harness import OpenCodeHarness
+
+
+@contextlib.asynccontextmanager
+async def prepared(tmp_path, engine, *, timeout_sec=60, allow_internet=True, **options):
+    """A started local sandbox with OpenCode set up for a small task, and the gateway's policy for it."""
+    task = load_task(write_task(tmp_path, "t", instruction="Say hi.", test_sh="exit 0\n", timeout_sec=timeout_sec))
+    async with scripted_gateway(engine) as gateway:
+        sandbox = LocalSandboxProvider().create(SandboxSpec(name="opencode-failure", allow_internet=allow_internet))
+        await sandbox.start()
+        try:
+            harness = OpenCodeHarness(options)
+            await harness.setup(sandbox, task)
+            yield harness, sandbox, gateway.policy("s", sampling={"max_tokens": 64})
+        finally:
+            await sandbox.stop()
+
+
+async def opencode_processes(sandbox) -> str:
+    result = await sandbox.exec("grep -l TACKROOM_OPENCODE_RUN /proc/[0-9]*/environ 2>/dev/null | grep -v self", timeout=30)
+    return result.stdout.strip()
+
+
+async def test_the_agent_timeout_stops_opencode_and_reports_a_model_timeout(tmp_path, smollm2_tokenizer, opencode_install):
+    engine = ScriptedEngineForTests(smollm2_tokenizer, default="too late", delay_s=600)
+    async with prepared(tmp_path, engine, timeout_sec=20) as (harness, sandbox, policy):
+        t0 = time.monotonic()
+        with pytest.raises(OpenCodeTimeoutError, match=r"agent timeout \(20s\)") as info:
+            await harness.run("Say hi.", sandbox, policy)
+        # Stopped before the runtime's own timeout would cancel it, so the trajectory survives.
+        assert 20 - 5 <= time.monotonic() - t0 < 20 + 15
+        assert info.value.trajectory.stop_reason == "agent_timeout"
+        assert await opencode_processes(sandbox) == ""
+    assert info.value.error_class == "model" and len(engine.prompts) <= 1
+
+
+async def test_cancelling_the_run_kills_opencode_and_what_it_started(tmp_path, smollm2_tokenizer, opencode_install):
+    # The runtime enforces the agent timeout by cancelling harness.run; nothing may survive it.
+    second_call = asyncio.Event()
+    engine = ScriptedEngineForTests(smollm2_tokenizer, replies=[
+        tool_call("bash", command="sleep 300 > /dev/null 2>&1 &", description="leave a process behind"),
+        lambda prompt: second_call.set() or setattr(engine, "delay_s", 600) or "too late",
+    ])
+    async with prepared(tmp_path, engine, timeout_sec=600) as (harness, sandbox, policy):
+        run = asyncio.create_task(harness.run("Say hi.", sandbox, policy))
+        await asyncio.wait_for(second_call.wait(), 300)
+        assert "sleep 300" in (await sandbox.exec("ps -eo args", timeout=30)).stdout
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        assert await opencode_processes(sandbox) == ""
+        assert "sleep 300" not in (await sandbox.exec("ps -eo args", timeout=30)).stdout
+
+
+async def test_no_progress_and_no_model_call_is_a_hang_an_infra_error_with_the_log(tmp_path, smollm2_tokenizer, opencode_install):
+    # OpenCode sits on a command that never returns: nothing is written and no model call is in flight.
+    engine = ScriptedEngineForTests(smollm2_tokenizer, replies=[tool_call("bash", command="sleep 300", description="wait")],
+                                    default="Done.")
+    async with prepared(tmp_path, engine, hang_timeout_sec=10) as (harness, sandbox, policy):
+        with pytest.raises(OpenCodeCrashError, match="no progress for 10s") as info:
+            await harness.run("Say hi.", sandbox, policy)
+        assert await opencode_processes(sandbox) == ""
+    assert info.value.error_class == "infra" and len(engine.prompts) == 1
+    log = str(info.value).split("--- opencode log (tail) ---")[1]
+    assert "level=INFO" in log and "message=" in log
+
+
+async def test_a_slow_model_is_not_a_hang(tmp_path, smollm2_tokenizer, opencode_install):
+    engine = ScriptedEngineForTests(smollm2_tokenizer, replies=[Later("Hi.", 8)])
+    async with prepared(tmp_path, engine, hang_timeout_sec=3) as (harness, sandbox, policy):
+        trajectory = await harness.run("Say hi.", sandbox, policy)
+    assert trajectory.final_answer == "Hi." and trajectory.stop_reason == "completed"
+
+
+async def test_a_crash_is_an_infra_error_with_opencodes_stderr(tmp_path, smollm2_tokenizer, opencode_install):
+    engine = ScriptedEngineForTests(smollm2_tokenizer, default="hi")
+    async with prepared(tmp_path, engine, env={"OPENCODE_CONFIG": "/opt/opencode/broken.json"}) as (harness, sandbox, policy):
+        await sandbox.write_file("/opt/opencode/broken.json", '{"provider": {broken')
+        with pytest.raises(OpenCodeCrashError, match="exited with status 1") as info:
+            await harness.run("Say hi.", sandbox, policy)
+    assert "CloseBraceExpected" in str(info.value) and info.value.trajectory.stop_reason == "opencode_crashed"
+    assert engine.prompts == []
+
+
+async def test_context_exhaustion_is_the_models_failure(tmp_path, smollm2_tokenizer, opencode_install):
+    engine = ScriptedEngineForTests(smollm2_tokenizer, default="hi", max_model_len=2048)
+    async with prepared(tmp_path, engine, profile="full") as (harness, sandbox, policy):
+        with pytest.raises(OpenCodeModelError, match="outgrew the model's context") as info:
+            await harness.run("Say hi.", sandbox, policy)
+    assert info.value.error_class == "model" and info.value.trajectory.stop_reason == "context_exhausted"
+
+
+async def test_a_sandbox_without_the_network_says_how_to_reach_the_policy(tmp_path, smollm2_tokenizer, opencode_install):
+    engine = ScriptedEngineForTests(smollm2_tokenizer, default="hi")
+    async with prepared(tmp_path, engine, allow_internet=False) as (harness, sandbox, policy):
+        with pytest.raises(PolicyUnreachableError, match="agent_in_sandbox") as info:
+            await harness.run("Say hi.", sandbox, policy)
+    assert info.value.error_class == "infra" and engine.prompts == []

@@ -421,6 +421,6 @@ async def check_reachable(sandbox: Sandbox, base_url: str, policy_url: str, time
             f"where the harness relays its calls to the policy {policy_url} "
             f"({(result.stderr or 'connection refused or timed out').strip()[-300:]}). The trial runtime gives "
             "harnesses with the `agent_in_sandbox` capability a sandbox with the host network (local, docker); "
-            "when you start the sandbox yourself set SandboxSpec(allow_internet=True), and for a remote sandbox "
-            "serve the gateway on an address it can reach (`tackroom gateway --host 0.0.0.0`, or a tunnel)"
+            "when you start the sandbox yourself set SandboxSpec(allow_internet=True). Remote sandboxes (Modal, "
+            "Daytona) cannot reach the host's loopback and are not supported by this harness yet"
         )

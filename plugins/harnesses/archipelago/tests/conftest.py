@@ -15,7 +15,7 @@ WORLD = REPO / "examples" / "worlds" / "acme"
 TASKS = WORLD / "tasks"
 # The world's servers, importable on the host for the per-server tests.
 sys.path.insert(0, str(WORLD / "servers"))
-sys.path.insert(0, str(Path(__file__).parent))  # scripted_engine
+sys.path.insert(0, str(Path(__file__).parent))  # archipelago_scripted_engine
 
 
 @pytest.fixture

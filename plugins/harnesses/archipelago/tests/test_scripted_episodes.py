@@ -6,7 +6,7 @@ from tackroom import Policy
 from tackroom.builtins.test_script_verifier import TestScriptVerifier
 
 import pytest
-from scripted_engine import FILL, ScriptedEngine, call
+from archipelago_scripted_engine import FILL, ScriptedEngine, call
 from tackroom_archipelago import ArchipelagoHarness
 from tackroom_archipelago.errors import ContextExhaustedError
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # scripted_engine.py (tests use --import-mode=importlib)
+sys.path.insert(0, str(Path(__file__).parent))  # opencode_scripted_engine.py (tests use --import-mode=importlib)
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "tasks"
 

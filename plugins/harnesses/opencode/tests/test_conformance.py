@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 import pytest
-from scripted_engine import ScriptedGatewayForTests, tool_call
+from opencode_scripted_engine import ScriptedGatewayForTests, tool_call
 
 from tackroom.testing import KIT_SOLUTION, HarnessScript, harness_self_check
 from tackroom_opencode.harness import OpenCodeHarness

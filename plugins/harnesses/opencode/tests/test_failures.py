@@ -12,7 +12,7 @@ import time
 
 import pytest
 from conftest import write_task
-from scripted_engine import Later, ScriptedEngineForTests, scripted_gateway, tool_call
+from opencode_scripted_engine import Later, ScriptedEngineForTests, scripted_gateway, tool_call
 
 from tackroom import SandboxSpec, load_task
 from tackroom.builtins.local_sandbox import LocalSandboxProvider

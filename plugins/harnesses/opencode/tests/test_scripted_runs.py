@@ -6,7 +6,7 @@ import json
 
 import pytest
 from conftest import EXAMPLES
-from scripted_engine import ScriptedEngineForTests, serve, tool_call
+from opencode_scripted_engine import ScriptedEngineForTests, serve, tool_call
 
 from tackroom.cli.run_cmd import run_config
 from tackroom.config import RunConfig

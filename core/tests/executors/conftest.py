@@ -12,9 +12,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # misbehaving_harnesses, importable by name here and in the workers
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster():
-    """A private local Ray cluster (2 CPUs, a ``test_slot`` resource of 2), shut down after the session.
+    """A private local Ray cluster (2 CPUs, a ``test_slot`` resource of 2), shut down after the module.
+
+    Not session-wide: a Ray left initialised in the test process changes how other packages behave
+    (SkyRL's policy-loss registry then pickles its functions to sync them to Ray).
 
     Workers get this folder on their PYTHONPATH, so the harnesses in
     ``misbehaving_harnesses`` ship by reference like any installed plugin.

@@ -34,6 +34,8 @@ def test_unknown_top_level_field_names_the_path_and_lists_valid_fields(tmp_path)
     message = str(err.value)
     assert "taskz: unknown field" in message and "runtime.attemps: unknown field" in message
     assert "valid fields: " in message and "tasks" in message
+    # a field unknown inside a section lists that section's fields
+    assert "valid fields of runtime: " in message and "attempts" in message.split("valid fields of runtime: ")[1]
 
 
 def test_wrong_type_names_the_path(tmp_path):

@@ -45,10 +45,30 @@ def validate(model: type[M], data: Any, *, prefix: str = "", source: str = "") -
         return model.model_validate(data)
     except ValidationError as exc:
         message = format_validation_error(exc, prefix, source)
-        if any(e["type"] == "extra_forbidden" for e in exc.errors()):
-            fields = ", ".join(sorted(model.model_fields)) or "(none)"
-            message += f"\nvalid fields{' of ' + prefix if prefix else ''}: {fields}"
+        for loc in dict.fromkeys(tuple(e["loc"][:-1]) for e in exc.errors() if e["type"] == "extra_forbidden"):
+            owner = _model_at(model, loc)
+            if owner is not None:
+                where = ".".join(p for p in (prefix, *map(str, loc)) if p)
+                fields = ", ".join(sorted(owner.model_fields)) or "(none)"
+                message += f"\nvalid fields{' of ' + where if where else ''}: {fields}"
         raise ConfigError(message) from exc
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model a validation error's location (minus its last part) points into, when it is one."""
+    import typing
+
+    current: Any = model
+    for part in loc:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
+            return None
+        annotation = current.model_fields[part].annotation
+        candidates = [a for a in (annotation, *typing.get_args(annotation))
+                      if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not candidates:
+            return None
+        current = candidates[0]
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

@@ -32,23 +32,36 @@ def add_train_command(app: Any) -> None:
             config = load_train_config(config_file)
             if backend:
                 config.backend = backend  # type: ignore[assignment]
-            if config.backend == "tinker":
-                raise TackroomError(
-                    "backend 'tinker' (SkyRL's Tinker API on JAX, the CPU overfit path) is not built yet; "
-                    "use backend = \"skyrl\" on a GPU node, or --dry-run to check this config")
             run_dir = Path(config.rollout.out) / (run_id or datetime.now().strftime("%Y%m%d-%H%M%S"))
             train_plan = plan(config, run_dir)
             if as_json:
                 typer.echo(train_plan.model_dump_json(indent=2))
             else:
                 console.print(f"[bold]tackroom train[/] {config_file}: {train_plan.tasks} tasks → {train_plan.dataset}")
-                for line in train_plan.ceilings.lines():
-                    console.print("  " + line)
-                if dry_run:
+                if config.backend == "tinker":
+                    console.print(f"  backend tinker: {config.tinker.url or 'starts SkyRL Tinker API server (JAX)'}, "
+                                  f"LoRA rank {config.tinker.lora_rank}, loss_fn {config.tinker.loss_fn}")
+                else:
+                    for line in train_plan.ceilings.lines():
+                        console.print("  " + line)
+                if dry_run and config.backend == "tinker":
+                    from tackroom_skyrl.tinker.loop import describe_loss
+
+                    console.print("  loss: " + describe_loss(config), markup=False)
+                elif dry_run:
                     console.print("SkyRL overrides:")
                     for key, value in train_plan.overrides.items():
                         console.print(f"  {key} = {json.dumps(value)}")
             if dry_run:
+                return
+            if config.backend == "tinker":
+                import asyncio
+
+                from tackroom_skyrl.tinker.loop import run_tinker
+
+                summary = asyncio.run(run_tinker(config, run_dir, log=lambda s: console.print(s, markup=False, highlight=False)))
+                console.print(f"reward {summary.first_reward:.3f} → {summary.last_reward:.3f} (best {summary.best_reward:.3f}); "
+                              f"curve: {summary.curve_csv}, {summary.curve_png}")
                 return
             check_machine(config)
             launch(config, train_plan)

@@ -34,6 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tackroom import AGGREGATIONS, ConfigError, PluginSelection
 from tackroom.config import PolicyConfig, read_toml, validate
 
+from tackroom_skyrl.tinker.server import TinkerSettings
+
 
 class LossSelection(BaseModel):
     """``[loss]``: a tackroom loss by name, its aggregation and its options (``[loss.options]``)."""
@@ -150,6 +152,9 @@ class TrainConfig(BaseModel):
     gpus: GpuSplit = Field(default_factory=GpuSplit)
     rollout: RolloutRules = Field(default_factory=RolloutRules)
     backend: Literal["skyrl", "tinker"] = "skyrl"
+    """``skyrl``: SkyRL's fully-async trainer on GPU nodes; ``tinker``: SkyRL's Tinker API server (JAX, runs on CPU)."""
+    tinker: TinkerSettings = Field(default_factory=TinkerSettings)
+    """``[tinker]``: the Tinker backend's server, LoRA and loss path."""
     skyrl: dict[str, Any] = Field(default_factory=dict)
     """Raw SkyRL overrides by dotted path (``"trainer.algorithm.eps_clip_high" = 0.28``), applied last."""
 

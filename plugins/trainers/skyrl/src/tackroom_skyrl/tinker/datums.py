@@ -1,0 +1,216 @@
+"""From a ``GeneratorOutput`` to Tinker training data: GRPO advantages, ``Datum`` s, the loss, the mismatch check.
+
+A row's sequence is ``prompt_ids + response_ids``; Tinker trains on
+``model_input = seq[:-1]`` against ``target_tokens = seq[1:]``, so response
+token ``j`` sits at target position ``len(prompt) - 1 + j``. Only tokens with
+loss mask 1 carry an advantage.
+
+Losses on this backend (``[tinker] loss_fn``):
+
+* ``auto`` (default): the ``[loss]`` runs as the Tinker built-in whose gradient
+  it equals here. Every step samples from the weights it then trains (one
+  optimiser step per batch, a fresh sampler after it), so the ratio to the
+  behaviour policy is 1 up to numerics: ``dppo``'s trust-region mask and
+  ``glm5``'s truncation never act, and both are the importance-sampling
+  policy gradient (``importance_sampling``); ``ppo_clip`` runs as Tinker's
+  ``ppo`` with its clip range. The ``[loss] aggregation`` is exact: see
+  :func:`datums`.
+* a Tinker built-in by name (``importance_sampling``, ``ppo``, ``cispo``).
+* ``tackroom``: the loss itself, in torch, through Tinker's custom-loss path
+  (:class:`TackroomLoss`: the server returns logprobs, the loss and its
+  gradient w.r.t. them are computed here, the gradient goes back as the
+  weights of a linear cross-entropy). For servers whose cross-entropy is the
+  plain weighted sum, as the Tinker SDK assumes. SkyRL 0.4's JAX backend
+  divides each sequence's cross-entropy by the sum of its weights, which
+  turns negative weights (negative advantages) into a sign flip or a 1e9
+  blow-up, so :mod:`.loop` refuses ``tackroom`` on a server it started.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from statistics import mean, pstdev
+from typing import Any
+
+BUILTIN_LOSSES = ("importance_sampling", "ppo", "cispo")
+LOSS_FNS = ("auto", "tackroom", *BUILTIN_LOSSES)
+
+
+def server_loss(loss_name: str, options: Any) -> tuple[str, dict[str, float] | None]:
+    """The Tinker built-in (and its ``loss_fn_config``) a tackroom loss equals on-policy (``loss_fn = "auto"``)."""
+    if loss_name == "ppo_clip":
+        return "ppo", {"clip_low_threshold": 1.0 - float(options.eps_clip_low),
+                       "clip_high_threshold": 1.0 + float(options.eps_clip_high)}
+    if loss_name in ("dppo", "glm5"):
+        return "importance_sampling", None
+    raise ValueError(f"loss {loss_name!r} has no Tinker built-in counterpart; set [tinker] loss_fn to one of "
+                     f"{', '.join(BUILTIN_LOSSES)} or 'tackroom'")
+
+
+def grpo_advantages(rewards: list[float], groups: list[str], masked: list[bool], *, normalize: bool = True,
+                    eps: float = 1e-6) -> list[float]:
+    """Per-row advantage: reward minus its group's mean (over trained rows), over the group's std when ``normalize``."""
+    members: dict[str, list[int]] = defaultdict(list)
+    for i, g in enumerate(groups):
+        if not masked[i]:
+            members[g].append(i)
+    adv = [0.0] * len(rewards)
+    for rows in members.values():
+        values = [rewards[i] for i in rows]
+        mu, sd = mean(values), pstdev(values)
+        for i in rows:
+            adv[i] = (rewards[i] - mu) / (sd + eps) if normalize else rewards[i] - mu
+    return adv
+
+
+def aggregation_factors(masks: list[list[int]], groups: list[str], aggregation: str) -> list[float]:
+    """The per-sequence factor ``c_b`` of ``token_mean`` / ``sequence_mean`` / ``prompt_mean`` (see tackroom-losses)."""
+    n = [sum(m) for m in masks]
+    if aggregation == "token_mean":
+        total = max(sum(n), 1)
+        return [1.0 / total] * len(masks)
+    if aggregation == "sequence_mean":
+        return [1.0 / (len(masks) * max(k, 1)) for k in n]
+    if aggregation == "prompt_mean":
+        per_group: dict[str, int] = defaultdict(int)
+        for k, g in zip(n, groups):
+            per_group[g] += k
+        return [1.0 / (len(per_group) * max(per_group[g], 1)) for g in groups]
+    raise ValueError(f"unknown aggregation {aggregation!r}")
+
+
+@dataclass
+class Row:
+    """One trained sequence, aligned to target positions of the response part."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    mask: list[int]
+    rollout_logprobs: list[float]
+    advantage: float
+    group: str
+
+    @property
+    def start(self) -> int:
+        """Target position of the first response token."""
+        return len(self.prompt_ids) - 1
+
+
+@dataclass
+class Batch:
+    rows: list[Row]
+    aggregation: str
+    group_index: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for r in self.rows:
+            self.group_index.setdefault(r.group, len(self.group_index))
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(sum(r.mask) for r in self.rows)
+
+    @property
+    def trained_rows(self) -> int:
+        return sum(1 for r in self.rows if any(r.mask))
+
+
+def batch_from_output(output: dict[str, Any], advantages: list[float], groups: list[str], aggregation: str) -> Batch:
+    """Every row, masked ones included with an all-zero mask: they move nothing, count in the aggregation's
+    sequence/group totals as in SkyRL, and keep the batch shape fixed (the JAX backend compiles once per shape)."""
+    rows = []
+    logprobs = output.get("rollout_logprobs")
+    for i, (p, r, m) in enumerate(zip(output["prompt_token_ids"], output["response_ids"], output["loss_masks"])):
+        if logprobs is None and any(m):
+            raise ValueError("the rollout returned no logprobs for a trained row; the Tinker backend needs them")
+        lp = [float(x) for x in logprobs[i]] if logprobs is not None else [0.0] * len(r)
+        rows.append(Row(list(p), list(r), [int(x) for x in m], lp, advantages[i], groups[i]))
+    return Batch(rows, aggregation)
+
+
+def datums(batch: Batch, *, with_advantages: bool) -> list[Any]:
+    """Tinker ``Datum`` s; with ``with_advantages`` also ``logprobs``, ``advantages`` and ``weights`` for a built-in loss.
+
+    The built-in losses of SkyRL's JAX backend reduce as ``(1/B) Σ_b (Σ_t w_bt ℓ_bt) / Σ_t w_bt``
+    (``w`` = ``weights``, ``B`` = the batch's sequences). With ``w`` = the loss mask and the advantage
+    of sequence ``b`` sent as ``A_b · c_b · n_b · B`` (``c_b`` the aggregation's factor, ``n_b`` its
+    trained tokens), that reduction is exactly ``Σ_b c_b Σ_t m_bt ℓ_bt``: the ``[loss] aggregation``.
+    """
+    from tinker import types
+
+    factors = aggregation_factors([r.mask for r in batch.rows], [r.group for r in batch.rows], batch.aggregation)
+    size = len(batch.rows)
+    out = []
+    for row, c in zip(batch.rows, factors):
+        seq = row.prompt_ids + row.response_ids
+        inputs: dict[str, Any] = {"target_tokens": seq[1:]}
+        if with_advantages:
+            pad = [0.0] * row.start
+            scale = row.advantage * c * sum(row.mask) * size
+            inputs["logprobs"] = pad + row.rollout_logprobs
+            inputs["advantages"] = pad + [scale * m for m in row.mask]
+            inputs["weights"] = pad + [float(m) for m in row.mask]
+        out.append(types.Datum(model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs=inputs))
+    return out
+
+
+def reduced_loss(data: list[Any], outputs: list[dict[str, Any]]) -> float:
+    """The loss a built-in ``forward_backward`` minimised, from its per-token ``elementwise_loss`` (SkyRL's JAX
+    server reports no loss metric): the mean over sequences of ``Σ_t ℓ_bt / Σ_t w_bt``."""
+    total = 0.0
+    for datum, out in zip(data, outputs):
+        weights = sum(float(w) for w in datum.loss_fn_inputs["weights"].data)
+        total += sum(float(x) for x in out["elementwise_loss"].data) / max(weights, 1e-9)
+    return total / max(len(data), 1)
+
+
+def mismatch(batch: Batch, trainer_logprobs: list[list[float]]) -> dict[str, float]:
+    """Mean and max |trainer − rollout| logprob over the trained tokens (the guide's Step 2 check)."""
+    diffs = []
+    for row, lp in zip(batch.rows, trainer_logprobs):
+        for j, (m, rollout) in enumerate(zip(row.mask, row.rollout_logprobs)):
+            if m:
+                diffs.append(abs(float(lp[row.start + j]) - rollout))
+    return {"mismatch_mean": mean(diffs) if diffs else 0.0, "mismatch_max": max(diffs) if diffs else 0.0}
+
+
+class TackroomLoss:
+    """A tackroom loss as a Tinker custom loss: ``(data, logprobs_list) -> (loss, metrics)``.
+
+    Calls the loss function with SkyRL's signature on ``[rows, response tokens]``
+    tensors (the rollout logprobs as both old and behaviour policy: on this
+    backend every step samples from the weights it trains), with the
+    aggregation done by the loss itself. Remembers the trainer's logprobs for
+    :func:`mismatch`.
+    """
+
+    def __init__(self, spec: Any, options: Any, batch: Batch) -> None:
+        self.fn = spec.load()
+        self.options = options
+        self.batch = batch
+        self.trainer_logprobs: list[list[float]] = []
+        self.last_loss: float | None = None
+
+    def __call__(self, data: list[Any], logprobs_list: list[Any]) -> tuple[Any, dict[str, float]]:
+        import torch
+        from torch.nn.utils.rnn import pad_sequence
+
+        rows = self.batch.rows
+        self.trainer_logprobs = [lp.detach().float().tolist() for lp in logprobs_list]
+        log_probs = pad_sequence([lp[r.start:r.start + len(r.mask)].float() for lp, r in zip(logprobs_list, rows)],
+                                 batch_first=True)
+        width = log_probs.shape[1]
+
+        def padded(values: list[list[float]], dtype: Any = torch.float32) -> Any:
+            return torch.tensor([v + [0] * (width - len(v)) for v in values], dtype=dtype)
+
+        rollout = padded([r.rollout_logprobs for r in rows])
+        mask = padded([r.mask for r in rows], torch.bool)
+        advantages = padded([[r.advantage] * len(r.mask) for r in rows])
+        group_ids = torch.tensor([self.batch.group_index[r.group] for r in rows])
+        loss, metrics = self.fn(log_probs, rollout, advantages, self.options, mask, rollout,
+                                aggregation=self.batch.aggregation, group_ids=group_ids,
+                                num_groups=len(self.batch.group_index))
+        self.last_loss = float(loss.detach())
+        return loss, {k: float(v) for k, v in metrics.items()}

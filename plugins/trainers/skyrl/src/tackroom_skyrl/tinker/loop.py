@@ -1,0 +1,246 @@
+"""The RL loop of ``tackroom train --backend tinker``.
+
+Why a loop of our own (thin, on purpose): tinker-cookbook's RL loop drives
+its own token-level ``Env`` objects, and SkyRL's trainer needs GPUs and vLLM;
+ours must drive *harnesses* — agent loops that speak HTTP to an
+OpenAI-compatible engine inside sandboxes — through the trial runtime, exactly
+as the GPU backend does. So each step is:
+
+1. rollouts: ``TackroomGenerator.generate`` (the same generator SkyRL's trainer
+   calls: trial runtime, harness, sandbox, verifier, masking rules) against
+   :class:`~.sampling_endpoint.SamplingEndpoint`, which samples from the
+   current weights through the Tinker sampling client (exact token ids and
+   logprobs, no re-tokenisation);
+2. GRPO advantages per task group; masked rows train nothing;
+3. ``forward_backward`` with the loss (:mod:`.datums`), then ``optim_step``
+   (Adam on the LoRA weights);
+4. ``save_weights_and_get_sampling_client``: the next step samples from the
+   new weights (on-policy: no staleness on this backend).
+
+Each step records mean reward (and per task), trained/masked trials, the
+trainer-vs-rollout logprob mismatch (warned above ``[tinker] mismatch_warn``),
+the loss and timings into ``steps.jsonl``; at the end (and after every step)
+``reward_curve.csv`` and ``reward_curve.png``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import random
+import time
+from collections import defaultdict
+from pathlib import Path
+from statistics import mean
+from types import SimpleNamespace
+from typing import Any, Callable
+
+from pydantic import BaseModel
+
+from tackroom import ConfigError, get_plugin_manager
+
+from tackroom_skyrl.config import TrainConfig
+from tackroom_skyrl.dataset import prompt_rows
+from tackroom_skyrl.tinker import curve
+from tackroom_skyrl.tinker.datums import TackroomLoss, reduced_loss, server_loss, batch_from_output, datums, grpo_advantages, mismatch
+from tackroom_skyrl.tinker.sampling_endpoint import SamplingEndpoint
+from tackroom_skyrl.tinker.server import TinkerServer
+
+
+class TinkerRunSummary(BaseModel):
+    run_dir: str
+    steps: int
+    first_reward: float
+    last_reward: float
+    best_reward: float
+    mismatch_mean: float | None
+    mismatch_warnings: int
+    curve_csv: str
+    curve_png: str
+
+
+def resolve_base_model(name: str) -> str:
+    """A local HF folder; ``smollm2`` (or SmolLM2's hub id) is the folder ``tackroom model up`` converts."""
+    from tackroom.model.engine import MODEL_NAME, model_dir
+
+    if name in ("smollm2", MODEL_NAME, f"HuggingFaceTB/{MODEL_NAME}"):
+        folder = model_dir()
+        if not (folder / "config.json").is_file():
+            raise ConfigError(f"model {name!r}: {folder} is not there yet; `tackroom model up` converts it once "
+                              "(or give [tinker] base_model = a local HF folder)")
+        return str(folder)
+    if Path(name).expanduser().is_dir():
+        return str(Path(name).expanduser().resolve())
+    raise ConfigError(f"model {name!r}: the Tinker JAX backend loads a local HF folder (this machine reaches no hub); "
+                      "set [tinker] base_model to one, or use smollm2")
+
+
+def _loss(config: TrainConfig, manager: Any) -> tuple[Any, Any, str, str, dict[str, float] | None]:
+    """(spec, options, aggregation, server loss_fn, its loss_fn_config) of the ``[loss]`` and ``[tinker] loss_fn``."""
+    manager = manager or get_plugin_manager()
+    spec = manager.get("loss", config.loss.name)
+    options = spec.Options(**config.loss.options) if config.loss.options else spec.Options()
+    loss_fn, loss_fn_config = config.tinker.loss_fn, None
+    if loss_fn == "auto":
+        try:
+            loss_fn, loss_fn_config = server_loss(spec.name, options)
+        except ValueError as exc:
+            raise ConfigError(f"loss.name: {exc}") from None
+    return spec, options, config.loss.aggregation or spec.aggregation, loss_fn, loss_fn_config
+
+
+def describe_loss(config: TrainConfig, manager: Any = None) -> str:
+    """What the step minimises, in words: the ``[loss]``, its aggregation and how it reaches the server."""
+    spec, _, aggregation, loss_fn, loss_fn_config = _loss(config, manager)
+    how = "in torch, Tinker's custom-loss path" if loss_fn == "tackroom" else f"as Tinker's {loss_fn}"
+    extra = f" {loss_fn_config}" if loss_fn_config else ""
+    return f"{spec.name}, {aggregation} ({how}{extra})"
+
+
+def _batches(rows: list[dict[str, Any]], size: int, seed: int):
+    """Mini-batches of tasks, a fresh shuffle every epoch."""
+    rng = random.Random(seed)
+    while True:
+        order = list(rows)
+        rng.shuffle(order)
+        for i in range(0, len(order), size):
+            yield order[i:i + size]
+
+
+def total_steps(config: TrainConfig, n_tasks: int) -> int:
+    return config.train.max_training_steps or config.train.epochs * math.ceil(n_tasks / config.train.mini_batch_size)
+
+
+async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any = None,
+                     log: Callable[[str], None] = print) -> TinkerRunSummary:
+    """Train (blocks until done); starts and stops a Tinker server unless ``[tinker] url`` is set."""
+    from tackroom.model.tokenizers import load_tokenizer
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    settings = config.tinker
+    if settings.loss_fn == "tackroom" and settings.url is None:
+        raise ConfigError("tinker.loss_fn = 'tackroom' (Tinker's custom-loss path) is wrong on SkyRL 0.4's JAX backend, "
+                          "which divides each sequence's cross-entropy by the sum of its weights (negative advantages "
+                          "flip sign); use 'auto' (the [loss] as the built-in it equals on-policy) or a server given "
+                          "by [tinker] url whose cross-entropy is a plain weighted sum")
+    loss = _loss(config, manager)
+    base_model = resolve_base_model(settings.base_model or config.model.path)
+    rows = prompt_rows(config.tasks, config.include, config.exclude)
+    tokenizer = load_tokenizer(config.policy.tokenizer or config.model.tokenizer or base_model)
+    server = None
+    url = settings.url
+    if url is None:
+        server = TinkerServer(settings, base_model, run_dir / "tinker")
+        log(f"starting SkyRL's Tinker API server (JAX backend) on {server.url}; log: {server.log_path}")
+        try:
+            url = await asyncio.to_thread(server.start)
+        except BaseException:
+            await asyncio.to_thread(server.stop)
+            raise
+    try:
+        return await _train(config, run_dir, url, base_model, rows, tokenizer, loss, manager, log)
+    finally:
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+
+
+async def _train(config: TrainConfig, run_dir: Path, url: str, base_model: str, rows: list[dict[str, Any]],
+                 tokenizer: Any, loss: tuple[Any, Any, str], manager: Any, log: Callable[[str], None]) -> TinkerRunSummary:
+    import tinker
+    from skyrl.train.generators.base import TrajectoryID
+    from tinker import types
+
+    from tackroom_skyrl.generator import TackroomGenerator
+
+    settings, knobs = config.tinker, config.train
+    spec, options, aggregation, loss_fn, loss_fn_config = loss
+    lr = settings.learning_rate or knobs.learning_rate
+    service = tinker.ServiceClient(base_url=url, api_key=os.environ.get("TINKER_API_KEY") or "tml-tackroom")
+    training = await service.create_lora_training_client_async(base_model=base_model, rank=settings.lora_rank)
+    sampler = await training.save_weights_and_get_sampling_client_async(name="step-0000")
+    model_name = config.model.served_name or "tackroom-tinker"
+    steps_total = total_steps(config, len(rows))
+    batches = _batches(rows, knobs.mini_batch_size, knobs.seed)
+    records: list[dict[str, Any]] = []
+    warnings = 0
+    loss_label = describe_loss(config, manager)
+    log(f"{len(rows)} tasks, {steps_total} steps × {knobs.mini_batch_size} tasks × {knobs.samples_per_prompt} samples; "
+        f"LoRA rank {settings.lora_rank}, lr {lr:g}, loss {loss_label}")
+
+    async with SamplingEndpoint(sampler, tokenizer, model_name, max_model_len=config.gpus.context_length) as endpoint:
+        generator = TackroomGenerator(config, base_url=endpoint.base_url, tokenizer=tokenizer, model=model_name,
+                                      run_root=run_dir / "rollouts", manager=manager)
+        try:
+            for step in range(1, steps_total + 1):
+                tasks = next(batches)
+                prompts, extras, ids = [], [], []
+                for row in tasks:
+                    for k in range(knobs.samples_per_prompt):
+                        prompts.append(row["prompt"])
+                        extras.append({"task_id": row["task_id"], "task_path": row["task_path"]})
+                        ids.append(TrajectoryID(instance_id=row["task_id"], repetition_id=k))
+                t0 = time.monotonic()
+                out = await generator.generate({
+                    "prompts": prompts, "env_extras": extras, "trajectory_ids": ids,
+                    "sampling_params": {"temperature": knobs.temperature, "max_generate_length": knobs.max_generate_length},
+                    "batch_metadata": SimpleNamespace(global_step=step),
+                })
+                t1 = time.monotonic()
+                groups = [tid.instance_id for tid in ids]
+                masked = [not any(m) for m in out["loss_masks"]]
+                advantages = grpo_advantages(out["rewards"], groups, masked, normalize=settings.normalize_advantages)
+                batch = batch_from_output(out, advantages, groups, aggregation)
+                record: dict[str, Any] = {
+                    "step": step, "mean_reward": mean(out["rewards"]),
+                    "trained_trials": batch.trained_rows, "masked_trials": sum(masked),
+                    "mismatch_mean": None, "mismatch_max": None, "loss": None,
+                }
+                per_task: dict[str, list[float]] = defaultdict(list)
+                for g, r in zip(groups, out["rewards"]):
+                    per_task[g].append(r)
+                record.update({f"reward/{g}": mean(v) for g, v in per_task.items()})
+                if batch.trained_rows:
+                    if loss_fn == "tackroom":
+                        custom = TackroomLoss(spec, options, batch)
+                        future = await training.forward_backward_custom_async(datums(batch, with_advantages=False), custom)
+                        result = await future.result_async()
+                        trainer_logprobs, record["loss"] = custom.trainer_logprobs, custom.last_loss
+                    else:
+                        data = datums(batch, with_advantages=True)
+                        future = await training.forward_backward_async(data, loss_fn, loss_fn_config)
+                        result = await future.result_async()
+                        trainer_logprobs = [list(o["logprobs"].data) for o in result.loss_fn_outputs]
+                        record["loss"] = reduced_loss(data, result.loss_fn_outputs)
+                    record.update(mismatch(batch, trainer_logprobs))
+                    await (await training.optim_step_async(types.AdamParams(learning_rate=lr))).result_async()
+                    endpoint.sampler = await training.save_weights_and_get_sampling_client_async(name=f"step-{step:04d}")
+                record["rollout_s"], record["train_s"] = t1 - t0, time.monotonic() - t1
+                records.append(record)
+                line = (f"step {step}/{steps_total}: mean reward {record['mean_reward']:.3f} "
+                        f"({record['trained_trials']} trained, {record['masked_trials']} masked)")
+                if record["mismatch_mean"] is not None:
+                    line += f", |trainer-rollout| logprob {record['mismatch_mean']:.4f}"
+                    if record["mismatch_mean"] > settings.mismatch_warn:
+                        warnings += 1
+                        line += f"  WARNING: above {settings.mismatch_warn} (the trainer and the sampler disagree)"
+                log(line + f"  [{record['rollout_s']:.0f}s rollout, {record['train_s']:.0f}s train]")
+                with (run_dir / "steps.jsonl").open("a") as f:
+                    f.write(json.dumps({**record, **{f"rollout/{k}": v for k, v in out["rollout_metrics"].items()}}) + "\n")
+                curve.write_csv(records, run_dir / "reward_curve.csv")
+        finally:
+            await generator.aclose()
+
+    png = curve.write_png(records, run_dir / "reward_curve.png", title=f"{run_dir.name}: {loss_label}")
+    log(curve.render_table(records))
+    rewards = [r["mean_reward"] for r in records]
+    mismatches = [r["mismatch_mean"] for r in records if r["mismatch_mean"] is not None]
+    summary = TinkerRunSummary(
+        run_dir=str(run_dir), steps=len(records), first_reward=rewards[0] if rewards else 0.0,
+        last_reward=rewards[-1] if rewards else 0.0, best_reward=max(rewards, default=0.0),
+        mismatch_mean=mean(mismatches) if mismatches else None, mismatch_warnings=warnings,
+        curve_csv=str(run_dir / "reward_curve.csv"), curve_png=str(png))
+    (run_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
+    return summary

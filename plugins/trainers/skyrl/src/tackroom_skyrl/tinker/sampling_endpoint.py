@@ -1,0 +1,175 @@
+"""vLLM's ``/v1/completions`` (token-id prompts) over a Tinker sampling client.
+
+Harnesses and the policy gateway reach engines over HTTP; this endpoint makes
+the Tinker server's sampler look like the vLLM engine they already speak to,
+so the rollout path is the same as on the GPU backend. It answers with the exact
+token ids the sampler produced and their logprobs (``return_token_ids``), and
+stops at the tokenizer's end-of-sequence ids (the Tinker sampler does not stop
+there by itself), keeping the stop token in ``token_ids`` as vLLM does.
+
+Routes: ``GET /v1/models``, ``POST /v1/completions`` (``stream`` answered as
+one chunk), ``GET /health``. The trainer swaps :attr:`sampler` after each
+optimiser step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tackroom import InfraError
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "invalid_request_error" if status < 500 else "server_error",
+                                   "code": status}}, status_code=status)
+
+
+class SamplingEndpoint:
+    """Serve ``sampler`` (a ``tinker.SamplingClient``) on loopback in this event loop."""
+
+    def __init__(self, sampler: Any, tokenizer: Any, model_name: str, *, max_model_len: int | None = None,
+                 stop_token_ids: list[int] | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.sampler = sampler
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.max_model_len = max_model_len
+        eos = stop_token_ids if stop_token_ids is not None else [getattr(tokenizer, "eos_token_id", None)]
+        self.stop_token_ids = sorted({int(t) for t in eos if t is not None})
+        self.host, self.port = host, port
+        self.requests = 0
+        self.app = Starlette(routes=[
+            Route("/v1/models", self._models, methods=["GET"]),
+            Route("/v1/completions", self._completions, methods=["POST"]),
+            Route("/health", self._health, methods=["GET"]),
+        ])
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    async def start(self) -> SamplingEndpoint:
+        config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning", lifespan="off",
+                                access_log=False)
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve(), name="tackroom-tinker-sampling")
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if self._task.done():
+                raise InfraError(f"sampling endpoint failed to start: {self._task.exception()}")
+            if time.monotonic() > deadline:
+                raise InfraError("sampling endpoint did not start within 30s")
+            await asyncio.sleep(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, timeout=10)
+            except TimeoutError:
+                self._task.cancel()
+            self._task = None
+
+    async def __aenter__(self) -> SamplingEndpoint:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- routes ------------------------------------------------------------------------
+    async def _health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model": self.model_name})
+
+    async def _models(self, request: Request) -> Response:
+        entry: dict[str, Any] = {"id": self.model_name, "object": "model", "owned_by": "tackroom-tinker"}
+        if self.max_model_len:
+            entry["max_model_len"] = self.max_model_len
+        return JSONResponse({"object": "list", "data": [entry]})
+
+    def _prompt_ids(self, prompt: Any) -> list[int]:
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
+            prompt = prompt[0]
+        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt) and prompt:
+            return prompt
+        if isinstance(prompt, str):
+            return list(self.tokenizer.encode(prompt, add_special_tokens=False))
+        raise ValueError("prompt must be one string or one list of token ids (n > 1 batches are not supported)")
+
+    def sampling_params(self, body: dict[str, Any]) -> Any:
+        from tinker import types
+
+        ids = [*self.stop_token_ids, *(int(t) for t in body.get("stop_token_ids") or [])]
+        words = body.get("stop") or []
+        words = [words] if isinstance(words, str) else list(words)
+        # Tinker takes stop ids or stop strings, not both: with strings, the ids go along as their text
+        stop: list[int] | list[str] = [*(self.tokenizer.decode([t]) for t in ids), *words] if words else ids
+        return types.SamplingParams(
+            max_tokens=int(body.get("max_tokens") or 16),
+            temperature=float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0),
+            top_p=float(body.get("top_p") or 1.0),
+            top_k=int(body.get("top_k") or -1),
+            seed=body.get("seed"),
+            stop=stop or None,
+        )
+
+    async def _completions(self, request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+            if int(body.get("n") or 1) != 1:
+                return _error(400, "n > 1 is not supported; send one request per sample")
+            prompt_ids = self._prompt_ids(body.get("prompt"))
+            params = self.sampling_params(body)
+        except (ValueError, TypeError) as exc:
+            return _error(400, str(exc))
+        if self.max_model_len and len(prompt_ids) + params.max_tokens > self.max_model_len:
+            return _error(400, f"This model's maximum context length is {self.max_model_len} tokens; the prompt has "
+                               f"{len(prompt_ids)} and max_tokens is {params.max_tokens}")
+        from tinker import types
+
+        self.requests += 1
+        try:
+            result = await self.sampler.sample_async(prompt=types.ModelInput.from_ints(prompt_ids), num_samples=1,
+                                                     sampling_params=params)
+        except Exception as exc:  # the Tinker SDK's own retries are spent: the engine is down or failing
+            return _error(503, f"Tinker sampler failed: {type(exc).__name__}: {exc}")
+        seq = result.sequences[0]
+        ids = [int(t) for t in seq.tokens]
+        logprobs = [float(x) for x in seq.logprobs] if seq.logprobs is not None else None
+        stopped = str(seq.stop_reason) == "stop"
+        choice: dict[str, Any] = {
+            "index": 0,
+            "text": self.tokenizer.decode(ids, skip_special_tokens=True),
+            "token_ids": ids,
+            "prompt_token_ids": prompt_ids,
+            "finish_reason": "stop" if stopped else "length",
+            "stop_reason": ids[-1] if stopped and ids and ids[-1] in self.stop_token_ids else None,
+            "logprobs": None if logprobs is None else {
+                "token_logprobs": logprobs, "tokens": self.tokenizer.convert_ids_to_tokens(ids), "top_logprobs": None,
+                "text_offset": None},
+        }
+        out = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+               "model": self.model_name, "choices": [choice],
+               "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids),
+                         "total_tokens": len(prompt_ids) + len(ids)}}
+        if not body.get("stream"):
+            return JSONResponse(out)
+
+        async def events() -> Any:
+            yield f"data: {json.dumps(out)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")

@@ -1,0 +1,220 @@
+"""SkyRL's Tinker API server with its JAX backend, started for a run and stopped after it.
+
+The server lives in its own uv project (``~/.cache/tackroom/tinker-server``, or
+``$TACKROOM_TINKER_SERVER_DIR``) because of how it starts its engine: the API
+process reads its *parent's* command line, expects ``uv run <flags> -m
+skyrl.tinker.api`` there, and launches ``uv run <flags> --extra tinker --extra
+<backend> -m skyrl.tinker.engine``. So the project must define the extras
+``tinker`` and ``jax`` itself, and we must start it exactly with ``uv run
+--project DIR --extra tinker --extra jax -m skyrl.tinker.api``. The project also
+lists ``aiohttp``, which ``skyrl[tinker]`` 0.4.0 needs but does not declare.
+JAX, flax and optax stay out of the tackroom workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from tackroom import InfraError
+
+SKYRL_VERSION = "0.4.0"
+
+PYPROJECT = f"""\
+# Written by tackroom (tackroom_skyrl.tinker.server): SkyRL's Tinker API server with the JAX backend.
+# The API server relaunches its engine with `uv run <our flags> --extra tinker --extra jax`,
+# so the extras must exist here. aiohttp: skyrl[tinker] {SKYRL_VERSION} needs it and does not declare it.
+[project]
+name = "tackroom-tinker-server"
+version = "0"
+requires-python = ">=3.12,<3.13"
+dependencies = ["skyrl=={SKYRL_VERSION}", "aiohttp"]
+
+[project.optional-dependencies]
+tinker = ["skyrl[tinker]=={SKYRL_VERSION}"]
+jax = ["skyrl[jax]=={SKYRL_VERSION}"]
+
+[tool.uv]
+package = false
+"""
+
+
+class TinkerServerError(InfraError):
+    """The Tinker API server could not be prepared, started or reached."""
+
+
+class TinkerSettings(BaseModel):
+    """``[tinker]`` in a train config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = None
+    """A running Tinker-compatible server; empty: start SkyRL's for the run (and stop it after)."""
+    base_model: str | None = None
+    """What the server loads: a local HF folder (``smollm2`` = the folder `tackroom model up` converts); default: ``[model] path``."""
+    lora_rank: int = Field(default=8, ge=1)
+    learning_rate: float | None = Field(default=None, gt=0)
+    """LoRA learning rate (Adam); default: ``[train] learning_rate``."""
+    loss_fn: Literal["auto", "tackroom", "importance_sampling", "ppo", "cispo"] = "auto"
+    """``auto``: the ``[loss]`` as the Tinker built-in it equals on-policy (``dppo``/``glm5`` →
+    ``importance_sampling``, ``ppo_clip`` → ``ppo``); a built-in by name; or ``tackroom``: the loss in torch
+    through Tinker's custom-loss path (servers with a plain weighted-sum cross-entropy; not SkyRL 0.4's JAX
+    backend). See :mod:`tackroom_skyrl.tinker.datums`."""
+    normalize_advantages: bool = True
+    """GRPO: divide by the group's reward std (SkyRL's ``norm_adv_by_std_in_grpo``)."""
+    mismatch_warn: float = Field(default=0.03, ge=0)
+    """Warn when mean |trainer − rollout| logprob over the trained tokens of a step exceeds this."""
+    port: int = 0
+    """Port for a started server (0: a free one)."""
+    backend_config: dict[str, Any] = Field(default_factory=dict)
+    """Passed as ``--backend-config`` (e.g. ``train_micro_batch_size``, ``sample_max_num_sequences``)."""
+    startup_timeout_s: float = Field(default=600.0, gt=0)
+    server_dir: str | None = None
+    """The server's uv project; default ``$TACKROOM_TINKER_SERVER_DIR`` or ``~/.cache/tackroom/tinker-server``."""
+
+
+def server_dir(settings: TinkerSettings | None = None) -> Path:
+    if settings is not None and settings.server_dir:
+        return Path(settings.server_dir).expanduser()
+    env = os.environ.get("TACKROOM_TINKER_SERVER_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "tackroom" / "tinker-server"
+
+
+def _uv() -> str:
+    uv = shutil.which("uv")
+    if uv is None:
+        raise TinkerServerError("the Tinker server is started with `uv run`, and uv is not on PATH (pip install uv)")
+    return uv
+
+
+def prepare(settings: TinkerSettings | None = None, *, timeout: float = 1800.0) -> Path:
+    """Write the server's uv project and sync it (downloads JAX and SkyRL's extras on first use)."""
+    d = server_dir(settings)
+    d.mkdir(parents=True, exist_ok=True)
+    pyproject = d / "pyproject.toml"
+    if not pyproject.is_file() or pyproject.read_text() != PYPROJECT:
+        pyproject.write_text(PYPROJECT)
+    (d / ".python-version").write_text("3.12\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
+    proc = subprocess.run([_uv(), "sync", "--project", str(d), "--extra", "tinker", "--extra", "jax", "--quiet"],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise TinkerServerError(f"could not install the Tinker server's environment in {d}: "
+                                f"uv sync exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+    return d
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TinkerServer:
+    """One SkyRL Tinker API server (JAX backend) for one run: ``with TinkerServer(...) as url: ...``.
+
+    ``state_dir`` holds its SQLite database, checkpoints and ``server.log``.
+    """
+
+    def __init__(self, settings: TinkerSettings, base_model: str, state_dir: str | Path) -> None:
+        self.settings = settings
+        self.base_model = base_model
+        self.state_dir = Path(state_dir)
+        self.port = settings.port or _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.state_dir / "server.log"
+
+    def command(self, project: Path) -> list[str]:
+        argv = [_uv(), "run", "--project", str(project), "--extra", "tinker", "--extra", "jax",
+                "-m", "skyrl.tinker.api", "--backend", "jax", "--base-model", self.base_model,
+                "--host", "127.0.0.1", "--port", str(self.port),
+                "--database-url", f"sqlite:///{(self.state_dir / 'tinker.db').resolve()}",
+                "--checkpoints-base", str((self.state_dir / "checkpoints").resolve()),
+                "--external-inference-lora-base", str((self.state_dir / "lora").resolve())]
+        if self.settings.backend_config:
+            argv += ["--backend-config", json.dumps(self.settings.backend_config)]
+        return argv
+
+    def start(self) -> str:
+        if not Path(self.base_model).is_dir():
+            raise TinkerServerError(f"the Tinker JAX backend loads a local HF model folder; {self.base_model} is not one")
+        project = prepare(self.settings)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
+        if not shutil.which("nvidia-smi"):
+            env.setdefault("JAX_PLATFORMS", "cpu")  # no probing for accelerators that are not there
+        self.proc = subprocess.Popen(self.command(project), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     cwd=self.state_dir, start_new_session=True)
+        log.close()
+        self._wait_ready()
+        return self.url
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.settings.startup_timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise TinkerServerError(f"the Tinker server exited with {self.proc.returncode} while starting; "
+                                        f"last lines of {self.log_path}:\n{self.tail()}")
+            try:
+                if httpx.get(f"{self.url}/api/v1/healthz", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise TinkerServerError(f"the Tinker server did not answer on {self.url} within "
+                                f"{self.settings.startup_timeout_s:.0f}s; see {self.log_path}:\n{self.tail()}")
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop the API server and the engine it started (one process group)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def __enter__(self) -> str:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":  # `python -m tackroom_skyrl.tinker.server`: install the server's environment ahead of time
+    print(prepare())

@@ -1,0 +1,303 @@
+"""``--backend tinker`` pieces without a Tinker server: advantages, datums, the loss bridge, the mismatch check,
+the vLLM-style sampling endpoint (with a scripted sampler, and read by the gateway's real engine client),
+the server's failure paths and the config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+import torch
+
+from tackroom import ConfigError, get_plugin_manager
+from tackroom.gateway.engine_client import EngineClient, EngineSettings
+from tackroom.gateway.errors import ContextLengthExceededError, EngineRequestError, EngineUnavailableError
+from tackroom.model.tokenizers import load_tokenizer
+from tackroom_skyrl.config import TrainConfig, load_train_config
+from tackroom_skyrl.tinker import curve
+from tackroom_skyrl.tinker.datums import (
+    TackroomLoss, aggregation_factors, batch_from_output, datums, grpo_advantages, mismatch, reduced_loss, server_loss)
+from tackroom_skyrl.tinker.loop import resolve_base_model, run_tinker, total_steps
+from tackroom_skyrl.tinker.sampling_endpoint import SamplingEndpoint
+from tackroom_skyrl.tinker.server import TinkerServer, TinkerServerError, TinkerSettings
+
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
+
+
+# -- advantages and aggregation -----------------------------------------------------------
+def test_grpo_advantages_per_group_masked_rows_get_zero() -> None:
+    rewards = [1.0, 0.0, 0.5, 0.5, 9.0]
+    groups = ["a", "a", "b", "b", "a"]
+    masked = [False, False, False, False, True]
+    adv = grpo_advantages(rewards, groups, masked, normalize=False)
+    assert adv == [0.5, -0.5, 0.0, 0.0, 0.0]  # the masked 9.0 moves no baseline
+    norm = grpo_advantages(rewards, groups, masked)
+    assert norm[0] == pytest.approx(1.0, rel=1e-4) and norm[1] == pytest.approx(-1.0, rel=1e-4)
+    assert norm[2:] == [0.0, 0.0, 0.0]
+
+
+def test_aggregation_factors() -> None:
+    masks = [[1, 1, 0], [1, 0, 0], [0, 0, 0], [1, 1, 1]]
+    groups = ["a", "a", "b", "b"]
+    assert aggregation_factors(masks, groups, "token_mean") == [1 / 6] * 4
+    assert aggregation_factors(masks, groups, "sequence_mean") == [1 / 8, 1 / 4, 1 / 4, 1 / 12]
+    assert aggregation_factors(masks, groups, "prompt_mean") == [1 / 6, 1 / 6, 1 / 6, 1 / 6]
+    with pytest.raises(ValueError, match="unknown aggregation"):
+        aggregation_factors(masks, groups, "mean")
+
+
+def _output() -> dict:
+    return {
+        "prompt_token_ids": [[1, 2, 3], [1, 2, 3], [4, 5]],
+        "response_ids": [[10, 11, 2], [12, 2], [13]],
+        "loss_masks": [[1, 1, 1], [1, 1], [0]],
+        "rollout_logprobs": [[-0.5, -1.0, -0.1], [-2.0, -0.2], [0.0]],
+        "rewards": [1.0, 0.0, 0.0],
+    }
+
+
+def test_datums_align_response_tokens_with_target_positions() -> None:
+    out = _output()
+    batch = batch_from_output(out, [1.0, -1.0, 0.0], ["a", "a", "b"], "token_mean")
+    assert batch.trained_rows == 2 and len(batch.rows) == 3  # the masked row stays: fixed batch shape
+    d = datums(batch, with_advantages=True)
+    seq = [1, 2, 3, 10, 11, 2]
+    assert d[0].model_input.to_ints() == seq[:-1]
+    assert list(d[0].loss_fn_inputs["target_tokens"].data) == seq[1:]
+    # response token j sits at target position len(prompt) - 1 + j; advantage 1 × c (token_mean: 1/5)
+    # × n_b (3) × B (3), undoing the server's per-sequence mean and batch mean
+    assert list(d[0].loss_fn_inputs["advantages"].data) == pytest.approx([0, 0, 1.8, 1.8, 1.8])
+    assert list(d[0].loss_fn_inputs["weights"].data) == [0, 0, 1, 1, 1]
+    assert list(d[0].loss_fn_inputs["logprobs"].data) == pytest.approx([0, 0, -0.5, -1.0, -0.1])
+    assert list(d[2].loss_fn_inputs["advantages"].data) == [0.0, 0.0]
+    plain = datums(batch, with_advantages=False)
+    assert set(plain[0].loss_fn_inputs) == {"target_tokens"}  # what Tinker's custom-loss path accepts
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean", "prompt_mean"])
+def test_server_reduction_of_the_datums_is_the_aggregation(aggregation: str) -> None:
+    """SkyRL's JAX backend: (1/B) Σ_b (Σ_t w ℓ) / max(Σ_t w, 1e-9) with ℓ = -ratio·A (ratio 1 on-policy)."""
+    out = {"prompt_token_ids": [[1, 2], [1, 2], [3], [3]], "response_ids": [[5, 6, 7], [8], [9, 9], [4, 4, 4, 4]],
+           "loss_masks": [[1, 1, 1], [1], [1, 0], [0, 0, 0, 0]], "rollout_logprobs": [[0.0] * 3, [0.0], [0.0] * 2, [0.0] * 4]}
+    adv = [0.7, -0.7, 1.3, 0.0]
+    groups = ["a", "a", "b", "b"]
+    batch = batch_from_output(out, adv, groups, aggregation)
+    data = datums(batch, with_advantages=True)
+    # the server's per-token loss: -(ratio · advantage), masked by the weights
+    outputs = [{"elementwise_loss": SimpleNamespace(data=[w * -a for w, a in zip(d.loss_fn_inputs["weights"].data,
+                                                                                d.loss_fn_inputs["advantages"].data)])}
+               for d in data]
+    server = reduced_loss(data, outputs)
+    c = aggregation_factors(out["loss_masks"], groups, aggregation)
+    wanted = sum(-c[b] * adv[b] * sum(out["loss_masks"][b]) for b in range(4))
+    assert server == pytest.approx(wanted)
+
+
+def test_tackroom_losses_map_to_the_builtin_they_equal_on_policy() -> None:
+    manager = get_plugin_manager()
+    ppo = manager.get("loss", "ppo_clip")
+    assert server_loss("ppo_clip", ppo.Options(eps_clip_low=0.2, eps_clip_high=0.28)) == (
+        "ppo", {"clip_low_threshold": pytest.approx(0.8), "clip_high_threshold": pytest.approx(1.28)})
+    assert server_loss("dppo", None) == ("importance_sampling", None)
+    assert server_loss("glm5", None) == ("importance_sampling", None)
+    with pytest.raises(ValueError, match="no Tinker built-in"):
+        server_loss("my_loss", None)
+
+
+def test_batch_without_logprobs_for_a_trained_row_is_refused() -> None:
+    out = {**_output(), "rollout_logprobs": None}
+    with pytest.raises(ValueError, match="no logprobs"):
+        batch_from_output(out, [0.0] * 3, ["a", "a", "b"], "token_mean")
+
+
+def test_mismatch_over_trained_tokens_only() -> None:
+    batch = batch_from_output(_output(), [0.0] * 3, ["a", "a", "b"], "token_mean")
+    trainer = [[9, 9, -0.5, -1.1, -0.1], [9, 9, -2.0, -0.5], [7.0]]
+    m = mismatch(batch, trainer)
+    assert m["mismatch_mean"] == pytest.approx((0 + 0.1 + 0 + 0 + 0.3) / 5)
+    assert m["mismatch_max"] == pytest.approx(0.3)
+
+
+# -- the loss bridge ------------------------------------------------------------------------
+@pytest.mark.parametrize("name,aggregation", [("dppo", "prompt_mean"), ("ppo_clip", "token_mean"), ("glm5", "sequence_mean")])
+def test_tackroom_loss_equals_the_loss_on_the_response_slice(name: str, aggregation: str) -> None:
+    spec = get_plugin_manager().get("loss", name)
+    out = _output()
+    batch = batch_from_output(out, [1.0, -1.0, 0.0], ["a", "a", "b"], aggregation)
+    full = [torch.tensor([-9.0, -9.0, -0.4, -1.0, -0.3], requires_grad=True),
+            torch.tensor([-9.0, -9.0, -1.9, -0.2], requires_grad=True),
+            torch.tensor([-3.0], requires_grad=True)]
+    loss_fn = TackroomLoss(spec, spec.Options(), batch)
+    loss, metrics = loss_fn(datums(batch, with_advantages=False), full)
+    loss.backward()
+    # prompt positions and masked rows get no gradient; trained response tokens do
+    assert full[0].grad[:2].abs().sum() == 0 and full[0].grad[2:].abs().sum() > 0
+    assert full[2].grad.abs().sum() == 0
+    assert loss_fn.trainer_logprobs[0] == pytest.approx([-9.0, -9.0, -0.4, -1.0, -0.3])
+    assert isinstance(loss_fn.last_loss, float) and all(isinstance(v, float) for v in metrics.values())
+    # the same number as calling the loss on [rows, response tokens] directly
+    lp = torch.tensor([[-0.4, -1.0, -0.3], [-1.9, -0.2, 0.0], [-3.0, 0.0, 0.0]])
+    roll = torch.tensor([[-0.5, -1.0, -0.1], [-2.0, -0.2, 0.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [0, 0, 0]], dtype=torch.bool)
+    adv = torch.tensor([[1.0] * 3, [-1.0] * 3, [0.0] * 3])
+    direct, _ = spec.load()(lp, roll, adv, spec.Options(), mask, roll, aggregation=aggregation,
+                            group_ids=torch.tensor([0, 0, 1]), num_groups=2)
+    assert loss.item() == pytest.approx(direct.item(), rel=1e-5)
+
+
+# -- the sampling endpoint ------------------------------------------------------------------
+class ScriptedSampler:
+    """Answers like ``tinker.SamplingClient.sample_async``; records what it was asked."""
+
+    def __init__(self, tokens: list[int], logprobs: list[float], stop_reason: str = "stop", fail: bool = False) -> None:
+        self.tokens, self.logprobs, self.stop_reason, self.fail = tokens, logprobs, stop_reason, fail
+        self.calls: list[tuple[list[int], object]] = []
+
+    async def sample_async(self, prompt, num_samples, sampling_params):  # noqa: ANN001
+        self.calls.append((prompt.to_ints(), sampling_params))
+        if self.fail:
+            raise RuntimeError("engine process died")
+        return SimpleNamespace(sequences=[SimpleNamespace(tokens=self.tokens, logprobs=self.logprobs,
+                                                          stop_reason=self.stop_reason)])
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("smollm2")
+
+
+async def test_endpoint_speaks_vllm_completions_with_token_ids(tokenizer) -> None:
+    hello = tokenizer.encode("Hello there", add_special_tokens=False)
+    eos = tokenizer.eos_token_id
+    sampler = ScriptedSampler([*hello, eos], [-0.5] * len(hello) + [-0.01])
+    async with SamplingEndpoint(sampler, tokenizer, "tiny", max_model_len=64) as ep:
+        client = EngineClient(EngineSettings(base_url=ep.base_url, retries=0))
+        try:
+            info = await client.fetch_info()
+            assert (info.model, info.max_model_len) == ("tiny", 64)
+            result = await client.complete({"prompt": [1, 2, 3], "max_tokens": 8, "temperature": 0.7, "top_p": 0.9})
+            chunks = [c async for c in client.stream({"prompt": [1, 2, 3], "max_tokens": 8})]
+        finally:
+            await client.aclose()
+    assert result.completion_ids == [*hello, eos] and result.prompt_ids == [1, 2, 3]
+    assert result.logprobs == [-0.5] * len(hello) + [-0.01]
+    assert result.text == "Hello there" and result.finish_reason == "stop" and result.stop_reason == eos
+    assert [t for c in chunks for t in c.token_ids] == [*hello, eos] and chunks[-1].finish_reason == "stop"
+    prompt, params = sampler.calls[0]
+    assert prompt == [1, 2, 3]
+    assert (params.max_tokens, params.temperature, params.top_p, list(params.stop)) == (8, 0.7, 0.9, [eos])
+
+
+async def test_endpoint_errors_are_the_ones_the_gateway_classifies(tokenizer) -> None:
+    sampler = ScriptedSampler([5], [-1.0], stop_reason="length")
+    async with SamplingEndpoint(sampler, tokenizer, "tiny", max_model_len=16) as ep:
+        client = EngineClient(EngineSettings(base_url=ep.base_url, retries=0))
+        try:
+            with pytest.raises(ContextLengthExceededError):
+                await client.complete({"prompt": list(range(10)), "max_tokens": 10})
+            with pytest.raises(EngineRequestError, match="n > 1"):
+                await client.complete({"prompt": [1], "max_tokens": 2, "n": 2})
+            with pytest.raises(EngineRequestError, match="prompt must be"):
+                await client.complete({"prompt": {"oops": 1}, "max_tokens": 2})
+            length = await client.complete({"prompt": "Hi", "max_tokens": 1, "stop": ["\n"]})
+            assert length.finish_reason == "length" and length.stop_reason is None
+            # stop strings and stop ids cannot be mixed in Tinker: the EOS id goes along as its text
+            assert list(sampler.calls[-1][1].stop) == [tokenizer.decode([tokenizer.eos_token_id]), "\n"]
+            sampler.fail = True
+            with pytest.raises(EngineUnavailableError, match="engine process died"):
+                await client.complete({"prompt": [1], "max_tokens": 2})
+        finally:
+            await client.aclose()
+
+
+# -- the server ------------------------------------------------------------------------------
+def test_server_refuses_a_base_model_that_is_not_a_folder(tmp_path: Path) -> None:
+    server = TinkerServer(TinkerSettings(), str(tmp_path / "nope"), tmp_path / "state")
+    with pytest.raises(TinkerServerError, match="local HF model folder"):
+        server.start()
+
+
+def _fake_server(monkeypatch: pytest.MonkeyPatch, script: str) -> None:
+    monkeypatch.setattr("tackroom_skyrl.tinker.server.prepare", lambda settings=None: Path("."))
+    monkeypatch.setattr(TinkerServer, "command", lambda self, project: [sys.executable, "-c", script])
+
+
+def test_server_that_exits_while_starting_says_so_with_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_server(monkeypatch, "print('ImportError: No module named aiohttp'); raise SystemExit(3)")
+    server = TinkerServer(TinkerSettings(startup_timeout_s=30), str(tmp_path), tmp_path / "state")
+    with pytest.raises(TinkerServerError, match=r"exited with 3(.|\n)*No module named aiohttp"):
+        with server:
+            pass
+
+
+def test_server_that_never_answers_is_stopped_after_the_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_server(monkeypatch, "import time; time.sleep(60)")
+    server = TinkerServer(TinkerSettings(startup_timeout_s=1.5), str(tmp_path), tmp_path / "state")
+    with pytest.raises(TinkerServerError, match="did not answer"):
+        server.start()
+    assert server.proc is not None and server.proc.poll() is not None  # killed, not left behind
+
+
+def test_server_command_is_the_one_its_engine_relaunch_can_parse(tmp_path: Path) -> None:
+    server = TinkerServer(TinkerSettings(port=1234, backend_config={"sample_max_num_sequences": 4}), "/m", tmp_path)
+    argv = server.command(Path("/proj"))
+    # skyrl.tinker.api rebuilds `uv run <flags> --extra tinker --extra jax -m skyrl.tinker.engine` from this
+    assert argv[1:9] == ["run", "--project", "/proj", "--extra", "tinker", "--extra", "jax", "-m"]
+    assert argv[9] == "skyrl.tinker.api"
+    assert json.loads(argv[argv.index("--backend-config") + 1]) == {"sample_max_num_sequences": 4}
+    assert argv[argv.index("--port") + 1] == "1234"
+
+
+# -- config ----------------------------------------------------------------------------------
+def test_overfit_example_is_a_tinker_run() -> None:
+    config = load_train_config(EXAMPLES / "train" / "overfit.toml")
+    assert config.backend == "tinker" and config.harness.name == "answer"
+    assert config.tinker.backend_config["sample_max_num_sequences"] == config.train.mini_batch_size * config.train.samples_per_prompt
+    assert total_steps(config, 3) == config.train.max_training_steps
+
+
+def test_unknown_tinker_field_lists_the_fields(tmp_path: Path) -> None:
+    p = tmp_path / "t.toml"
+    p.write_text('tasks = ["x"]\n[model]\npath = "m"\n[tinker]\nlora = 4\n')
+    with pytest.raises(ConfigError) as info:
+        load_train_config(p)
+    assert "tinker.lora" in str(info.value) and "lora_rank" in str(info.value)
+
+
+def test_unknown_loss_fn_lists_the_choices(tmp_path: Path) -> None:
+    p = tmp_path / "t.toml"
+    p.write_text('tasks = ["x"]\n[model]\npath = "m"\n[tinker]\nloss_fn = "reinforce"\n')
+    with pytest.raises(ConfigError, match=r"tinker\.loss_fn(.|\n)*importance_sampling"):
+        load_train_config(p)
+
+
+def test_custom_loss_path_is_refused_on_skyrl_jax_and_models_must_be_local(tmp_path: Path) -> None:
+    config = TrainConfig.model_validate({"tasks": [str(EXAMPLES / "train" / "overfit-tasks")],
+                                         "model": {"path": str(tmp_path / "missing")},
+                                         "tinker": {"loss_fn": "tackroom"}})
+    with pytest.raises(ConfigError, match="sum of its weights"):
+        asyncio.run(run_tinker(config, tmp_path / "run", log=lambda s: None))
+    config.tinker.loss_fn = "auto"
+    with pytest.raises(ConfigError, match="local HF folder"):
+        asyncio.run(run_tinker(config, tmp_path / "run", log=lambda s: None))
+    with pytest.raises(ConfigError, match="local HF folder"):
+        resolve_base_model("Qwen/Qwen3-0.6B")
+
+
+def test_curve_files(tmp_path: Path) -> None:
+    steps = [{"step": i, "mean_reward": r, "trained_trials": 12, "masked_trials": 0, "mismatch_mean": 0.01,
+              "mismatch_max": 0.1, "loss": 0.1, "rollout_s": 1.0, "train_s": 2.0, "reward/a": r, "reward/b": r / 2}
+             for i, r in enumerate([0.2, 0.4, 0.7], start=1)]
+    csv_path = curve.write_csv(steps, tmp_path / "c.csv")
+    lines = csv_path.read_text().splitlines()
+    assert lines[0].split(",")[:2] == ["step", "mean_reward"] and lines[0].endswith("reward/a,reward/b")
+    assert len(lines) == 4 and lines[3].startswith("3,0.7,")
+    png = curve.write_png(steps, tmp_path / "c.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "0.700" in curve.render_table(steps)

@@ -67,7 +67,7 @@ def main() -> None:
     print(f"{'step 1 → best step':28}{steps[0]['mean_reward']:>12.3f}{summary.best_reward:>12.3f}")
     if mm:
         print(f"{'|trainer-rollout| logprob':28}{'mean ' + format(mean(mm), '.4f'):>12}{'max ' + format(max(mm), '.4f'):>12}"
-              f"   warnings (> {config.tinker.mismatch_warn}): {summary.mismatch_warnings}")
+              f"   warnings (> {config.train.logprob_mismatch_warn}): {summary.mismatch_warnings}")
     print(f"{'seconds per step':28}{'rollout ' + format(mean(s['rollout_s'] for s in steps), '.0f'):>12}"
           f"{'train ' + format(mean(s['train_s'] for s in steps), '.0f'):>12}")
     print(f"reward rose: {'yes' if trained > base else 'NO'}; curve: {summary.curve_csv}, {summary.curve_png}")

@@ -301,3 +301,20 @@ def test_curve_files(tmp_path: Path) -> None:
     png = curve.write_png(steps, tmp_path / "c.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "0.700" in curve.render_table(steps)
+
+
+# -- the mismatch check on the SkyRL backend ----------------------------------------------
+def test_mismatch_watch_warns_above_the_threshold_and_passes_everything_on() -> None:
+    from tackroom_skyrl.mismatch import SKYRL_METRIC, WARNING_METRIC, MismatchWatch
+
+    logged: list[tuple[dict, int, dict]] = []
+    tracker = SimpleNamespace(log=lambda data, step, **kw: logged.append((data, step, kw)), finish=lambda: "done")
+    warnings: list[str] = []
+    watch = MismatchWatch(tracker, 0.03, warn=warnings.append)
+    watch.log({SKYRL_METRIC: 0.01, "loss": 1.0}, 1, commit=True)
+    watch.log({SKYRL_METRIC: 0.07}, 2, commit=True)
+    watch.log({"eval/reward": 0.5}, 3)
+    assert [d.get(WARNING_METRIC) for d, _, _ in logged] == [0.0, 1.0, None]
+    assert logged[0][0]["loss"] == 1.0 and logged[1][2] == {"commit": True}
+    assert len(warnings) == 1 and "step 2" in warnings[0] and "0.0700" in warnings[0] and watch.warnings == 1
+    assert watch.finish() == "done"  # everything else reaches SkyRL's tracker

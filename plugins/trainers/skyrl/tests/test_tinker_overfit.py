@@ -55,13 +55,14 @@ def test_overfit_reward_rises_and_the_curve_is_written(tmp_path: Path) -> None:
     # the mismatch check ran every step that trained, on real numbers, and warned exactly above the threshold
     trained = [s for s in steps if s["trained_trials"]]
     assert trained and all(s["mismatch_mean"] is not None and 0 <= s["mismatch_mean"] < 1 for s in trained)
-    assert summary.mismatch_warnings == sum(s["mismatch_mean"] > config.tinker.mismatch_warn for s in trained)
+    assert summary.mismatch_warnings == sum(s["mismatch_mean"] > config.train.logprob_mismatch_warn for s in trained)
     assert any(("logprob" in line) for line in lines)
 
     # the curve files
     rows = Path(summary.curve_csv).read_text().splitlines()
     assert rows[0].startswith("step,mean_reward,") and len(rows) == len(steps) + 1
     assert Path(summary.curve_png).read_bytes()[:4] == b"\x89PNG"
+    assert summary.final_weights and summary.final_weights.startswith("tinker://")
 
     # rollouts went through the trial runtime and the gateway: exact tokens with logprobs for every trial
     trajectories = sorted((tmp_path / "run" / "rollouts").glob("*/*/trajectory.json"))

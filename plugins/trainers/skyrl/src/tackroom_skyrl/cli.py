@@ -61,7 +61,7 @@ def add_train_command(app: Any) -> None:
 
                 summary = asyncio.run(run_tinker(config, run_dir, log=lambda s: console.print(s, markup=False, highlight=False)))
                 console.print(f"reward {summary.first_reward:.3f} → {summary.last_reward:.3f} (best {summary.best_reward:.3f}); "
-                              f"curve: {summary.curve_csv}, {summary.curve_png}")
+                              f"curve: {summary.curve_csv}, {summary.curve_png}; LoRA: {summary.final_weights}")
                 return
             check_machine(config)
             launch(config, train_plan)

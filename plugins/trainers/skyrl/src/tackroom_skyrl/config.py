@@ -84,6 +84,8 @@ class TrainKnobs(BaseModel):
     max_generate_length: int = Field(default=4096, ge=1)
     """Tokens per model turn (a harness may cap it lower)."""
     strategy: Literal["fsdp", "megatron"] = "fsdp"
+    logprob_mismatch_warn: float = Field(default=0.03, ge=0)
+    """Warn when a step's mean |trainer − rollout| logprob over trained tokens is above this (both backends)."""
     logger: str = "console"
     run_name: str = "tackroom"
     seed: int = 42

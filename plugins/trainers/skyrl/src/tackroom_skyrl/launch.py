@@ -73,6 +73,9 @@ def launch(config: TrainConfig, train_plan: TrainPlan) -> None:
 
         def get_trainer(self, cfg, tracker, tokenizer, train_dataset, eval_dataset, inference_engine_client,
                         generator, colocate_pg):  # noqa: ANN001  SkyRL's signature
+            from tackroom_skyrl.mismatch import MismatchWatch
+
+            tracker = MismatchWatch(tracker, TrainConfig.model_validate_json(config_json).train.logprob_mismatch_warn)
             if not cfg.trainer.fully_async.enabled:
                 return super().get_trainer(cfg, tracker, tokenizer, train_dataset, eval_dataset,
                                            inference_engine_client, generator, colocate_pg)

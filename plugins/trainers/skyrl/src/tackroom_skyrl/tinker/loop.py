@@ -18,7 +18,7 @@ as the GPU backend does. So each step is:
    new weights (on-policy: no staleness on this backend).
 
 Each step records mean reward (and per task), trained/masked trials, the
-trainer-vs-rollout logprob mismatch (warned above ``[tinker] mismatch_warn``),
+trainer-vs-rollout logprob mismatch (warned above ``[train] logprob_mismatch_warn``),
 the loss and timings into ``steps.jsonl``; at the end (and after every step)
 ``reward_curve.csv`` and ``reward_curve.png``.
 """
@@ -43,6 +43,7 @@ from tackroom import ConfigError, get_plugin_manager
 
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.dataset import prompt_rows
+from tackroom_skyrl.mismatch import mismatch_warning
 from tackroom_skyrl.tinker import curve
 from tackroom_skyrl.tinker.datums import TackroomLoss, reduced_loss, server_loss, batch_from_output, datums, grpo_advantages, mismatch
 from tackroom_skyrl.tinker.sampling_endpoint import SamplingEndpoint
@@ -59,6 +60,8 @@ class TinkerRunSummary(BaseModel):
     mismatch_warnings: int
     curve_csv: str
     curve_png: str
+    final_weights: str | None = None
+    """The trained LoRA as a ``tinker://`` path (its files under ``<run>/tinker/checkpoints``)."""
 
 
 def resolve_base_model(name: str) -> str:
@@ -160,12 +163,13 @@ async def _train(config: TrainConfig, run_dir: Path, url: str, base_model: str, 
     lr = settings.learning_rate or knobs.learning_rate
     service = tinker.ServiceClient(base_url=url, api_key=os.environ.get("TINKER_API_KEY") or "tml-tackroom")
     training = await service.create_lora_training_client_async(base_model=base_model, rank=settings.lora_rank)
-    sampler = await training.save_weights_and_get_sampling_client_async(name="step-0000")
+    sampler = await training.save_weights_and_get_sampling_client_async()
     model_name = config.model.served_name or "tackroom-tinker"
     steps_total = total_steps(config, len(rows))
     batches = _batches(rows, knobs.mini_batch_size, knobs.seed)
     records: list[dict[str, Any]] = []
     warnings = 0
+    final_weights: str | None = None
     loss_label = describe_loss(config, manager)
     log(f"{len(rows)} tasks, {steps_total} steps × {knobs.mini_batch_size} tasks × {knobs.samples_per_prompt} samples; "
         f"LoRA rank {settings.lora_rank}, lr {lr:g}, loss {loss_label}")
@@ -216,20 +220,23 @@ async def _train(config: TrainConfig, run_dir: Path, url: str, base_model: str, 
                         record["loss"] = reduced_loss(data, result.loss_fn_outputs)
                     record.update(mismatch(batch, trainer_logprobs))
                     await (await training.optim_step_async(types.AdamParams(learning_rate=lr))).result_async()
-                    endpoint.sampler = await training.save_weights_and_get_sampling_client_async(name=f"step-{step:04d}")
+                    endpoint.sampler = await training.save_weights_and_get_sampling_client_async()
                 record["rollout_s"], record["train_s"] = t1 - t0, time.monotonic() - t1
                 records.append(record)
                 line = (f"step {step}/{steps_total}: mean reward {record['mean_reward']:.3f} "
                         f"({record['trained_trials']} trained, {record['masked_trials']} masked)")
                 if record["mismatch_mean"] is not None:
                     line += f", |trainer-rollout| logprob {record['mismatch_mean']:.4f}"
-                    if record["mismatch_mean"] > settings.mismatch_warn:
+                    warning = mismatch_warning(record["mismatch_mean"], knobs.logprob_mismatch_warn)
+                    if warning is not None:
                         warnings += 1
-                        line += f"  WARNING: above {settings.mismatch_warn} (the trainer and the sampler disagree)"
+                        line += f"\n  WARNING: {warning}"
                 log(line + f"  [{record['rollout_s']:.0f}s rollout, {record['train_s']:.0f}s train]")
                 with (run_dir / "steps.jsonl").open("a") as f:
                     f.write(json.dumps({**record, **{f"rollout/{k}": v for k, v in out["rollout_metrics"].items()}}) + "\n")
                 curve.write_csv(records, run_dir / "reward_curve.csv")
+            saved = await (await training.save_weights_for_sampler_async(name="final")).result_async()
+            final_weights = getattr(saved, "path", None)
         finally:
             await generator.aclose()
 
@@ -241,6 +248,6 @@ async def _train(config: TrainConfig, run_dir: Path, url: str, base_model: str, 
         run_dir=str(run_dir), steps=len(records), first_reward=rewards[0] if rewards else 0.0,
         last_reward=rewards[-1] if rewards else 0.0, best_reward=max(rewards, default=0.0),
         mismatch_mean=mean(mismatches) if mismatches else None, mismatch_warnings=warnings,
-        curve_csv=str(run_dir / "reward_curve.csv"), curve_png=str(png))
+        curve_csv=str(run_dir / "reward_curve.csv"), curve_png=str(png), final_weights=final_weights)
     (run_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
     return summary

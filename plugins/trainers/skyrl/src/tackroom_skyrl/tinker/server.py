@@ -72,8 +72,6 @@ class TinkerSettings(BaseModel):
     backend). See :mod:`tackroom_skyrl.tinker.datums`."""
     normalize_advantages: bool = True
     """GRPO: divide by the group's reward std (SkyRL's ``norm_adv_by_std_in_grpo``)."""
-    mismatch_warn: float = Field(default=0.03, ge=0)
-    """Warn when mean |trainer − rollout| logprob over the trained tokens of a step exceeds this."""
     port: int = 0
     """Port for a started server (0: a free one)."""
     backend_config: dict[str, Any] = Field(default_factory=dict)

@@ -22,13 +22,13 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import uvicorn
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tackroom.asgi_server import InLoopServer
 from tackroom.errors import TackroomError
 from tackroom.gateway.chat_template import ChatTemplate
 from tackroom.gateway.engine_client import EngineChunk, EngineClient, EngineCompletion, EngineSettings
@@ -101,8 +101,7 @@ class PolicyGateway:
         self.parser: ToolParser | None = None
         self.engine: EngineClient | None = None
         self.sessions: dict[str, TitoSession] = {}
-        self._server: uvicorn.Server | None = None
-        self._task: asyncio.Task | None = None
+        self._server: InLoopServer | None = None
         self.port: int | None = None
         self.app = Starlette(
             routes=[
@@ -146,31 +145,15 @@ class PolicyGateway:
     async def start(self) -> PolicyGateway:
         """Serve in this event loop; returns once the socket is bound (the port is then in ``self.port``)."""
         await self.prepare()
-        config = uvicorn.Config(
-            self.app, host=self.settings.host, port=self.settings.port, log_level="warning", lifespan="off", access_log=False
-        )
-        self._server = uvicorn.Server(config)
-        self._task = asyncio.create_task(self._server.serve(), name="tackroom-gateway")
-        deadline = time.monotonic() + self.settings.startup_timeout_s
-        while not self._server.started:
-            if self._task.done():
-                exc = self._task.exception()
-                raise GatewayError(f"gateway failed to start on {self.settings.host}:{self.settings.port}: {exc}")
-            if time.monotonic() > deadline:
-                raise GatewayError(f"gateway did not start within {self.settings.startup_timeout_s:.0f}s")
-            await asyncio.sleep(0.01)
-        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        self._server = InLoopServer(self.app, what="gateway", host=self.settings.host, port=self.settings.port,
+                                    startup_timeout_s=self.settings.startup_timeout_s, error=GatewayError)
+        self.port = await self._server.start()
         return self
 
     async def stop(self) -> None:
         if self._server is not None:
-            self._server.should_exit = True
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(self._task, timeout=10)
-            except TimeoutError:
-                self._task.cancel()
-            self._task = None
+            await self._server.stop()
+            self._server = None
         if self.engine is not None:
             await self.engine.aclose()
             self.engine = None

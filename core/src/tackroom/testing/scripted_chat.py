@@ -20,13 +20,13 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import uvicorn
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from tackroom.asgi_server import InLoopServer
 from tackroom.policy import Policy
 
 
@@ -71,42 +71,23 @@ class ScriptedChatServerForTests:
         self.model = model
         self.max_model_len = max_model_len
         self.requests: list[dict[str, Any]] = []
-        self._server: uvicorn.Server | None = None
-        self._task: asyncio.Task | None = None
         self.port: int | None = None
         self._closing = asyncio.Event()
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
         ])
+        self._server = InLoopServer(self.app, what="scripted chat server", graceful_timeout_s=1, error=RuntimeError)
 
     # -- lifecycle ------------------------------------------------------------------
     async def start(self) -> ScriptedChatServerForTests:
         self._closing = asyncio.Event()
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="off",
-                                access_log=False, timeout_graceful_shutdown=1)
-        self._server = uvicorn.Server(config)
-        self._task = asyncio.create_task(self._server.serve(), name="scripted-chat-server")
-        deadline = time.monotonic() + 30
-        while not self._server.started:
-            if self._task.done():
-                raise RuntimeError(f"scripted chat server failed to start: {self._task.exception()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError("scripted chat server did not start within 30 s")
-            await asyncio.sleep(0.01)
-        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        self.port = await self._server.start()
         return self
 
     async def stop(self) -> None:
         self._closing.set()  # delayed replies end now instead of holding the shutdown
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(self._task, timeout=10)
-            except TimeoutError:
-                self._task.cancel()
-            self._task = None
+        await self._server.stop()
 
     async def __aenter__(self) -> ScriptedChatServerForTests:
         return await self.start()

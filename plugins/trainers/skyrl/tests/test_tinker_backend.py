@@ -318,3 +318,60 @@ def test_mismatch_watch_warns_above_the_threshold_and_passes_everything_on() -> 
     assert logged[0][0]["loss"] == 1.0 and logged[1][2] == {"commit": True}
     assert len(warnings) == 1 and "step 2" in warnings[0] and "0.0700" in warnings[0] and watch.warnings == 1
     assert watch.finish() == "done"  # everything else reaches SkyRL's tracker
+
+
+# -- a Tinker server that is not there, dies or hangs: errors, never a hang ----------------
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_no_server_at_the_url_fails_fast(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    config = load_train_config(EXAMPLES / "train" / "overfit.toml")
+    config.tinker.url = url
+    config.tinker.base_model = str(tmp_path)  # a folder: the model check passes, the server check must fail
+    with pytest.raises(TinkerServerError, match=f"no Tinker server answers at {url}"):
+        asyncio.run(run_tinker(config, tmp_path / "run", log=lambda s: None))
+
+
+async def test_calls_fail_on_errors_timeouts_and_a_dead_server(tmp_path: Path) -> None:
+    from tackroom_skyrl.tinker.server import TinkerCalls
+
+    async def boom() -> None:
+        raise RuntimeError("forward_backward exploded")
+
+    async def forever() -> None:
+        await asyncio.sleep(3600)
+
+    call = TinkerCalls(TinkerSettings(request_timeout_s=0.3), poll_s=0.05)
+    assert await call("ok", asyncio.sleep(0, result=7)) == 7
+    with pytest.raises(TinkerServerError, match="step 3: optim_step failed: RuntimeError: forward_backward exploded"):
+        await call("step 3: optim_step", boom())
+    with pytest.raises(TinkerServerError, match=r"no answer from the Tinker server within 0s"):
+        await call("sample", forever())
+
+    server = TinkerServer(TinkerSettings(), str(tmp_path), tmp_path)
+    (tmp_path / "server.log").write_text("engine crashed: out of memory\n")
+    server.proc = await asyncio.to_thread(lambda: __import__("subprocess").Popen([sys.executable, "-c", "exit(137)"]))
+    await asyncio.to_thread(server.proc.wait)
+    dead = TinkerCalls(TinkerSettings(request_timeout_s=60), server, poll_s=0.05)
+    with pytest.raises(TinkerServerError, match=r"exited with 137(.|\n)*engine crashed: out of memory"):
+        await dead("step 2: forward_backward", forever())
+
+
+async def test_endpoint_answers_503_when_the_sampler_hangs(tokenizer) -> None:
+    class Hanging:
+        async def sample_async(self, **kwargs):  # noqa: ANN003
+            await asyncio.sleep(3600)
+
+    async with SamplingEndpoint(Hanging(), tokenizer, "tiny", timeout_s=0.2) as ep:
+        client = EngineClient(EngineSettings(base_url=ep.base_url, retries=0))
+        try:
+            with pytest.raises(EngineUnavailableError, match="sent nothing for 0s"):
+                await client.complete({"prompt": [1, 2], "max_tokens": 2})
+        finally:
+            await client.aclose()

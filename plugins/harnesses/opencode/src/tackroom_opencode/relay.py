@@ -16,7 +16,6 @@ import asyncio
 import time
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -24,6 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tackroom import InfraError
+from tackroom.asgi_server import InLoopServer
 
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 TURN_LIMIT_CODE = "tackroom_turn_limit"
@@ -48,10 +48,10 @@ class ModelRelay:
         self.last_failure: str | None = None
         self._pending = 0
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=read_timeout_s))
-        self._server: uvicorn.Server | None = None
-        self._task: asyncio.Task | None = None
         self.port: int | None = None
         self.app = Starlette(routes=[Route("/v1/{path:path}", self._forward, methods=["GET", "POST"])])
+        self._server = InLoopServer(self.app, what="the model relay for OpenCode", host=self.host,
+                                    graceful_timeout_s=1, stop_timeout_s=5)
 
     @property
     def base_url(self) -> str:
@@ -67,30 +67,11 @@ class ModelRelay:
         return self.refused > 0
 
     async def start(self) -> ModelRelay:
-        config = uvicorn.Config(self.app, host=self.host, port=0, log_level="warning", lifespan="off",
-                                access_log=False, timeout_graceful_shutdown=1)
-        self._server = uvicorn.Server(config)
-        self._task = asyncio.create_task(self._server.serve(), name="opencode-model-relay")
-        deadline = time.monotonic() + 30
-        while not self._server.started:
-            if self._task.done():
-                raise InfraError(f"the model relay for OpenCode did not start: {self._task.exception()}")
-            if time.monotonic() > deadline:
-                raise InfraError("the model relay for OpenCode did not start within 30s")
-            await asyncio.sleep(0.01)
-        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        self.port = await self._server.start()
         return self
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-            self._server.force_exit = True
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._task), 5)
-            except (TimeoutError, asyncio.CancelledError):
-                self._task.cancel()
-            self._task = None
+        await self._server.stop(force=True)
         for reply in list(self._open):
             await self._close(reply)
         await self._client.aclose()

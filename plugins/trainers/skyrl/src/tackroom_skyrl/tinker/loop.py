@@ -47,7 +47,7 @@ from tackroom_skyrl.mismatch import mismatch_warning
 from tackroom_skyrl.tinker import curve
 from tackroom_skyrl.tinker.datums import TackroomLoss, reduced_loss, server_loss, batch_from_output, datums, grpo_advantages, mismatch
 from tackroom_skyrl.tinker.sampling_endpoint import SamplingEndpoint
-from tackroom_skyrl.tinker.server import TinkerServer
+from tackroom_skyrl.tinker.server import TinkerCalls, TinkerServer, check_reachable
 
 
 class TinkerRunSummary(BaseModel):
@@ -62,6 +62,11 @@ class TinkerRunSummary(BaseModel):
     curve_png: str
     final_weights: str | None = None
     """The trained LoRA as a ``tinker://`` path (its files under ``<run>/tinker/checkpoints``)."""
+
+
+async def _result(submitted: Any) -> Any:
+    """Await a Tinker ``*_async`` call's future, then its result."""
+    return await (await submitted).result_async()
 
 
 def resolve_base_model(name: str) -> str:
@@ -143,15 +148,19 @@ async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any =
         except BaseException:
             await asyncio.to_thread(server.stop)
             raise
+    else:
+        await asyncio.to_thread(check_reachable, url)
     try:
-        return await _train(config, run_dir, url, base_model, rows, tokenizer, loss, manager, log)
+        return await _train(config, run_dir, TinkerCalls(settings, server), url, base_model, rows, tokenizer, loss,
+                            manager, log)
     finally:
         if server is not None:
             await asyncio.to_thread(server.stop)
 
 
-async def _train(config: TrainConfig, run_dir: Path, url: str, base_model: str, rows: list[dict[str, Any]],
-                 tokenizer: Any, loss: tuple[Any, Any, str], manager: Any, log: Callable[[str], None]) -> TinkerRunSummary:
+async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str, base_model: str,
+                 rows: list[dict[str, Any]], tokenizer: Any, loss: tuple[Any, ...], manager: Any,
+                 log: Callable[[str], None]) -> TinkerRunSummary:
     import tinker
     from skyrl.train.generators.base import TrajectoryID
     from tinker import types
@@ -162,8 +171,9 @@ async def _train(config: TrainConfig, run_dir: Path, url: str, base_model: str, 
     spec, options, aggregation, loss_fn, loss_fn_config = loss
     lr = settings.learning_rate or knobs.learning_rate
     service = tinker.ServiceClient(base_url=url, api_key=os.environ.get("TINKER_API_KEY") or "tml-tackroom")
-    training = await service.create_lora_training_client_async(base_model=base_model, rank=settings.lora_rank)
-    sampler = await training.save_weights_and_get_sampling_client_async()
+    training = await call("create the LoRA training client",
+                          service.create_lora_training_client_async(base_model=base_model, rank=settings.lora_rank))
+    sampler = await call("save weights for sampling", training.save_weights_and_get_sampling_client_async())
     model_name = config.model.served_name or "tackroom-tinker"
     steps_total = total_steps(config, len(rows))
     batches = _batches(rows, knobs.mini_batch_size, knobs.seed)
@@ -174,7 +184,8 @@ async def _train(config: TrainConfig, run_dir: Path, url: str, base_model: str, 
     log(f"{len(rows)} tasks, {steps_total} steps × {knobs.mini_batch_size} tasks × {knobs.samples_per_prompt} samples; "
         f"LoRA rank {settings.lora_rank}, lr {lr:g}, loss {loss_label}")
 
-    async with SamplingEndpoint(sampler, tokenizer, model_name, max_model_len=config.gpus.context_length) as endpoint:
+    async with SamplingEndpoint(sampler, tokenizer, model_name, max_model_len=config.gpus.context_length,
+                                timeout_s=settings.request_timeout_s) as endpoint:
         generator = TackroomGenerator(config, base_url=endpoint.base_url, tokenizer=tokenizer, model=model_name,
                                       run_root=run_dir / "rollouts", manager=manager)
         try:
@@ -209,18 +220,20 @@ async def _train(config: TrainConfig, run_dir: Path, url: str, base_model: str, 
                 if batch.trained_rows:
                     if loss_fn == "tackroom":
                         custom = TackroomLoss(spec, options, batch)
-                        future = await training.forward_backward_custom_async(datums(batch, with_advantages=False), custom)
-                        result = await future.result_async()
+                        result = await call(f"step {step}: forward_backward (custom loss)", _result(
+                            training.forward_backward_custom_async(datums(batch, with_advantages=False), custom)))
                         trainer_logprobs, record["loss"] = custom.trainer_logprobs, custom.last_loss
                     else:
                         data = datums(batch, with_advantages=True)
-                        future = await training.forward_backward_async(data, loss_fn, loss_fn_config)
-                        result = await future.result_async()
+                        result = await call(f"step {step}: forward_backward",
+                                            _result(training.forward_backward_async(data, loss_fn, loss_fn_config)))
                         trainer_logprobs = [list(o["logprobs"].data) for o in result.loss_fn_outputs]
                         record["loss"] = reduced_loss(data, result.loss_fn_outputs)
                     record.update(mismatch(batch, trainer_logprobs))
-                    await (await training.optim_step_async(types.AdamParams(learning_rate=lr))).result_async()
-                    endpoint.sampler = await training.save_weights_and_get_sampling_client_async()
+                    await call(f"step {step}: optim_step",
+                               _result(training.optim_step_async(types.AdamParams(learning_rate=lr))))
+                    endpoint.sampler = await call(f"step {step}: save weights for sampling",
+                                                  training.save_weights_and_get_sampling_client_async())
                 record["rollout_s"], record["train_s"] = t1 - t0, time.monotonic() - t1
                 records.append(record)
                 line = (f"step {step}/{steps_total}: mean reward {record['mean_reward']:.3f} "
@@ -235,7 +248,7 @@ async def _train(config: TrainConfig, run_dir: Path, url: str, base_model: str, 
                 with (run_dir / "steps.jsonl").open("a") as f:
                     f.write(json.dumps({**record, **{f"rollout/{k}": v for k, v in out["rollout_metrics"].items()}}) + "\n")
                 curve.write_csv(records, run_dir / "reward_curve.csv")
-            saved = await (await training.save_weights_for_sampler_async(name="final")).result_async()
+            saved = await call("save the final LoRA", _result(training.save_weights_for_sampler_async(name="final")))
             final_weights = getattr(saved, "path", None)
         finally:
             await generator.aclose()

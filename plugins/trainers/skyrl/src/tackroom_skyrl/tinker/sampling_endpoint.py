@@ -20,13 +20,12 @@ import time
 import uuid
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tackroom import InfraError
+from tackroom.asgi_server import InLoopServer
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -38,7 +37,8 @@ class SamplingEndpoint:
     """Serve ``sampler`` (a ``tinker.SamplingClient``) on loopback in this event loop."""
 
     def __init__(self, sampler: Any, tokenizer: Any, model_name: str, *, max_model_len: int | None = None,
-                 stop_token_ids: list[int] | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+                 stop_token_ids: list[int] | None = None, host: str = "127.0.0.1", port: int = 0,
+                 timeout_s: float = 900.0) -> None:
         self.sampler = sampler
         self.tokenizer = tokenizer
         self.model_name = model_name
@@ -46,43 +46,25 @@ class SamplingEndpoint:
         eos = stop_token_ids if stop_token_ids is not None else [getattr(tokenizer, "eos_token_id", None)]
         self.stop_token_ids = sorted({int(t) for t in eos if t is not None})
         self.host, self.port = host, port
+        self.timeout_s = timeout_s
         self.requests = 0
         self.app = Starlette(routes=[
             Route("/v1/models", self._models, methods=["GET"]),
             Route("/v1/completions", self._completions, methods=["POST"]),
             Route("/health", self._health, methods=["GET"]),
         ])
-        self._server: uvicorn.Server | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._server = InLoopServer(self.app, what="the Tinker sampling endpoint", host=host, port=port)
 
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
 
     async def start(self) -> SamplingEndpoint:
-        config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning", lifespan="off",
-                                access_log=False)
-        self._server = uvicorn.Server(config)
-        self._task = asyncio.create_task(self._server.serve(), name="tackroom-tinker-sampling")
-        deadline = time.monotonic() + 30
-        while not self._server.started:
-            if self._task.done():
-                raise InfraError(f"sampling endpoint failed to start: {self._task.exception()}")
-            if time.monotonic() > deadline:
-                raise InfraError("sampling endpoint did not start within 30s")
-            await asyncio.sleep(0.01)
-        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        self.port = await self._server.start()
         return self
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(self._task, timeout=10)
-            except TimeoutError:
-                self._task.cancel()
-            self._task = None
+        await self._server.stop()
 
     async def __aenter__(self) -> SamplingEndpoint:
         return await self.start()
@@ -142,8 +124,10 @@ class SamplingEndpoint:
 
         self.requests += 1
         try:
-            result = await self.sampler.sample_async(prompt=types.ModelInput.from_ints(prompt_ids), num_samples=1,
-                                                     sampling_params=params)
+            result = await asyncio.wait_for(self.sampler.sample_async(
+                prompt=types.ModelInput.from_ints(prompt_ids), num_samples=1, sampling_params=params), self.timeout_s)
+        except TimeoutError:  # the Tinker SDK retries a dead server for ever
+            return _error(503, f"Tinker sampler sent nothing for {self.timeout_s:.0f}s (is the server alive?)")
         except Exception as exc:  # the Tinker SDK's own retries are spent: the engine is down or failing
             return _error(503, f"Tinker sampler failed: {type(exc).__name__}: {exc}")
         seq = result.sequences[0]

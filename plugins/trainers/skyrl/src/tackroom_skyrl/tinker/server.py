@@ -77,6 +77,9 @@ class TinkerSettings(BaseModel):
     backend_config: dict[str, Any] = Field(default_factory=dict)
     """Passed as ``--backend-config`` (e.g. ``train_micro_batch_size``, ``sample_max_num_sequences``)."""
     startup_timeout_s: float = Field(default=600.0, gt=0)
+    request_timeout_s: float = Field(default=900.0, gt=0)
+    """Longest wait for one Tinker call (a sample, forward_backward, optim_step, a save): the Tinker SDK itself
+    retries a dead server for ever."""
     server_dir: str | None = None
     """The server's uv project; default ``$TACKROOM_TINKER_SERVER_DIR`` or ``~/.cache/tackroom/tinker-server``."""
 
@@ -212,6 +215,60 @@ class TinkerServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def check_reachable(url: str, timeout: float = 5.0) -> None:
+    """Fail fast when nothing answers at ``url`` (the Tinker SDK would retry for ever)."""
+    try:
+        response = httpx.get(f"{url.rstrip('/')}/api/v1/healthz", timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise TinkerServerError(f"no Tinker server answers at {url}: {type(exc).__name__}: {exc}") from None
+    if response.status_code != 200:
+        raise TinkerServerError(f"the Tinker server at {url} is not healthy: HTTP {response.status_code} "
+                                f"{response.text[:300]}")
+
+
+class TinkerCalls:
+    """Every call to the Tinker server goes through here: bounded by ``request_timeout_s``, and cut short when the
+    server we started exits (its log's last lines in the error). SDK errors become :class:`TinkerServerError`."""
+
+    def __init__(self, settings: TinkerSettings, server: TinkerServer | None = None, poll_s: float = 1.0) -> None:
+        self.timeout = settings.request_timeout_s
+        self.server = server
+        self.poll_s = poll_s
+
+    def _died(self) -> str | None:
+        proc = self.server.proc if self.server is not None else None
+        if proc is None or proc.poll() is None:
+            return None
+        return f"the Tinker server exited with {proc.returncode}; last lines of {self.server.log_path}:\n{self.server.tail()}"
+
+    async def __call__(self, what: str, awaitable: Any) -> Any:
+        import asyncio
+
+        task = asyncio.ensure_future(awaitable)
+        deadline = time.monotonic() + self.timeout
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.poll_s)
+                if done:
+                    break
+                if (died := self._died()) is not None:
+                    raise TinkerServerError(f"{what}: {died}")
+                if time.monotonic() > deadline:
+                    raise TinkerServerError(f"{what}: no answer from the Tinker server within {self.timeout:.0f}s "
+                                            "([tinker] request_timeout_s)")
+        finally:
+            if not task.done():
+                task.cancel()
+        try:
+            return task.result()
+        except TinkerServerError:
+            raise
+        except Exception as exc:
+            died = self._died()
+            detail = f"; {died}" if died else ""
+            raise TinkerServerError(f"{what} failed: {type(exc).__name__}: {exc}{detail}") from exc
 
 
 if __name__ == "__main__":  # `python -m tackroom_skyrl.tinker.server`: install the server's environment ahead of time

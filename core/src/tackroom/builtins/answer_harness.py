@@ -32,6 +32,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 from tackroom.errors import InfraError, ModelError
 from tackroom.harness import Harness
 from tackroom.markers import hookimpl
+from tackroom.openai_errors import error_message as _error_message
 from tackroom.plugin import PluginOptions
 from tackroom.policy import Policy
 from tackroom.sandbox import Sandbox
@@ -182,20 +183,6 @@ async def _post(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> ht
         message, _ = _error_message(response)
         raise _Retryable(f"{url} answered HTTP {response.status_code}: {message}")
     return response
-
-
-def _error_message(response: httpx.Response) -> tuple[str, str]:
-    """(message, code) from an OpenAI-style error body, or the raw text."""
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:500], ""
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict):
-        return str(error.get("message") or error)[:1000], str(error.get("code") or "")
-    if isinstance(body, dict) and "detail" in body:
-        return str(body["detail"])[:1000], ""
-    return str(body)[:500], ""
 
 
 def _reply(data: dict[str, Any], url: str) -> tuple[str, str | None]:

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from tackroom import InfraError, ModelError, Policy
+from tackroom.openai_errors import error_message as _error_message
 
 _RETRY_STATUS = (502, 503, 504)
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context length", "max_model_len", "too many tokens")
@@ -56,20 +57,6 @@ class ChatReply(BaseModel):
 class _Retryable(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
-
-
-def _error_message(response: httpx.Response) -> tuple[str, str]:
-    """(message, code) from an OpenAI-style error body, or the raw text."""
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:500], ""
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict):
-        return str(error.get("message") or error)[:1000], str(error.get("code") or "")
-    if isinstance(body, dict) and "detail" in body:
-        return str(body["detail"])[:1000], ""
-    return str(body)[:500], ""
 
 
 class ChatClient:

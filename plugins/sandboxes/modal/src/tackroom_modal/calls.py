@@ -1,13 +1,11 @@
-"""Every SDK call under a timeout; transient failures retried with backoff (tenacity)."""
+"""Every Modal SDK call under a timeout; transient failures retried with backoff (``tackroom.remote_calls``)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from tackroom import SandboxError, SandboxTimeoutError
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tackroom import remote_calls
 
 T = TypeVar("T")
 
@@ -20,24 +18,9 @@ def transient_errors() -> tuple[type[BaseException], ...]:
 
 
 async def bounded(what: str, make: Callable[[], Awaitable[T]], timeout: float) -> T:
-    """Await ``make()`` for at most ``timeout`` seconds; a hang becomes :class:`SandboxTimeoutError`."""
-    try:
-        return await asyncio.wait_for(make(), timeout)
-    except TimeoutError as exc:
-        if isinstance(exc, SandboxTimeoutError):
-            raise
-        raise SandboxTimeoutError(f"modal: {what} did not answer within {timeout:g}s") from exc
+    return await remote_calls.bounded(f"modal: {what}", make, timeout)
 
 
 async def retried(what: str, make: Callable[[], Awaitable[T]], *, timeout: float, attempts: int, wait: float) -> T:
-    """:func:`bounded` plus up to ``attempts`` tries on transient errors; the last error is re-raised."""
-    transient = transient_errors()
-    async for attempt in AsyncRetrying(
-        stop=stop_after_attempt(attempts),
-        wait=wait_exponential(multiplier=wait, max=30),
-        retry=retry_if_exception(lambda e: isinstance(e, transient)),
-        reraise=True,
-    ):
-        with attempt:
-            return await bounded(what, make, timeout)
-    raise SandboxError(f"modal: {what} was not attempted")  # unreachable: AsyncRetrying runs at least once
+    return await remote_calls.retried(f"modal: {what}", make, timeout=timeout, attempts=attempts, wait=wait,
+                                      transient=transient_errors())

@@ -1,0 +1,57 @@
+"""tackroom.remote_calls: a timeout on each SDK call, transient failures retried, the rest not."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tackroom import SandboxTimeoutError
+from tackroom.remote_calls import bounded, retried
+
+
+class Flaky(Exception):
+    pass
+
+
+def script(*outcomes):
+    """A ``make`` that returns or raises the next outcome each time it is called; counts calls."""
+    calls = {"n": 0}
+
+    def make():
+        async def once():
+            outcome = outcomes[min(calls["n"], len(outcomes) - 1)]
+            calls["n"] += 1
+            if outcome == "hang":
+                await asyncio.sleep(3600)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+        return once()
+
+    return make, calls
+
+
+async def test_bounded_turns_a_hang_into_a_sandbox_timeout_naming_the_call() -> None:
+    make, _ = script("hang")
+    with pytest.raises(SandboxTimeoutError, match="modal: exec did not answer within 0.05s"):
+        await bounded("modal: exec", make, 0.05)
+    ok, _ = script(5)
+    assert await bounded("x", ok, 1) == 5
+
+
+async def test_retried_retries_transient_errors_and_hangs_then_succeeds() -> None:
+    make, calls = script(Flaky("503"), "hang", 42)
+    assert await retried("x", make, timeout=0.05, attempts=3, wait=0.001, transient=(Flaky, SandboxTimeoutError)) == 42
+    assert calls["n"] == 3
+
+
+async def test_retried_does_not_retry_other_errors_and_reraises_the_last() -> None:
+    make, calls = script(ValueError("bad request"))
+    with pytest.raises(ValueError, match="bad request"):
+        await retried("x", make, timeout=1, attempts=5, wait=0.001, transient=(Flaky,))
+    assert calls["n"] == 1
+    make, calls = script(Flaky("still down"))
+    with pytest.raises(Flaky, match="still down"):
+        await retried("x", make, timeout=1, attempts=3, wait=0.001, transient=(Flaky,))
+    assert calls["n"] == 3

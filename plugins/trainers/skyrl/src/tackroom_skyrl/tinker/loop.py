@@ -101,7 +101,11 @@ def _loss(config: TrainConfig, manager: Any) -> tuple[Any, Any, str, str, dict[s
 
 def describe_loss(config: TrainConfig, manager: Any = None) -> str:
     """What the step minimises, in words: the ``[loss]``, its aggregation and how it reaches the server."""
-    spec, _, aggregation, loss_fn, loss_fn_config = _loss(config, manager)
+    return _describe(_loss(config, manager))
+
+
+def _describe(loss: tuple[Any, ...]) -> str:
+    spec, _, aggregation, loss_fn, loss_fn_config = loss
     how = "in torch, Tinker's custom-loss path" if loss_fn == "tackroom" else f"as Tinker's {loss_fn}"
     extra = f" {loss_fn_config}" if loss_fn_config else ""
     return f"{spec.name}, {aggregation} ({how}{extra})"
@@ -180,7 +184,7 @@ async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str
     records: list[dict[str, Any]] = []
     warnings = 0
     final_weights: str | None = None
-    loss_label = describe_loss(config, manager)
+    loss_label = _describe(loss)
     log(f"{len(rows)} tasks, {steps_total} steps × {knobs.mini_batch_size} tasks × {knobs.samples_per_prompt} samples; "
         f"LoRA rank {settings.lora_rank}, lr {lr:g}, loss {loss_label}")
 

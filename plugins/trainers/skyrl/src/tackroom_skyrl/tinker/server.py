@@ -13,6 +13,7 @@ JAX, flax and optax stay out of the tackroom workspace.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -98,6 +99,11 @@ def _uv() -> str:
     return uv
 
 
+def _uv_env() -> dict[str, str]:
+    """This process's environment without the workspace's venv, so uv uses the server's own project."""
+    return {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
+
+
 def prepare(settings: TinkerSettings | None = None, *, timeout: float = 1800.0) -> Path:
     """Write the server's uv project and sync it (downloads JAX and SkyRL's extras on first use)."""
     d = server_dir(settings)
@@ -106,9 +112,8 @@ def prepare(settings: TinkerSettings | None = None, *, timeout: float = 1800.0) 
     if not pyproject.is_file() or pyproject.read_text() != PYPROJECT:
         pyproject.write_text(PYPROJECT)
     (d / ".python-version").write_text("3.12\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
     proc = subprocess.run([_uv(), "sync", "--project", str(d), "--extra", "tinker", "--extra", "jax", "--quiet"],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+                          capture_output=True, text=True, timeout=timeout, env=_uv_env())
     if proc.returncode != 0:
         raise TinkerServerError(f"could not install the Tinker server's environment in {d}: "
                                 f"uv sync exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
@@ -159,7 +164,7 @@ class TinkerServer:
         project = prepare(self.settings)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
-        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
+        env = _uv_env()
         if not shutil.which("nvidia-smi"):
             env.setdefault("JAX_PLATFORMS", "cpu")  # no probing for accelerators that are not there
         self.proc = subprocess.Popen(self.command(project), stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -244,8 +249,6 @@ class TinkerCalls:
         return f"the Tinker server exited with {proc.returncode}; last lines of {self.server.log_path}:\n{self.server.tail()}"
 
     async def __call__(self, what: str, awaitable: Any) -> Any:
-        import asyncio
-
         task = asyncio.ensure_future(awaitable)
         deadline = time.monotonic() + self.timeout
         try:

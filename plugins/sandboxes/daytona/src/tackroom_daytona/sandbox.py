@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import math
 import posixpath
 import secrets
 import shlex
-import tarfile
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tackroom import ExecResult, Sandbox, SandboxBuildError, SandboxError, SandboxSpec, SandboxTimeoutError
 from tackroom.sandbox import DEFAULT_EXEC_TIMEOUT, check_relative_inside
+from tackroom.tar_transfer import TarTransfer
 
 from tackroom_daytona.calls import bounded, retried
 
@@ -45,7 +43,7 @@ def wrapper(base: str, cmd: str | list[str], *, cwd: str | None, env: dict[str, 
     )
 
 
-class DaytonaSandbox(Sandbox):
+class DaytonaSandbox(TarTransfer, Sandbox):
     """A Daytona sandbox; commands go through ``process.exec``, files through ``fs``."""
 
     def __init__(self, spec: SandboxSpec, provider: DaytonaProvider) -> None:
@@ -193,54 +191,6 @@ class DaytonaSandbox(Sandbox):
         sb = self._live()
         data = await bounded(f"download of {remote}", lambda: sb.fs.download_file(remote), timeout)
         return data or b""
-
-    async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
-        target = self._resolve(dest)
-        if not source.exists():
-            raise FileNotFoundError(source)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            if source.is_dir():
-                for child in sorted(source.iterdir()):
-                    tar.add(child, arcname=child.name)
-                extract_to = target
-            else:
-                tar.add(source, arcname=posixpath.basename(target))
-                extract_to = posixpath.dirname(target)
-        staged = f"/tmp/.tackroom-up-{secrets.token_hex(6)}.tar"
-        await self._put(buf.getvalue(), staged, timeout)
-        r = await self.exec(
-            f"mkdir -p {shlex.quote(extract_to)} && tar --no-same-owner -xf {staged} -C {shlex.quote(extract_to)}; s=$?; rm -f {staged}; exit $s",
-            timeout=timeout,
-        )
-        if not r.ok:
-            raise SandboxError(f"upload to {target} failed: {r.stderr.strip()}")
-
-    async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
-        path = self._resolve(source)
-        staged = f"/tmp/.tackroom-down-{secrets.token_hex(6)}.tar"
-        q = shlex.quote(path)
-        r = await self.exec(
-            f"if [ -d {q} ]; then tar -cf {staged} -C {q} . && echo dir; elif [ -e {q} ]; then echo file; else echo missing; fi",
-            timeout=timeout,
-        )
-        kind = r.stdout.strip()
-        if kind == "missing":
-            raise FileNotFoundError(f"{source} does not exist in the sandbox")
-        if kind == "file":
-            data = await self._get(path, timeout)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(data)
-            return
-        if kind != "dir":
-            raise SandboxError(f"download of {source} failed: {r.stderr.strip() or r.stdout.strip()}")
-        try:
-            data = await self._get(staged, timeout)
-        finally:
-            await self.exec(f"rm -f {staged}", timeout=30)
-        dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(dest, filter="data")
 
     # -- ports --------------------------------------------------------------------
     async def expose(self, port: int) -> str:

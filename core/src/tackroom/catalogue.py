@@ -29,11 +29,18 @@ class CatalogueEntry(BaseModel):
     summary: str
     party: Literal["first", "third"] = "first"
     install: str | None = None
-    """How to install it, when plain ``pip install <distribution>`` is not it."""
+    """How to install it, when neither of the lines below is it."""
+    path: str | None = None
+    """First-party plugins: the distribution's folder in the tackroom repository. They are not on
+    PyPI yet, so the install line is a path install from a checkout of the repository."""
 
     @property
     def install_hint(self) -> str:
-        return self.install or f"pip install {self.distribution}"
+        if self.install:
+            return self.install
+        if self.path:
+            return f"pip install ./{self.path} (from a checkout of the tackroom repository)"
+        return f"pip install {self.distribution}"
 
 
 class Catalogue(BaseModel):

@@ -27,13 +27,14 @@ def test_the_demo_config_runs_and_writes_every_report(tmp_path, chromium):
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     cells = {(c["model"], c["harness"]): c for c in data["cells"]}
+    n = len(data["tasks"]) * data["passes"]
     for (model, harness), c in cells.items():
         if model is not None:
-            assert model == "smollm2" and c["status"] == "unreachable" and c["errors"]["infra"] == 15, harness
+            assert model == "smollm2" and c["status"] == "unreachable" and c["errors"]["infra"] == n, harness
     assert "tackroom model up" in out.stderr
-    assert cells[(None, "oracle")]["pass_at_1"] == 1.0 and cells[(None, "oracle")]["n_trials"] == 15
+    assert cells[(None, "oracle")]["pass_at_1"] == 1.0 and cells[(None, "oracle")]["n_trials"] == n
     assert cells[(None, "nop")]["pass_at_1"] == 0.0 and cells[(None, "nop")]["pass_at_k"] == 0.0
-    assert data["passes"] == 3 and data["k"] == 3 and len(data["tasks"]) == 5
+    assert data["passes"] == 3 and data["k"] == 3 and len(data["tasks"]) >= 10
     run_dir = tmp_path / "matrix-demo"
     assert {p.name for p in run_dir.iterdir()} >= {"matrix.json", "matrix.csv", "report.html", "matrix.config.json"}
     _, _, rows = screenshot(chromium, run_dir / "report.html", tmp_path / "demo.png", tmp_path)

@@ -50,6 +50,15 @@ def test_terminal_table(tmp_path):
     assert "non-model error rate 5.6%" in text
 
 
+def test_terminal_table_shows_pass_at_1_once_when_k_is_1(tmp_path):
+    report = build_report(sample_outcome(tmp_path))
+    report.k = 1
+    console = Console(record=True, width=160)
+    print_report(report, console)
+    header = next(line for line in console.export_text().splitlines() if "harness" in line and "pass@" in line)
+    assert header.count("pass@1") == 1 and "pass@3" not in header
+
+
 def test_report_html_is_self_contained(tmp_path):
     html = write_reports(build_report(sample_outcome(tmp_path)), tmp_path)["report.html"].read_text()
     assert html.startswith("<!DOCTYPE html>") and "<svg" in html and "<style>" in html

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 
 import typer
 
@@ -26,24 +27,23 @@ def gateway(
     gw = build_gateway(engine, tokenizer=tokenizer, model=model, tool_parser=tool_parser, host=host, port=port)
 
     async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
         await gw.start()
         console.print(
             f"policy gateway for [bold]{gw.model_name}[/] at {engine}\n"
             f"  session base URL: {gw.base_url}/sessions/<session_id>/v1\n"
-            f"  trajectory:       {gw.base_url}/sessions/<session_id>/trajectory",
+            f"  trajectory:       {gw.base_url}/sessions/<session_id>/trajectory\n"
+            "  Ctrl-C (or SIGTERM) stops it",
             highlight=False,
         )
-        try:
-            while gw._task is not None and not gw._task.done():
-                await asyncio.sleep(0.5)
-        finally:
-            await gw.stop()
+        await gw.serve_until(stop)
+        console.print("gateway stopped", highlight=False)
 
     try:
         import uvloop  # a faster event loop where available: the gateway sits on every model call
     except ImportError:
         uvloop = None
-    try:
-        uvloop.run(serve()) if uvloop is not None else asyncio.run(serve())
-    except KeyboardInterrupt:
-        pass
+    uvloop.run(serve()) if uvloop is not None else asyncio.run(serve())

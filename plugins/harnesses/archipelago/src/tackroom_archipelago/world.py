@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from tackroom import Sandbox
-from tackroom.model.tokenizers import cache_root
+from tackroom import cache_root
 
 from tackroom_archipelago.errors import WorldBuildError, WorldFormatError, WorldRuntimeError
 

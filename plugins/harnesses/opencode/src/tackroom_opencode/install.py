@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from tackroom import InfraError
+from tackroom import InfraError, cache_root
 from tackroom.process import run_process
 
 DEFAULT_VERSION = "1.18.33"
@@ -45,7 +45,7 @@ class OpenCodeInstall(BaseModel):
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tackroom" / "opencode"
+    return cache_root() / "opencode"
 
 
 def platform_packages() -> list[str]:

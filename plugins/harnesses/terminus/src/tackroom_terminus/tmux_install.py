@@ -21,14 +21,13 @@ the image. ``"never"`` skips 2 and 3 (the image must carry tmux).
 from __future__ import annotations
 
 import asyncio
-import os
 import shlex
 import shutil
 import tempfile
 import weakref
 from pathlib import Path
 
-from tackroom import Sandbox, TaskError
+from tackroom import Sandbox, TaskError, cache_root
 
 TMUX_PACKAGE = "tmux"
 _FIX = (
@@ -49,8 +48,7 @@ def _download_lock() -> asyncio.Lock:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tackroom" / "debs"
+    return cache_root() / "debs"
 
 
 async def _host(argv: list[str], *, timeout: float, cwd: Path | None = None) -> tuple[int, str]:

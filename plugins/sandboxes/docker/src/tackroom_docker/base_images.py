@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
-from tackroom import SandboxError
+from tackroom import SandboxError, cache_root
 
 from tackroom_docker.engine import DockerCLI
 
@@ -83,9 +83,8 @@ def debian_arch() -> str:
 
 
 def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/tackroom/images`` (default ``~/.cache/tackroom/images``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tackroom" / "images"
+    """``<tackroom cache>/images`` (``$TACKROOM_CACHE``, default ``~/.cache/tackroom``)."""
+    return cache_root() / "images"
 
 
 def slim_rootfs(root: Path, *, suite: str, mirror: str, security_mirror: str) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from tackroom import InfraError
+from tackroom import InfraError, cache_root
 
 SKYRL_VERSION = "0.4.0"
 
@@ -89,7 +89,7 @@ def server_dir(settings: TinkerSettings | None = None) -> Path:
     if settings is not None and settings.server_dir:
         return Path(settings.server_dir).expanduser()
     env = os.environ.get("TACKROOM_TINKER_SERVER_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "tackroom" / "tinker-server"
+    return Path(env).expanduser() if env else cache_root() / "tinker-server"
 
 
 def _uv() -> str:

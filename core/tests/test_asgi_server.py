@@ -47,3 +47,21 @@ async def test_a_port_in_use_is_the_callers_error_naming_the_server() -> None:
 
 def test_default_error_is_infra() -> None:
     assert InLoopServer(_app(), what="x").error is InfraError
+
+
+async def test_in_loop_servers_leave_sigint_to_the_application():
+    # uvicorn's own handler would stop only the server on Ctrl-C, and the run would go on without it.
+    import signal
+
+    from tackroom.asgi_server import InLoopServer
+
+    async def app(scope, receive, send):  # pragma: no cover - never called
+        raise AssertionError
+
+    before = signal.getsignal(signal.SIGINT)
+    server = InLoopServer(app, what="probe")
+    await server.start()
+    try:
+        assert signal.getsignal(signal.SIGINT) is before
+    finally:
+        await server.stop()

@@ -10,12 +10,28 @@ when it cannot bind, and stop without hanging on open connections.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Generator
 from typing import Any
 
 import uvicorn
 
 from tackroom.errors import InfraError
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn's server without its signal handling: the application owns SIGINT/SIGTERM.
+
+    ``uvicorn.Server.serve`` swaps in its own SIGINT/SIGTERM handlers for as long as it serves and
+    re-raises the signal when it stops. With servers inside a run (a gateway per model, relays), a
+    Ctrl-C then stopped only the servers, and the run went on scoring every later trial as an infra
+    error. Here Ctrl-C reaches the application (asyncio cancels the run), which stops its servers.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
 
 
 class InLoopServer:
@@ -34,13 +50,13 @@ class InLoopServer:
         self.startup_timeout_s, self.stop_timeout_s = startup_timeout_s, stop_timeout_s
         self.graceful_timeout_s, self.error = graceful_timeout_s, error
         self.port: int | None = None
-        self._server: uvicorn.Server | None = None
+        self._server: _QuietServer | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> int:
         config = uvicorn.Config(self.app, host=self.host, port=self.requested_port, log_level="warning",
                                 lifespan="off", access_log=False, timeout_graceful_shutdown=self.graceful_timeout_s)
-        self._server = uvicorn.Server(config)
+        self._server = _QuietServer(config)
         self._task = asyncio.create_task(self._serve(self._server), name=self.what)
         deadline = time.monotonic() + self.startup_timeout_s
         while not self._server.started:

@@ -5,7 +5,9 @@
 
 Direct: ``POST /v1/completions`` with the prompt ids the chat template gives,
 ``return_token_ids`` and ``logprobs`` (exactly the engine work the gateway asks
-for). Gateway: ``POST /sessions/{id}/v1/chat/completions`` with the messages.
+for). Gateway: ``POST <session base URL>/chat/completions`` with the messages, one
+session per request (made beforehand, untimed, with ``POST /sessions`` and the
+admin token the gateway prints).
 Both generate exactly ``--max-tokens`` tokens (``ignore_eos``, greedy). Direct and
 gateway batches alternate, ``--rounds`` times, at each ``--concurrency``, plain
 and streamed. The gateway runs as its own process (``tackroom gateway``), as it
@@ -154,7 +156,18 @@ async def batch(client, requests: list[tuple[str, dict]], concurrency: int, stre
     return lat, ttft, tokens, time.perf_counter() - start
 
 
-async def measure(engine_url: str, gateway_url: str, gateway_pid: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+async def open_sessions(client, gateway_url: str, admin_token: str, ids: list[str]) -> list[str]:
+    """Each session's base URL (``.../sessions/<id>/<token>/v1``), from ``POST /sessions``."""
+    urls = []
+    for sid in ids:
+        r = await client.post(f"{gateway_url}/sessions", json={"session_id": sid}, headers={"Authorization": f"Bearer {admin_token}"})
+        r.raise_for_status()
+        urls.append(r.json()["base_url"])
+    return urls
+
+
+async def measure(engine_url: str, gateway_url: str, gateway_pid: int, admin_token: str,
+                  args: argparse.Namespace) -> list[dict[str, Any]]:
     from tackroom.gateway import ChatTemplate
 
     tmpl = ChatTemplate.from_path(args.tokenizer)
@@ -171,7 +184,8 @@ async def measure(engine_url: str, gateway_url: str, gateway_pid: int, args: arg
                     msgs = [[{"role": "user", "content": f"Tell me about {topics[(i + rnd) % len(topics)]} (#{rnd}-{i})."}] for i in range(n)]
                     common = {"max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True}
                     direct = [(engine_url + "/completions", {"model": model, "prompt": tmpl.render_ids(m), "return_token_ids": True, "logprobs": 0, **common}) for m in msgs]
-                    via = [(f"{gateway_url}/sessions/b{conc}-{int(stream)}-{rnd}-{i}/v1/chat/completions", {"messages": m, **common}) for i, m in enumerate(msgs)]
+                    bases = await open_sessions(client, gateway_url, admin_token, [f"b{conc}-{int(stream)}-{rnd}-{i}" for i in range(n)])
+                    via = [(f"{base}/chat/completions", {"messages": m, **common}) for base, m in zip(bases, msgs, strict=True)]
                     order = [("direct", direct), ("gateway", via)] if rnd % 2 == 0 else [("gateway", via), ("direct", direct)]
                     for name, reqs in order:
                         cpu0 = cpu_seconds(gateway_pid)
@@ -219,11 +233,12 @@ def main() -> None:
         gport = free_port()
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "tackroom.gateway", "--engine", args.engine, "--port", str(gport), "--tokenizer", args.tokenizer],
-            start_new_session=True, stdout=subprocess.DEVNULL,
+            start_new_session=True, stdout=subprocess.PIPE, text=True,
         ))
         gateway_url = f"http://127.0.0.1:{gport}"
         wait_ready(gateway_url + "/health", procs[-1])
-        rows = asyncio.run(measure(args.engine.rstrip("/"), gateway_url, procs[-1].pid, args))
+        admin_token = next(line.split()[-1] for line in procs[-1].stdout if line.strip().startswith("admin token:"))
+        rows = asyncio.run(measure(args.engine.rstrip("/"), gateway_url, procs[-1].pid, admin_token, args))
     finally:
         for p in procs:
             if p.poll() is None:

@@ -203,7 +203,8 @@ async def test_tackroom_trial_started_and_tackroom_trial_finished_hooks_and_resu
     items = [(trial_for(task, pass_index=i), task, plugins()) for i in range(3)]
     first = await runtime(tmp_path, manager=manager).run_all(items)
     assert [r.reward for r in first] == [1.0, 1.0, 1.0]
-    assert sorted(seen) == [("end", 1.0)] * 3 + [("start", f"r__oracle__p{i}") for i in range(3)]
+    ids = [f"r-{task.source_hash[:10]}__oracle__p{i}" for i in range(3)]  # name + content hash, label, pass
+    assert sorted(seen) == [("end", 1.0)] * 3 + [("start", tid) for tid in ids]
     seen.clear()
     again = await runtime(tmp_path, manager=manager).run_all(items)
     assert seen == [] and [r.trial_id for r in again] == [r.trial_id for r in first]

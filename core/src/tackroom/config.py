@@ -2,25 +2,81 @@
 
 from __future__ import annotations
 
+import math
+import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from tackroom.errors import ConfigError, PluginNotFoundError
 from tackroom.executors.options import RayOptions
 from tackroom.plugin import Plugin, PluginKind
+from tackroom.policy import register_secret, register_secrets_in, register_url_secrets
 
 M = TypeVar("M", bound=BaseModel)
 
+RUN_ID_MAX_CHARS = 128
+
+
+def check_run_id(value: str, *, what: str = "run id") -> str:
+    """A run id names one folder under the runs directory: a plain name, never a path.
+
+    Refused: empty or blank, ``.``/``..`` or anything containing ``..``, a path separator
+    (``/``, ``\\``), control characters (NUL, newline …), a leading ``-`` or ``~``, more than
+    :data:`RUN_ID_MAX_CHARS` characters.
+    """
+    problem = None
+    if not isinstance(value, str) or not value.strip():
+        problem = "must not be empty"
+    elif value != value.strip():
+        problem = "must not start or end with whitespace"
+    elif "/" in value or "\\" in value or (os.sep in value) or (os.altsep and os.altsep in value):
+        problem = "must be a plain name, not a path (no / or \\)"
+    elif ".." in value or value == ".":
+        problem = "must not be . or contain .."
+    elif any(ord(c) < 32 or ord(c) == 127 for c in value):
+        problem = "must not contain control characters"
+    elif value[0] in "-~":
+        problem = "must not start with - or ~"
+    elif len(value) > RUN_ID_MAX_CHARS:
+        problem = f"must be at most {RUN_ID_MAX_CHARS} characters"
+    if problem:
+        raise ValueError(f"{what} {value!r} {problem}")
+    return value
+
+
+RunId = Annotated[str, AfterValidator(check_run_id)]
+
+
+def _finite_positive(value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a positive, finite number, got {value!r}")
+    return value
+
+
+def _finite_non_negative(value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"must be a finite number >= 0, got {value!r}")
+    return value
+
 
 class PluginSelection(BaseModel):
-    """``[harness]`` / ``[sandbox]`` / ``[verifier]``: a ``name`` plus that plugin's options, flat."""
+    """``[harness]`` / ``[sandbox]`` / ``[verifier]``: a ``name`` plus that plugin's options, flat.
+
+    Credentials among the options (secret-named keys such as ``api_keys``, URL userinfo)
+    are remembered so that nothing a run writes carries them (see :mod:`tackroom.policy`).
+    """
 
     model_config = ConfigDict(extra="allow")
 
     name: str
+
+    @model_validator(mode="after")
+    def _remember_secrets(self) -> PluginSelection:
+        register_secrets_in(self.model_extra or {})
+        return self
 
     @property
     def options(self) -> dict[str, Any]:
@@ -32,7 +88,7 @@ def format_validation_error(exc: ValidationError, prefix: str = "", source: str 
     lines = []
     for err in exc.errors():
         path = ".".join(str(p) for p in (prefix.split(".") if prefix else []) + list(err["loc"]))
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
         lines.append(f"{source + ': ' if source else ''}{path or '(top level)'}: {msg}")
@@ -114,12 +170,34 @@ class PolicyConfig(BaseModel):
 
     base_url: str | None = None
     model: str = "default"
-    api_key: str = "EMPTY"
+    api_key: SecretStr = SecretStr("EMPTY")
+    """Sent as ``Authorization: Bearer …``; never written by a run (run.json shows ``**********``)."""
+    api_key_env: str | None = None
+    """Name of an environment variable holding the API key (keeps keys out of config files)."""
     tokenizer: str | None = None
     sampling: dict[str, Any] = Field(default_factory=dict)
     label: str | None = None
     gateway: bool | None = None
     """Route through the policy gateway; default: when the harness speaks only chat."""
+
+    @model_validator(mode="after")
+    def _key(self) -> PolicyConfig:
+        if self.api_key_env is not None and self.api_key.get_secret_value() != "EMPTY":
+            raise ValueError("give either api_key or api_key_env, not both")
+        register_secret(self.api_key)
+        register_url_secrets(self.base_url)
+        return self
+
+    def resolved_api_key(self) -> str:
+        """The key to send: ``$api_key_env`` when named (it must be set), else ``api_key``."""
+        if self.api_key_env is not None:
+            value = os.environ.get(self.api_key_env)
+            if not value:
+                raise ConfigError(f"policy.api_key_env: environment variable {self.api_key_env} is not set; "
+                                  "export it or put api_key in the config")
+            register_secret(value)
+            return value
+        return self.api_key.get_secret_value()
 
 
 class RuntimeConfig(BaseModel):
@@ -127,14 +205,15 @@ class RuntimeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    attempts: int = Field(default=3, ge=1)
-    concurrency: int = Field(default=4, ge=1)
+    attempts: int = Field(default=3, ge=1, strict=True)
+    concurrency: int = Field(default=4, ge=1, strict=True)
     out: str = "runs"
-    run_id: str | None = None
+    run_id: RunId | None = None
+    """A plain folder name under ``out`` (no path separators, no ``..``); default: a fresh, unique one."""
     executor: Literal["asyncio", "ray"] = "asyncio"
     """Where attempts run: in this process (``asyncio``) or each as a Ray task (``ray``)."""
-    teardown_timeout_sec: float = 60.0
-    retry_backoff_sec: float = 1.0
+    teardown_timeout_sec: Annotated[float, AfterValidator(_finite_positive)] = 60.0
+    retry_backoff_sec: Annotated[float, AfterValidator(_finite_non_negative)] = 1.0
     ray: RayOptions = Field(default_factory=RayOptions)
     """``[runtime.ray]``: options of the ``ray`` executor."""
 
@@ -171,6 +250,38 @@ class RunConfig(BaseModel):
             instantiate("sandbox", self.sandbox, where="sandbox", manager=manager),
             instantiate("verifier", self.verifier, where="verifier", manager=manager),
         )
+
+
+def with_overrides(config: M, overrides: dict[str, Any], *, source: str = "",
+                   flags: dict[str, str] | None = None) -> M:
+    """``config`` with dotted-path overrides (``{"runtime.concurrency": 0}``) applied and the whole of it
+    validated again, so a command-line flag gets exactly the checks its config field gets.
+
+    ``flags`` maps dotted paths to the flag that set them; a problem in one is reported as
+    ``--flag (dotted.path): …``, one in a value from the file as ``source: dotted.path: …``.
+    Credentials (``SecretStr``) pass through unrevealed.
+    """
+    flags = flags or {}
+    data = config.model_dump(mode="python")
+    for dotted, value in overrides.items():
+        *parents, last = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    try:
+        return type(config).model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+            flag = next((f for path, f in flags.items() if loc == path or loc.startswith(path + ".")), None)
+            if flag is not None:
+                lines.append(f"{flag} ({loc}): {msg}")
+            else:
+                lines.append(f"{source + ': ' if source else ''}{loc or '(top level)'}: {msg}")
+        raise ConfigError("\n".join(lines)) from exc
 
 
 def load_run_config(path: str | Path) -> RunConfig:

@@ -1,10 +1,165 @@
-"""The handle a harness uses to reach the model."""
+"""The handle a harness uses to reach the model, and keeping its credentials off disk.
+
+Credentials (API keys, a URL's ``user:password@``) are revealed only where they
+are sent: the ``Authorization`` header, an SDK call. Everything a run writes
+(run.json, result.json, matrix.config.json, reports, summaries) goes through
+:func:`redact` first, which masks
+
+- pydantic ``SecretStr`` values and the values of secret-named keys (``api_key``,
+  ``api_keys``, ``token``, ``password`` …);
+- the userinfo of URLs (``http://user:pass@host`` → ``http://***@host``);
+- every credential value this process has been given (config keys, keys read from
+  environment variables, URL passwords; see :func:`register_secret`) wherever it
+  appears in text, e.g. echoed back in an HTTP 401 error body.
+"""
 
 from __future__ import annotations
 
+import base64
+import re
+import threading
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+MASK = "***"
+"""What a credential is replaced with when written."""
+
+MIN_SECRET_CHARS = 6
+"""Shorter values are not searched for in text (they would mask ordinary words); they are still masked as fields."""
+
+PLACEHOLDER_KEYS = frozenset({"", "EMPTY", "none", "None", "null", "dummy", "sk-no-key-required"})
+"""Values used where an endpoint needs no key: not secrets."""
+
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/\s?#\"'<>]*)@")
+_SECRET_KEY = re.compile(
+    r"(?i)(api[-_]?keys?|apikey|secret|passw(or)?d|credential|private[-_]?key|authorization|"
+    r"^(auth|access|bearer|hf|api|session|refresh|github|gh)?[-_]?token$)"
+)
+
+_lock = threading.Lock()
+_secrets: set[str] = set()
+
+
+def register_secret(value: str | SecretStr | None) -> None:
+    """Remember a credential so :func:`redact` masks it wherever it shows up in text this process writes."""
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    if not value or value in PLACEHOLDER_KEYS:
+        return
+    with _lock:
+        _secrets.add(value)
+        for part in (value.strip(),):  # a key pasted with surrounding blanks is still that key
+            if len(part) >= MIN_SECRET_CHARS:
+                _secrets.add(part)
+
+
+def register_url_secrets(url: str | None) -> None:
+    """Remember the password (and user) in a URL's userinfo, raw and percent-decoded."""
+    if not url:
+        return
+    for match in _URL_USERINFO.finditer(url):
+        userinfo = match.group("userinfo")
+        register_secret(userinfo)
+        user, _, password = userinfo.partition(":")
+        for part in (user, password):
+            register_secret(part)
+            register_secret(unquote(part))
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return
+    for part in (parts.username, parts.password):
+        if part:
+            register_secret(part)
+            register_secret(unquote(part))
+    if parts.username or parts.password:  # what an HTTP client sends for it (Basic auth), should a server echo it
+        plain = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+        register_secret(base64.b64encode(plain.encode()).decode())
+
+
+def reveal(value: str | SecretStr | None) -> str | None:
+    """The plain value of a credential, for the one place it is sent."""
+    return value.get_secret_value() if isinstance(value, SecretStr) else value
+
+
+def redact_url(url: str) -> str:
+    """``http://user:pass@host/v1`` → ``http://***@host/v1`` (anything else unchanged)."""
+    return _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", url)
+
+
+def is_secret_key(name: Any) -> bool:
+    """Does a mapping key name a credential (``api_key``, ``api_keys``, ``password``, ``hf_token`` …)?"""
+    if not isinstance(name, str) or name.lower().endswith(("_env", "-env")):  # names a variable, not a value
+        return False
+    return bool(_SECRET_KEY.search(name))
+
+
+def redact_text(text: str) -> str:
+    """Mask URL userinfo and every registered credential value in ``text``."""
+    text = redact_url(text)
+    with _lock:
+        known = sorted(_secrets, key=len, reverse=True)
+    for value in known:
+        if len(value) >= MIN_SECRET_CHARS and value in text:
+            text = text.replace(value, MASK)
+    return text
+
+
+def redact(data: Any, *, _key: Any = None) -> Any:
+    """A copy of JSON-like ``data`` (dicts, lists, strings, pydantic models) safe to write to disk."""
+    if isinstance(data, SecretStr):
+        return MASK
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json", by_alias=True)
+    if isinstance(data, dict):
+        return {k: _masked(v) if is_secret_key(k) else redact(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [redact(v) for v in data]
+    if isinstance(data, str):
+        return redact_text(data)
+    return data
+
+
+def _masked(value: Any) -> Any:
+    """A secret-named field: strings (and strings inside lists/dicts) masked, other types (flags, ids) kept."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, (str, SecretStr)):
+        return value if reveal(value) in PLACEHOLDER_KEYS else MASK
+    if isinstance(value, dict):
+        return {k: _masked(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_masked(v) for v in value]
+    return MASK
+
+
+def register_secrets_in(data: Any, *, _key: Any = None) -> None:
+    """Remember every credential inside plugin options: secret-named string values and URL userinfo."""
+    if isinstance(data, SecretStr):
+        register_secret(data)
+    elif isinstance(data, dict):
+        for k, v in data.items():
+            if is_secret_key(k):
+                _register_all(v)
+            register_secrets_in(v)
+    elif isinstance(data, (list, tuple)):
+        for v in data:
+            register_secrets_in(v)
+    elif isinstance(data, str) and "@" in data:
+        register_url_secrets(data)
+
+
+def _register_all(value: Any) -> None:
+    if isinstance(value, (str, SecretStr)):
+        register_secret(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _register_all(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _register_all(v)
 
 
 class Policy(BaseModel):
@@ -15,19 +170,37 @@ class Policy(BaseModel):
     ``/completions`` and returns completion ids and logprobs, so a harness with
     its own loop can keep exact token accounting. ``tokenizer`` is a local path
     or hub id of the tokenizer that matches the engine.
+
+    ``api_key`` is the plain key, for the harness to put in its requests'
+    ``Authorization`` header; it is left out of ``repr`` and of every dump, so a
+    Policy logged or serialised never carries it.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     base_url: str
     model: str
-    api_key: str = "EMPTY"
+    api_key: str = Field(default="EMPTY", repr=False, exclude=True)
     token_ids: bool = False
     tokenizer: str | None = None
     sampling: dict[str, Any] = Field(default_factory=dict)
     """Default sampling parameters (temperature, top_p, max_tokens …) sent on every call."""
     label: str | None = None
     """A short name for reports (``tackroom matrix`` rows); defaults to ``model``."""
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _plain_key(cls, value: Any) -> Any:
+        value = reveal(value) if isinstance(value, SecretStr) else value
+        if isinstance(value, str):
+            register_secret(value)
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _url_secrets(cls, value: str) -> str:
+        register_url_secrets(value)
+        return value
 
     @property
     def display_name(self) -> str:

@@ -5,6 +5,16 @@ itself time-limited. Failures are classified by the ``tackroom_classify_error``
 hook (then by built-in rules) into ``infra`` (retried with backoff), ``model``
 (counts: the verifier still grades what the agent left, as Harbor does after an
 agent timeout) and ``task`` (not retried).
+
+Between the agent's turn and grading, every process in the sandbox is killed and
+confirmed gone (``Sandbox.kill_processes``), so nothing the agent started can
+change what is graded. A reward outside the task's ``reward_range`` (default
+[0, 1]) or not finite is a ``task`` error.
+
+When more than one thing fails, the trial's ``error`` is decided in this order:
+``task`` > ``infra`` > ``model``. A model failure in the agent's turn (say an agent
+timeout) followed by a task or infra failure while grading keeps the later one as
+``error`` (the reward cannot be trusted) and the agent's in ``other_errors``.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from tackroom.errors import ErrorClass, ModelError, TackroomError
 from tackroom.executors import Executor, make_executor
 from tackroom.harness import Harness
 from tackroom.manager import PluginManager, get_plugin_manager
-from tackroom.policy import Policy
+from tackroom.policy import Policy, redact
 from tackroom.sandbox import SandboxProvider, SandboxSpec
 from tackroom.task import Task
 from tackroom.trajectory import Trajectory
@@ -38,6 +48,8 @@ from tackroom.verifier import Verifier
 log = logging.getLogger(__name__)
 
 ERROR_CLASSES: tuple[ErrorClass, ...] = ("infra", "model", "task")
+KILL_TIMEOUT_SEC = 30.0
+"""How long a sandbox gets to kill and confirm gone every process the agent started."""
 
 
 class AgentTimeoutError(ModelError, TimeoutError):
@@ -205,9 +217,15 @@ class TrialRuntime:
                 trajectory = Trajectory(stop_reason="agent_timeout" if isinstance(exc, TimeoutError) else "model_error")
                 if isinstance(exc, TackroomError) and getattr(exc, "trajectory", None) is not None:
                     trajectory = exc.trajectory  # harnesses may attach what they had
+            # The agent's turn is over (normally, by timeout or by its own error): nothing it started may
+            # go on changing the sandbox while it is graded, so every process in it is killed and confirmed
+            # gone first. A sandbox that cannot confirm it is an infra failure: the trial is not graded.
+            phase = "kill_agent"
+            await timed("kill_agent", sandbox.kill_processes(timeout=KILL_TIMEOUT_SEC), KILL_TIMEOUT_SEC + 5)
             phase = "verify"
             reward = await timed("verify", verifier.verify(task, sandbox, trajectory),
                                  task.config.verifier.timeout_sec + 120)
+            reward.check_range(*task.config.verifier.reward_range, where=f"verifier {verifier.name!r}")
             result.reward = reward.score
             result.components = reward.components
             result.reward_details = reward.details
@@ -215,9 +233,13 @@ class TrialRuntime:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            error_class = classify(exc, phase, self.manager)
-            result.error = model_error or self._error_info(exc, phase, error_class)
-            if result.error.error_class == "model":
+            error = self._error_info(exc, phase, classify(exc, phase, self.manager))
+            if model_error is not None and error.error_class == "model":
+                error = model_error  # the agent's own failure came first; what followed is its consequence
+            elif model_error is not None:
+                result.other_errors.append(model_error)  # kept beside the deciding task/infra error
+            result.error = error
+            if error.error_class == "model":
                 result.reward = 0.0
         finally:
             t0 = time.monotonic()
@@ -269,7 +291,8 @@ class TrialRuntime:
         result, trajectory = final
         result.previous_attempts = history
         out = self.run_dir / trial.id
-        _atomic_write(out / "trajectory.json", trajectory.model_dump(mode="json"))
+        # A key an endpoint echoed back (say in a 400's message) must not reach disk either.
+        _atomic_write(out / "trajectory.json", redact(trajectory.model_dump(mode="json")))
         _atomic_write(out / "result.json", result.dump())
         return result
 
@@ -285,6 +308,13 @@ class TrialRuntime:
                 # The engine's own classification (down → infra, context exceeded → model) decides.
                 result.error = self._error_info(engine_error, "harness_run", engine_error.error_class or "infra")
                 if result.error.error_class != "model":
+                    result.reward = None
+            elif result.error is None and getattr(session, "unrecovered_error", None) is not None:
+                # A harness that swallowed the engine's failure and returned normally: the episode was cut
+                # short by the machinery, so its reward says nothing about the policy.
+                cut = session.unrecovered_error()
+                if cut is not None and cut.error_class == "infra":
+                    result.error = self._error_info(cut, "harness_run", "infra")
                     result.reward = None
             return result, await session.complete(trajectory)
 

@@ -85,6 +85,28 @@ class SandboxSpec(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+KILL_ALL_SCRIPT = r"""
+# Every step is a bash builtin: a fork bomb that holds every free pid cannot make this script fail to fork.
+for _ in $(seq 1 100); do
+    kill -9 -1 2>/dev/null  # every process but PID 1 and this shell, at once
+    left=""
+    for d in /proc/[0-9]*; do
+        p=${d#/proc/}
+        if [ "$p" = 1 ] || [ "$p" = "$$" ]; then continue; fi
+        read -r line < "$d/stat" 2>/dev/null || continue
+        rest=${line##*) }  # after the last ")": a process name may hold spaces and parentheses
+        state=${rest%% *}
+        if [ "$state" = Z ] || [ "$state" = X ]; then continue; fi  # dead, waiting to be reaped
+        left="$left $p"
+    done
+    if [ -z "$left" ]; then exit 0; fi
+done
+echo "still alive after SIGKILL:$left"
+exit 1
+"""
+"""What :meth:`Sandbox.kill_processes` runs by default (bash, inside the sandbox, as its exec user)."""
+
+
 class Sandbox(abc.ABC):
     """A started (or startable) sandbox. Create one through :meth:`SandboxProvider.create`."""
 
@@ -157,13 +179,38 @@ class Sandbox(abc.ABC):
         import shlex
 
         existing = " ".join(shlex.quote(p) for p in paths)
-        script = f'for p in {existing}; do [ -e "$p" ] && printf "%s\\0" "$p"; done | tar --null -cf /tmp/.tackroom-snapshot.tar -T - 2>/dev/null || tar -cf /tmp/.tackroom-snapshot.tar -T /dev/null'
+        # A fresh directory (mktemp -d) for the archive: a fixed path could be a planted link or FIFO.
+        script = (f'd=$(mktemp -d /tmp/.tackroom-snapshot.XXXXXXXX) || exit 1; echo "$d"; '
+                  f'for p in {existing}; do [ -e "$p" ] && printf "%s\\0" "$p"; done '
+                  f'| tar --null -cf "$d/snapshot.tar" -T - 2>/dev/null || tar -cf "$d/snapshot.tar" -T /dev/null')
         result = await self.exec(script, timeout=timeout)
-        if not result.ok:
+        folder = result.stdout.strip().splitlines()[0] if result.stdout.strip() else ""
+        if not result.ok or not folder.startswith("/tmp/.tackroom-snapshot."):
             raise SandboxError(f"snapshot of {paths} failed: {result.stderr.strip()}")
-        data = await self.read_file("/tmp/.tackroom-snapshot.tar", timeout=timeout)
-        await self.exec("rm -f /tmp/.tackroom-snapshot.tar", timeout=30)
-        return data
+        try:
+            return await self.read_file(f"{folder}/snapshot.tar", timeout=timeout)
+        finally:
+            await self.exec(f"rm -rf {shlex.quote(folder)}", timeout=30)
+
+    async def kill_processes(self, *, timeout: float = 10.0) -> None:
+        """Kill every process started inside the sandbox and confirm they are gone; the sandbox stays usable.
+
+        The runtime calls it when the agent's turn ends (normally, by timeout or by error) and again when
+        the verifier's ends, so nothing the agent started (background jobs, ``setsid``/double-forked
+        children, tmux servers) can change the sandbox while it is graded. Files stay as they are.
+
+        This default runs :data:`KILL_ALL_SCRIPT` through :meth:`exec`: ``kill -9 -1`` (every process but
+        PID 1 and the caller) until ``/proc`` lists no other live process (zombies are dead). It assumes
+        that ``exec`` runs as root in the sandbox's own pid namespace and that PID 1 is the sandbox's
+        keeper and starts no children; sandboxes where that is not so (docker's keeper respawns a
+        ``sleep``; local restarts its pid namespace, which is faster) override it.
+
+        Raises :class:`SandboxError` when processes survive ``timeout`` (a trial must not be graded then)
+        and :class:`SandboxTimeoutError` when the sandbox does not answer within it.
+        """
+        result = await self.exec(KILL_ALL_SCRIPT, timeout=timeout)
+        if result.exit_code != 0:
+            raise SandboxError(f"processes survived kill_processes(): {(result.stdout + result.stderr).strip()[:500]}")
 
     @abc.abstractmethod
     async def stop(self) -> None:

@@ -4,19 +4,28 @@ A directory travels as one tar archive staged under ``/tmp`` in the sandbox and
 unpacked (or packed) there with ``tar``; a single file travels as itself. The
 sandbox class supplies ``_put(data, remote, timeout)``, ``_get(remote, timeout)``
 and ``_resolve(path)`` (a sandbox path made absolute) besides ``exec``.
+
+Archives that come out of a sandbox are the agent's work, so the host side never
+trusts them: :func:`extract_tar` and :func:`write_file_safely` write only below
+the named destination and never through a link (see :func:`extract_tar`). They
+do not rely on tarfile's ``data`` filter, which older CPython 3.12 releases let
+links slip past.
 """
 
 from __future__ import annotations
 
+import errno
 import io
+import os
 import posixpath
 import secrets
 import shlex
+import shutil
 import tarfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from tackroom.sandbox import SandboxError
+from tackroom.sandbox import SandboxError, SandboxPathError
 
 
 class TarTransfer:
@@ -66,8 +75,7 @@ class TarTransfer:
             raise FileNotFoundError(f"{source} does not exist in the sandbox")
         if kind == "file":
             data = await self._get(path, timeout)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(data)
+            write_file_safely(Path(dest), io.BytesIO(data))
             return
         if kind != "dir":
             raise SandboxError(f"download of {source} failed: {r.stderr.strip() or r.stdout.strip()}")
@@ -75,6 +83,173 @@ class TarTransfer:
             data = await self._get(staged, timeout)
         finally:
             await self.exec(f"rm -f {staged}", timeout=30)
-        dest.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(dest, filter="data")
+            extract_tar(tar, Path(dest))
+
+
+# -- host-side writing of what a sandbox sent --------------------------------------------------------
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _member_parts(name: str, top: str | None) -> tuple[str, ...]:
+    """The path of a member below the destination; absolute names and ``..`` raise :class:`SandboxPathError`."""
+    if "\x00" in name or name.startswith("/"):
+        raise SandboxPathError(f"refusing to unpack {name!r}: an absolute path")
+    parts = tuple(p for p in name.split("/") if p not in ("", "."))
+    if ".." in parts:
+        raise SandboxPathError(f"refusing to unpack {name!r}: it contains '..'")
+    if top is not None:
+        if not parts or parts[0] != top:
+            raise SandboxPathError(f"refusing to unpack {name!r}: it is outside {top!r}, the entry downloaded")
+        parts = parts[1:]
+    return parts
+
+
+def _link_is_contained(target: str) -> bool:
+    """A symlink kept on the host: relative and without ``..``, so it resolves at or below its own directory."""
+    return bool(target) and "\x00" not in target and not target.startswith("/") and ".." not in target.split("/")
+
+
+def _open_dir(parent: int, name: str) -> int:
+    """Open the real directory ``name`` under ``parent``, creating it; a link, file or special file there is replaced."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        os.unlink(name, dir_fd=parent)  # a link is removed, never followed
+    os.mkdir(name, 0o755, dir_fd=parent)
+    return os.open(name, _DIR_FLAGS, dir_fd=parent)
+
+
+def _place(parent: int, name: str, make: Any) -> None:
+    """Create an entry under a temporary name with ``make(tmp)``, then rename it over ``name`` (never through it).
+
+    Raises :class:`IsADirectoryError` when ``name`` is a directory (it is not replaced).
+    """
+    tmp = f".tackroom-{secrets.token_hex(6)}"
+    try:
+        make(tmp)
+        try:
+            os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except IsADirectoryError:
+            raise IsADirectoryError(f"{name!r} is a directory on the host; a download does not replace it") from None
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=parent)
+        except OSError:
+            pass
+        raise
+
+
+def _write_into(parent: int, name: str, src: IO[bytes], mode: int = 0o644, mtime: float | None = None) -> None:
+    def make(tmp: str) -> None:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+            os.fchmod(out.fileno(), (mode & 0o755) | 0o600)  # no setuid/setgid/sticky, no group/other write
+            if mtime is not None:
+                os.utime(out.fileno(), (mtime, mtime))
+
+    _place(parent, name, make)
+
+
+def write_file_safely(dest: Path, src: IO[bytes], *, mode: int = 0o644, mtime: float | None = None) -> None:
+    """Write ``src`` to ``dest`` (parents created): a link or special file at ``dest`` is replaced, never followed.
+
+    Raises :class:`IsADirectoryError` when ``dest`` is a directory.
+    """
+    dest = Path(dest).absolute()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    parent = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _write_into(parent, dest.name, src, mode, mtime)
+    finally:
+        os.close(parent)
+
+
+def extract_tar(tar: tarfile.TarFile, dest: Path, *, top: str | None = None) -> list[str]:
+    """Unpack ``tar`` into the directory ``dest`` (created; existing contents are merged); return the names left out.
+
+    Every member lands below ``dest``, and nothing is written through a link: a member's parent that is a
+    link (or a file) on the host is replaced by a directory, a file or link replaces what is at its place.
+    Absolute names and ``..`` raise :class:`SandboxPathError` before anything is written. Regular files
+    keep their executable bits (setuid/setgid/sticky and group/other write are dropped); a hard link becomes
+    a copy of the member it names; a symlink is kept only when relative and free of ``..`` (so it resolves
+    below its own directory), else left out, like devices, FIFOs and sockets.
+
+    With ``top`` (a ``docker cp`` archive: one entry named after the source), members must lie under
+    ``top`` and ``top``'s contents land in ``dest``. A file ``top`` is written to ``dest`` itself; a ``top``
+    that is a link or special file raises :class:`SandboxPathError`.
+    """
+    dest = Path(dest).absolute()
+    members = tar.getmembers()
+    parts = [_member_parts(m.name, top) for m in members]  # every name is checked before anything is written
+    if top is not None and members and not parts[0] and not members[0].isdir():
+        first = members[0]
+        if not first.isreg():
+            raise SandboxPathError(f"{top!r} is a {_kind(first)}, not a regular file or directory; it is not downloaded")
+        src = tar.extractfile(first)
+        assert src is not None
+        write_file_safely(dest, src, mode=first.mode, mtime=first.mtime)
+        return []
+    dest.mkdir(parents=True, exist_ok=True)
+    root = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    dirs: dict[tuple[str, ...], int] = {(): root}
+
+    def open_dirs(path: tuple[str, ...]) -> int:
+        if path not in dirs:
+            if len(dirs) > 256:  # a wide tree: drop the handles (reopening never follows a link either)
+                for key in [k for k in dirs if k]:
+                    os.close(dirs.pop(key))
+            dirs[path] = _open_dir(open_dirs(path[:-1]), path[-1])
+        return dirs[path]
+
+    files: dict[tuple[str, ...], tarfile.TarInfo] = {}
+    skipped: list[str] = []
+    try:
+        for member, path in zip(members, parts, strict=True):
+            if member.isdir():
+                open_dirs(path)
+                continue
+            if not path:
+                raise SandboxPathError(f"refusing to unpack {member.name!r} over the destination directory itself")
+            if member.islnk():
+                try:
+                    original = files.get(_member_parts(member.linkname, top))
+                except SandboxPathError:
+                    original = None
+                if original is None:
+                    skipped.append(member.name)
+                    continue
+                member_src, mode, mtime = tar.extractfile(original), original.mode, original.mtime
+            elif member.isreg():
+                member_src, mode, mtime = tar.extractfile(member), member.mode, member.mtime
+            elif member.issym() and _link_is_contained(member.linkname):
+                parent = open_dirs(path[:-1])
+                target = member.linkname
+                _place(parent, path[-1], lambda tmp, target=target, parent=parent: os.symlink(target, tmp, dir_fd=parent))
+                continue
+            else:
+                skipped.append(member.name)
+                continue
+            assert member_src is not None
+            _write_into(open_dirs(path[:-1]), path[-1], member_src, mode, mtime)
+            files[path] = member if member.isreg() else original
+    finally:
+        for fd in dirs.values():
+            os.close(fd)
+    return skipped
+
+
+def _kind(member: tarfile.TarInfo) -> str:
+    if member.issym() or member.islnk():
+        return "link"
+    if member.isfifo():
+        return "FIFO"
+    if member.ischr() or member.isblk():
+        return "device"
+    return "special file"

@@ -89,13 +89,25 @@ class ReportsItsProcess(OracleHarness):
         return trajectory
 
 
+def on_the_standard_loop(coro):
+    """Run ``coro`` on asyncio's own loop, as the ray executor runs attempts: Ray's workers install
+    uvloop, whose subprocesses inherit every open descriptor (an exec that leaves a background job
+    then never sees EOF on its output)."""
+    installed = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(asyncio.DefaultEventLoopPolicy())
+    try:
+        return asyncio.run(coro)
+    finally:
+        asyncio.set_event_loop_policy(installed)
+
+
 def sandbox_checks_here() -> dict:
     """The sandbox conformance suite on the local sandbox, in whatever process calls this."""
-    report = asyncio.run(run_sandbox_checks(LocalSandboxProvider()))
+    report = on_the_standard_loop(run_sandbox_checks(LocalSandboxProvider()))
     return {"pid": os.getpid(), "report": report.model_dump()}
 
 
 def harness_checks_here() -> dict:
     """The harness conformance suite for the oracle harness on the local sandbox, in this process."""
-    report = asyncio.run(run_harness_checks(OracleHarness, sandbox=LocalSandboxProvider()))
+    report = on_the_standard_loop(run_harness_checks(OracleHarness, sandbox=LocalSandboxProvider()))
     return {"pid": os.getpid(), "report": report.model_dump()}

@@ -19,7 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tackroom import InfraError
+import tackroom
+from tackroom import InfraError, ModelError
 from tackroom.gateway import ChatTemplate, build_gateway
 from tackroom.model import tokenizers as tk
 
@@ -212,3 +213,30 @@ async def test_engine_killed_mid_request(private_engine):
         err = gw.session_error(sid)
         assert isinstance(err, InfraError) and err.error_class == "infra", sid
     print(f"\nengine killed: both requests failed over in {elapsed:.1f}s")
+
+
+class LongAnswerHarness(tackroom.Harness):
+    """A policy that stalls: it asks for a very long answer (the model looping), in one call."""
+
+    name = "long-answer"
+    capabilities = frozenset({"chat", "needs_policy"})
+
+    async def run(self, instruction, sandbox, policy):
+        async with httpx.AsyncClient(timeout=600) as client:
+            r = await client.post(f"{policy.base_url}/chat/completions", json={
+                "model": policy.model, "messages": [{"role": "user", "content": instruction}],
+                "max_tokens": 3000, "min_tokens": 2000})  # no stop before 2000
+        raise ModelError(f"not expected to finish: HTTP {r.status_code}")
+
+
+async def test_a_long_generation_past_the_agent_timeout_is_the_models_failure(engine_url, tmp_path):
+    """Through the real runtime and the real vLLM: the agent's request is open when its turn ends, but the
+    engine answers the gateway's 1-token probes while generating, so the trial is ``model`` (graded), not infra."""
+    from test_engine_faults import run_one_trial
+
+    async with build_gateway(engine_url, tokenizer="smollm2", probe_interval_s=0.3) as gw:
+        result = await run_one_trial(tmp_path, gw, agent_timeout_s=3, harness=LongAnswerHarness)
+        probes, last = gw.liveness.probes, gw.liveness.last_probe
+    assert result.error is not None and result.error.error_class == "model", result.error
+    assert result.error.type == "AgentTimeoutError" and result.reward == 0.0
+    assert probes >= 1 and last is not None and last.error is None, last

@@ -91,7 +91,7 @@ async def test_rewritten_history_starts_a_marked_branch(smollm2_tokenizer):
         # and continues the retried line: stays on that branch
         await c.post("/chat/completions", json={"messages": [*m1, r1, {"role": "user", "content": "three"}]})
         traj = gw.trajectory("s")
-        by_http = (await httpx.AsyncClient(timeout=10).get(gw.base_url + "/sessions/s/trajectory")).json()
+        by_http = (await c.get(gw.session_base_url("s").removesuffix("/v1") + "/trajectory")).json()
     assert [t.branch for t in traj.turns] == [0, 0, 1, 2, 2]
     assert traj.turns[3].prompt_ids == traj.turns[1].prompt_ids
     assert traj.turns[2].prompt_ids == fake.requests[2]["prompt"]
@@ -219,17 +219,19 @@ async def test_gateway_refuses_to_start_without_an_engine():
 async def test_models_sessions_and_lookup_errors(smollm2_tokenizer):
     tok = smollm2_tokenizer
     async with gateway_over_fake(tok) as (fake, gw), httpx.AsyncClient(base_url=gw.base_url, timeout=30) as c:
+        admin = {"Authorization": f"Bearer {gw.admin_token}"}
         fake.default = lambda prompt: Scripted(completion_ids=ids(tok, "hey"))
         assert (await c.get("/v1/models")).json()["data"][0]["id"] == "fake-model"
-        assert (await c.get("/sessions/z/v1/models")).json()["data"][0]["max_model_len"] == 4096
-        missing = await c.get("/sessions/nobody/trajectory")
+        z = gw.session_base_url("z").removeprefix(gw.base_url)
+        assert (await c.get(f"{z}/models")).json()["data"][0]["max_model_len"] == 4096
+        missing = await c.get("/sessions/nobody/trajectory", headers=admin)
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "session_not_found"
-        await c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
-        assert [s["session_id"] for s in (await c.get("/sessions")).json()] == ["default"]
-        closed = (await c.delete("/sessions/default")).json()
+        await c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}, headers=admin)
+        assert [s["session_id"] for s in (await c.get("/sessions", headers=admin)).json()] == ["z", "default"]
+        closed = (await c.delete("/sessions/default", headers=admin)).json()
         assert len(closed["turns"]) == 1
-        assert (await c.get("/sessions/default/trajectory")).status_code == 404
-        bad = await c.post("/v1/chat/completions", content=b"{not json")
+        assert (await c.get("/sessions/default/trajectory", headers=admin)).status_code == 404
+        bad = await c.post("/v1/chat/completions", content=b"{not json", headers=admin)
         assert bad.status_code == 400 and "not JSON" in bad.json()["error"]["message"]
     policy_url = gw.session_base_url("t1")
-    assert policy_url.endswith("/sessions/t1/v1")
+    assert policy_url.startswith(gw.base_url + "/sessions/t1/") and policy_url.endswith("/v1")

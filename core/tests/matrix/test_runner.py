@@ -9,6 +9,8 @@ import pytest
 
 from tackroom.errors import ConfigError
 from tackroom.matrix import EndpointUnreachableError, build_report, parse_matrix_config, run_matrix
+from tackroom.task import load_task
+from tackroom.trial import Trial
 
 from .conftest import EXAMPLES, closed_port, write_task
 
@@ -26,6 +28,12 @@ def started(outcome) -> dict[str, str]:
     return {r.trial_id: r.started_at for r in outcome.results}
 
 
+def trial_id(task_dir, harness: str, pass_index: int, model: str | None = None) -> str:
+    """The id (and result folder) of a matrix trial: task name plus content hash, harness label, model, pass."""
+    return Trial.for_task(load_task(task_dir), harness=harness, sandbox="local", verifier="test-script",
+                          model=model, pass_index=pass_index).id
+
+
 async def test_reference_rows_run_and_a_rerun_resumes(tmp_path, matrix_manager):
     first = await run_matrix(config(tmp_path), manager=matrix_manager, progress=False)
     cells = {c.harness: c for c in first.cells}
@@ -35,14 +43,16 @@ async def test_reference_rows_run_and_a_rerun_resumes(tmp_path, matrix_manager):
     assert cells["oracle"].domains["finance"].pass_at_1 == 1.0 and cells["oracle"].behaviour == {"turns": 1.0}
     run_dir = tmp_path / "runs" / "m"
     assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == sorted(
-        f"{t}__{h}__p{p}" for t in ("hello-file", "csv-totals") for h in ("oracle", "nop") for p in (0, 1))
+        trial_id(EXAMPLES / "tasks" / t, h, p) for t in ("hello-file", "csv-totals") for h in ("oracle", "nop")
+        for p in (0, 1))
 
     again = await run_matrix(config(tmp_path), manager=matrix_manager, progress=False)
     assert started(again) == started(first), "finished trials are reused, not re-run"
 
     more = await run_matrix(config(tmp_path, passes=3), manager=matrix_manager, progress=False)
     new = {tid for tid, s in started(more).items() if started(first).get(tid) != s}
-    assert new == {f"{t}__{h}__p2" for t in ("hello-file", "csv-totals") for h in ("oracle", "nop")}
+    assert new == {trial_id(EXAMPLES / "tasks" / t, h, 2) for t in ("hello-file", "csv-totals")
+                   for h in ("oracle", "nop")}
     assert {c.harness: c.n_trials for c in more.cells} == {"oracle": 6, "nop": 6}
 
 
@@ -133,9 +143,11 @@ async def test_a_real_model_under_two_labels_gives_a_transfer_view(tmp_path, mat
     assert t.gain == cells[("hot", "chat-once")].pass_at_1 - cells[("greedy", "chat-once")].pass_at_1
     assert report.models[0].model == "smollm2", "the served model name is found at /models"
     run_dir = tmp_path / "runs" / "m"
-    direct = json.loads((run_dir / "say-hello__chat-once__greedy__p0" / "trajectory.json").read_text())
-    routed = json.loads((run_dir / "say-hello__chat-once-gw__greedy__p0" / "trajectory.json").read_text())
+    say_hello = tmp_path / "tasks" / "say-hello"
+    direct_id = trial_id(say_hello, "chat-once", 0, "greedy")
+    direct = json.loads((run_dir / direct_id / "trajectory.json").read_text())
+    routed = json.loads((run_dir / trial_id(say_hello, "chat-once-gw", 0, "greedy") / "trajectory.json").read_text())
     assert direct["token_ids"] == [], "a harness that is not chat-only talks to the engine directly"
     assert routed["token_ids"] and sum(routed["loss_mask"]) > 0, "the chat-only harness went through the gateway"
-    saved = json.loads((run_dir / "say-hello__chat-once__greedy__p0" / "result.json").read_text())
+    saved = json.loads((run_dir / direct_id / "result.json").read_text())
     assert saved["model"] == "greedy" and saved["metrics"]["assistant_tokens"] > 0

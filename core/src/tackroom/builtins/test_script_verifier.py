@@ -7,7 +7,7 @@ import math
 
 from pydantic import Field
 
-from tackroom.errors import TaskError
+from tackroom.errors import ModelError, TaskError
 from tackroom.markers import hookimpl
 from tackroom.plugin import PluginOptions
 from tackroom.reward import Reward
@@ -26,7 +26,12 @@ class TestScriptOptions(PluginOptions):
 
 
 class TestScriptVerifier(Verifier):
-    """Runs tests/test.sh under the verifier timeout; reward from /logs/verifier/reward.json or reward.txt."""
+    """Runs tests/test.sh under the verifier timeout; reward from /logs/verifier/reward.json or reward.txt.
+
+    /logs/verifier is recreated empty before the tests are uploaded (an agent that makes that impossible
+    has failed: ``model``, reward 0), and every process test.sh left running is killed before the reward
+    is read.
+    """
 
     name = "test-script"
     __test__ = False  # not a pytest class, despite the name
@@ -36,8 +41,15 @@ class TestScriptVerifier(Verifier):
         script = task.tests_dir / "test.sh"
         if not script.is_file():
             raise TaskError(f"{script}: missing; the test-script verifier needs tests/test.sh")
-        # An image or an agent must not be able to plant a reward.
-        await sandbox.exec(f"rm -f {REWARD_DIR}/reward.txt {REWARD_DIR}/reward.json; mkdir -p {REWARD_DIR}", timeout=30)
+        # An image or an agent must not be able to plant a reward: the folder is recreated empty (the
+        # runtime has killed every process the agent started, so nothing writes into it any more).
+        # (`rm -rf` removes a planted symlink, not its target; on a mount point it empties the folder.)
+        fresh = await sandbox.exec(f"rm -rf {REWARD_DIR}; mkdir -p {REWARD_DIR} && [ -d {REWARD_DIR} ] && [ ! -L {REWARD_DIR} ] "
+                                   f"&& [ -z \"$(ls -A {REWARD_DIR})\" ]",
+                                   cwd="/", timeout=30)
+        if not fresh.ok:
+            raise ModelError(f"the agent left {REWARD_DIR} so that it cannot be recreated empty (exit "
+                             f"{fresh.exit_code}: {(fresh.stderr or fresh.stdout).strip()[:300]}); graded 0")
         await sandbox.upload(task.tests_dir, self.options.tests_dir)
         timeout = task.config.verifier.timeout_sec
         try:
@@ -46,6 +58,8 @@ class TestScriptVerifier(Verifier):
             )
         except SandboxTimeoutError as exc:
             raise TaskError(f"tests/test.sh ran past the verifier timeout ({timeout}s)") from exc
+        # Whatever test.sh started in the background stops before the reward is read.
+        await sandbox.kill_processes()
         keep = self.options.keep_output_chars
         details = {"exit_code": result.exit_code, "stdout": result.stdout[-keep:], "stderr": result.stderr[-keep:]}
         reward = await self._read_reward(sandbox)

@@ -1,4 +1,10 @@
-"""``tackroom gateway``: run the policy gateway standalone in front of an engine."""
+"""``tackroom gateway``: run the policy gateway standalone in front of an engine.
+
+It prints its admin token (random per start). An outside client gets a session with
+``POST /sessions`` and ``Authorization: Bearer <admin token>`` (body: nothing, or
+``{"session_id": "..."}``); the answer's ``base_url`` (``.../sessions/<id>/<token>/v1``)
+is an ordinary OpenAI base URL, the only thing an agent should be given.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +27,11 @@ def gateway(
     model: str | None = typer.Option(None, "--model", help="Served model name (default: the engine's first)."),
     tool_parser: str = typer.Option("auto", "--tool-parser", help="hermes, qwen3 or auto."),
 ) -> None:
-    """Serve OpenAI chat completions at http://HOST:PORT/sessions/{session}/v1, token-in-token-out."""
+    """Serve OpenAI chat completions at http://HOST:PORT/sessions/{id}/{token}/v1, token-in-token-out.
+
+    Sessions are created with POST /sessions and the admin token it prints; each
+    session's base URL carries its own secret token.
+    """
     from tackroom.gateway import build_gateway
 
     gw = build_gateway(engine, tokenizer=tokenizer, model=model, tool_parser=tool_parser, host=host, port=port)
@@ -32,12 +42,17 @@ def gateway(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await gw.start()
+        url = gw.base_url
         console.print(
             f"policy gateway for [bold]{gw.model_name}[/] at {engine}\n"
-            f"  session base URL: {gw.base_url}/sessions/<session_id>/v1\n"
-            f"  trajectory:       {gw.base_url}/sessions/<session_id>/trajectory\n"
+            f"  admin token:      {gw.admin_token}\n"
+            "                    (Authorization: Bearer; lists, reads and deletes sessions: never give it to an agent)\n"
+            f"  new session:      curl -s -X POST -H 'Authorization: Bearer {gw.admin_token}' {url}/sessions\n"
+            '                    answers {"session_id", "base_url", "trajectory_url"}\n'
+            f"  session base URL: {url}/sessions/<session_id>/<session_token>/v1 (the base_url above)\n"
+            f"  trajectory:       {url}/sessions/<session_id>/<session_token>/trajectory\n"
             "  Ctrl-C (or SIGTERM) stops it",
-            highlight=False,
+            highlight=False, soft_wrap=True,
         )
         await gw.serve_until(stop)
         console.print("gateway stopped", highlight=False)

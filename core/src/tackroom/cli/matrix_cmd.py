@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -18,18 +19,30 @@ def matrix(
     as_json: bool = typer.Option(False, "--json", help="Print matrix.json on stdout instead of the table."),
     require_models: bool = typer.Option(False, "--require-models",
                                         help="Stop at once when a model endpoint is unreachable."),
-    concurrency: int = typer.Option(None, "--concurrency", help="Trials at once (overrides runtime.concurrency)."),
+    concurrency: int = typer.Option(None, "--concurrency", help="Trials at once, >= 1 (overrides runtime.concurrency)."),
+    force_new: bool = typer.Option(False, "--force-new", help="Never resume: when the run folder already holds a "
+                                   "run, start a new one beside it (<run-id>-<time>-<random>)."),
 ) -> None:
     """Run every (model, harness, task, pass) trial and write matrix.json, matrix.csv and report.html."""
+    from tackroom.config import with_overrides
     from tackroom.matrix import build_report, load_matrix_config, run_matrix, write_reports
     from tackroom.matrix.report import print_report
 
     config = load_matrix_config(config_file)
+    overrides: dict[str, Any] = {}
     if require_models:
-        config.require_models = True
+        overrides["require_models"] = True
     if concurrency is not None:
-        config.runtime.concurrency = max(1, concurrency)
-    outcome = asyncio.run(run_matrix(config, progress=not as_json, console=err_console, run_id=run_id, out=out))
+        overrides["runtime.concurrency"] = concurrency
+    if out is not None:
+        overrides["runtime.out"] = out
+    if run_id is not None:
+        overrides["runtime.run_id"] = run_id
+    # the flags get the checks the file's values get (--concurrency 0 or --run-id ../x are refused, not clamped)
+    config = with_overrides(config, overrides, source=str(config_file), flags={
+        "runtime.concurrency": "--concurrency", "runtime.out": "--out", "runtime.run_id": "--run-id",
+        "require_models": "--require-models"})
+    outcome = asyncio.run(run_matrix(config, progress=not as_json, console=err_console, force_new=force_new))
     report = build_report(outcome)
     paths = write_reports(report, outcome.run_dir)
     if as_json:

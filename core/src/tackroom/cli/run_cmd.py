@@ -1,39 +1,219 @@
-"""``tackroom run``: tasks × one harness × one sandbox × one verifier."""
+"""``tackroom run``: tasks × one harness × one sandbox × one verifier.
+
+A run directory (``<out>/<run-id>/``) holds one folder per trial and ``run.json``:
+the run's config (credentials masked) and its **fingerprint** — every task's
+content hash, the harness/sandbox/verifier names and options, the model. Naming
+an existing run (``--run-id``) resumes it only when the fingerprint matches (new
+tasks may join); anything else is refused with what changed, and
+``--force-new`` starts a new run beside it instead. Generated run ids carry a
+random suffix, so two runs started in the same second never share a folder.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import secrets
+from collections import Counter
 from collections.abc import AsyncIterator
-from typing import Any
 from datetime import datetime
 from pathlib import Path
 from statistics import mean
+from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tackroom.cli.app import app, console, err_console, fail
-from tackroom.config import PluginSelection, RunConfig, instantiate, load_run_config
+from tackroom.config import PluginSelection, RunConfig, check_run_id, instantiate, load_run_config, with_overrides
 from tackroom.errors import ConfigError
-from tackroom.policy import Policy
+from tackroom.policy import Policy, redact, redact_url
 from tackroom.task import load_dataset
+
+RUN_FILE = "run.json"
+FINGERPRINT_VERSION = 1
 
 
 def build_policy(config: RunConfig) -> Policy | None:
     p = config.policy
     if p.base_url is None:
         return None
-    return Policy(base_url=p.base_url, model=p.model, api_key=p.api_key, tokenizer=p.tokenizer,
+    return Policy(base_url=p.base_url, model=p.model, api_key=p.resolved_api_key(), tokenizer=p.tokenizer,
                   sampling=p.sampling, label=p.label)
 
 
-async def run_config(config: RunConfig, *, progress: bool = True, run_id: str | None = None):
+# -- run directories -----------------------------------------------------------------------------
+def new_run_id(prefix: str | None = None) -> str:
+    """``[prefix-]YYYYmmdd-HHMMSS-xxxxxx``: the time plus a random suffix (two runs in one second differ)."""
+    stamp = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    return f"{prefix}-{stamp}" if prefix else stamp
+
+
+def validated_run_id(run_id: str, what: str = "--run-id") -> str:
+    try:
+        return check_run_id(run_id, what=what)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _is_used(path: Path) -> bool:
+    return path.exists() and (not path.is_dir() or any(path.iterdir()))
+
+
+def claim_run_dir(out: str | Path, run_id: str | None, *, force_new: bool = False) -> Path:
+    """The run directory to use, created.
+
+    A named run (``run_id``) is that folder (resumed when it exists) unless ``force_new``
+    and it is already in use, then ``<run_id>-<time>-<random>`` beside it. Without a name a
+    fresh ``<time>-<random>`` folder is claimed atomically (never one another run holds).
+    """
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=True)
+    if run_id is not None:
+        validated_run_id(run_id)
+        named = root / run_id
+        if not force_new or not _is_used(named):
+            named.mkdir(exist_ok=True)
+            return named
+    for _ in range(100):
+        candidate = root / new_run_id(run_id)
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise ConfigError(f"{root}: could not create a new run folder")  # pragma: no cover - 100 random collisions
+
+
+def has_results(run_dir: Path) -> bool:
+    return run_dir.is_dir() and any(run_dir.glob("*/result.json"))
+
+
+# -- fingerprints --------------------------------------------------------------------------------
+def options_fingerprint(plugin: Any) -> dict[str, Any]:
+    """A plugin's validated options, credentials masked (a rotated key is not a different setup)."""
+    options = getattr(plugin, "options", None)
+    dumped = options.model_dump(mode="json") if hasattr(options, "model_dump") else dict(options or {})
+    return redact(dumped)
+
+
+def tasks_fingerprint(tasks: list[Any]) -> dict[str, Any]:
+    """Each task's content hash, keyed by its resolved path."""
+    return {str(t.path): {"id": t.id, "hash": t.source_hash} for t in tasks}
+
+
+def run_fingerprint(config: RunConfig, harness: Any, sandbox: Any, verifier: Any, label: str, policy: Policy | None,
+                    tasks: list[Any], gateway: bool) -> dict[str, Any]:
+    """What produced a run's results: a resume must match it."""
+    return {
+        "version": FINGERPRINT_VERSION,
+        "harness": {"name": harness.name, "label": label, "options": options_fingerprint(harness)},
+        "sandbox": {"name": sandbox.name, "options": options_fingerprint(sandbox)},
+        "verifier": {"name": verifier.name, "options": options_fingerprint(verifier)},
+        "policy": None if policy is None else redact({
+            "base_url": redact_url(policy.base_url), "model": policy.model, "label": policy.label,
+            "tokenizer": policy.tokenizer, "sampling": policy.sampling, "token_ids": policy.token_ids,
+            "gateway": gateway}),
+        "tasks": tasks_fingerprint(tasks),
+    }
+
+
+_MISSING = object()
+
+
+def _show(value: Any) -> str:
+    return "(not set)" if value is _MISSING else json.dumps(value, sort_keys=True, default=str)
+
+
+def differences(old: Any, new: Any, path: str = "") -> list[str]:
+    """``dotted.path: was X, now Y`` for every leaf that differs."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            a, b = old.get(key, _MISSING), new.get(key, _MISSING)
+            if a != b:
+                out += differences(a, b, f"{path}.{key}" if path else str(key))
+        return out
+    return [f"{path or '(value)'}: was {_show(old)}, now {_show(new)}"]
+
+
+def task_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Tasks in both fingerprints whose content changed (added or left-out tasks are fine)."""
+    out = []
+    for path, now in new.items():
+        before = old.get(path)
+        if isinstance(before, dict) and before.get("hash") != now.get("hash"):
+            out.append(f"task {now.get('id')!r} ({path}): its content changed since the run's results were made "
+                       f"(hash {str(before.get('hash'))[:12]} → {str(now.get('hash'))[:12]})")
+    return out
+
+
+def fingerprint_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    problems = []
+    if old.get("version") != new.get("version"):
+        problems.append(f"fingerprint version: was {old.get('version')}, now {new.get('version')}")
+    for part in ("harness", "sandbox", "verifier", "policy"):
+        if old.get(part, _MISSING) != new.get(part):
+            problems += differences(old.get(part, _MISSING), new.get(part), part)
+    problems += task_changes(old.get("tasks") or {}, new.get("tasks") or {})
+    return problems
+
+
+def refuse_changed(run_dir: Path, problems: list[str], flag: str = "--force-new") -> ConfigError:
+    return ConfigError(
+        f"{run_dir} holds results made with a different setup:\n  " + "\n  ".join(problems)
+        + f"\nResuming would mix them with new ones. Start a new run instead ({flag}, or another --run-id), "
+        "or delete the folder to discard the old results."
+    )
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def check_and_record(run_dir: Path, config: RunConfig, fingerprint: dict[str, Any]) -> None:
+    """Refuse to resume ``run_dir`` when its results were made with another setup; then write run.json."""
+    previous = read_json(run_dir / RUN_FILE)
+    old = (previous or {}).get("fingerprint")
+    if has_results(run_dir):
+        if not isinstance(old, dict):
+            raise refuse_changed(run_dir, ["it has no fingerprint (made by an older tackroom, or run.json is "
+                                           "missing or unreadable), so its results cannot be checked"])
+        problems = fingerprint_changes(old, fingerprint)
+        if problems:
+            raise refuse_changed(run_dir, problems)
+        fingerprint = {**fingerprint, "tasks": {**(old.get("tasks") or {}), **fingerprint["tasks"]}}
+    record = {**redact(config.model_dump(mode="json")), "run_id": run_dir.name, "fingerprint": fingerprint}
+    tmp = run_dir / f".{RUN_FILE}.tmp"
+    tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(run_dir / RUN_FILE)
+
+
+def unique_trials(trials: list[Any], where: str = "tasks") -> None:
+    """Two trials with one id would share a result folder: refuse (a hostile label or task set)."""
+    counts = Counter(t.id for t in trials)
+    dupes = [tid for tid, n in counts.items() if n > 1]
+    if dupes:
+        raise ConfigError(f"{where}: these trial ids would be shared by more than one trial, so their results "
+                          f"would mix: {', '.join(dupes[:5])}; rename a task or label")
+
+
+# -- running ---------------------------------------------------------------------------------------
+async def run_config(config: RunConfig, *, progress: bool = True, run_id: str | None = None,
+                     force_new: bool = False):
     """Run a :class:`RunConfig`; returns (run_dir, results, load failures)."""
     from tackroom.runtime import TrialPlugins, TrialRuntime
     from tackroom.trial import Trial
 
+    config = with_overrides(config, {}, source="run config")  # values set in code get the file's checks too
+    if run_id is not None:
+        validated_run_id(run_id)
     if not config.tasks:
         raise ConfigError("no tasks given: pass task or dataset directories (or set `tasks` in the config)")
     harness = instantiate("harness", config.harness, where="harness")
@@ -43,22 +223,23 @@ async def run_config(config: RunConfig, *, progress: bool = True, run_id: str | 
     if "needs_policy" in type(harness).capabilities and policy is None:
         raise ConfigError(f"harness {harness.name!r} calls a model: set [policy] base_url (e.g. `tackroom model up`)")
     dataset = load_dataset(config.tasks, include=config.include or None, exclude=config.exclude or None)
-    run_id = run_id or config.runtime.run_id or datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(config.runtime.out) / run_id
     plugins = TrialPlugins.from_instances(harness, sandbox, verifier, policy)
     trials = [
-        (Trial(task_id=t.id, task_path=str(t.path), harness=plugins.label, sandbox=sandbox.name,
-               verifier=verifier.name, model=policy.display_name if policy else None), t, plugins)
+        (Trial.for_task(t, harness=plugins.label, sandbox=sandbox.name, verifier=verifier.name,
+                        model=policy.display_name if policy else None), t, plugins)
         for t in dataset.tasks
     ]
+    unique_trials([t for t, _, _ in trials])
+    fingerprint = run_fingerprint(config, harness, sandbox, verifier, plugins.label, policy, dataset.tasks,
+                                  wants_gateway(config, type(harness)))
+    run_dir = claim_run_dir(config.runtime.out, run_id or config.runtime.run_id, force_new=force_new)
+    check_and_record(run_dir, config, fingerprint)
     runtime = TrialRuntime(
         run_dir, attempts=config.runtime.attempts, concurrency=config.runtime.concurrency,
         teardown_timeout_sec=config.runtime.teardown_timeout_sec,
         retry_backoff_sec=config.runtime.retry_backoff_sec, progress=progress, console=err_console,
         executor=config.runtime.executor, executor_options=config.runtime.ray,
     )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "run.json").write_text(config.model_dump_json(indent=2))
     async with policy_routing(config, type(harness), plugins):
         results = await runtime.run_all(trials)
     return run_dir, results, dataset.failures
@@ -85,12 +266,21 @@ async def policy_routing(config: RunConfig, harness_cls: type, plugins: Any) -> 
 
     p = config.policy
     settings = GatewaySettings(
-        engine=EngineSettings(base_url=p.base_url, model=None if p.model == "default" else p.model, api_key=p.api_key),
+        engine=EngineSettings(base_url=p.base_url, model=None if p.model == "default" else p.model,
+                              api_key=p.resolved_api_key()),
         tokenizer=p.tokenizer or "smollm2",
     )
     async with PolicyGateway(settings) as gateway:
         plugins.policy_for = GatewaySessions(gateway, sampling=p.sampling, label=p.label)
         yield
+
+
+RUN_FLAGS = {
+    "runtime.attempts": "--attempts", "runtime.concurrency": "--concurrency", "runtime.out": "--out",
+    "runtime.executor": "--executor", "runtime.run_id": "--run-id", "include": "--include", "exclude": "--exclude",
+    "policy.base_url": "--base-url", "policy.model": "--model", "harness": "--harness", "sandbox": "--sandbox",
+    "verifier": "--verifier", "tasks": "SOURCES",
+}
 
 
 @app.command("run")
@@ -100,11 +290,14 @@ def run(
     harness: str = typer.Option(None, "--harness", help="Harness name (default: oracle)."),
     sandbox: str = typer.Option(None, "--sandbox", help="Sandbox name (default: local)."),
     verifier: str = typer.Option(None, "--verifier", help="Verifier name (default: test-script)."),
-    attempts: int = typer.Option(None, "--attempts", help="Attempts per trial for infra failures."),
-    concurrency: int = typer.Option(None, "--concurrency", help="Trials at once."),
+    attempts: int = typer.Option(None, "--attempts", help="Attempts per trial for infra failures (>= 1)."),
+    concurrency: int = typer.Option(None, "--concurrency", help="Trials at once (>= 1)."),
     executor: str = typer.Option(None, "--executor", help="Where trials run: asyncio (in-process, default) or ray."),
     out: str = typer.Option(None, "--out", help="Runs directory (default: runs)."),
-    run_id: str = typer.Option(None, "--run-id", help="Resume (or name) a run: finished trials are reused."),
+    run_id: str = typer.Option(None, "--run-id", help="Resume (or name) a run: finished trials are reused when "
+                               "the setup is the same. A plain name."),
+    force_new: bool = typer.Option(False, "--force-new", help="Never resume: when --run-id names a run that exists, "
+                                   "start a new one beside it (<run-id>-<time>-<random>)."),
     include: list[str] = typer.Option(None, "--include", help="Only task ids matching these patterns."),
     exclude: list[str] = typer.Option(None, "--exclude", help="Skip task ids matching these patterns."),
     base_url: str = typer.Option(None, "--base-url", help="Model endpoint (OpenAI-compatible, ends in /v1)."),
@@ -113,29 +306,29 @@ def run(
 ) -> None:
     """Run tasks through a harness, sandbox and verifier; write results to a run directory."""
     config = load_run_config(config_file) if config_file else RunConfig()
+    overrides: dict[str, Any] = {}
     if sources:
-        config.tasks = [str(Path(s).resolve()) for s in sources]
+        overrides["tasks"] = [str(Path(s).resolve()) for s in sources]
     # A flag naming the plugin the config already selects keeps the config's options for it.
-    if harness and harness != config.harness.name:
-        config.harness = PluginSelection(name=harness)
-    if sandbox and sandbox != config.sandbox.name:
-        config.sandbox = PluginSelection(name=sandbox)
-    if verifier and verifier != config.verifier.name:
-        config.verifier = PluginSelection(name=verifier)
-    for field, value in (("attempts", attempts), ("concurrency", concurrency), ("out", out), ("executor", executor)):
+    for field, value in (("harness", harness), ("sandbox", sandbox), ("verifier", verifier)):
+        if value and value != getattr(config, field).name:
+            overrides[field] = PluginSelection(name=value).model_dump()
+    for field, value in (("attempts", attempts), ("concurrency", concurrency), ("out", out), ("executor", executor),
+                         ("run_id", run_id)):
         if value is not None:
-            setattr(config.runtime, field, value)
+            overrides[f"runtime.{field}"] = value
     if include:
-        config.include = include
+        overrides["include"] = include
     if exclude:
-        config.exclude = exclude
+        overrides["exclude"] = exclude
     if base_url:
-        config.policy.base_url = base_url
+        overrides["policy.base_url"] = base_url
     if model:
-        config.policy.model = model
-    run_dir, results, failures = asyncio.run(run_config(config, progress=not as_json, run_id=run_id))
+        overrides["policy.model"] = model
+    config = with_overrides(config, overrides, source=str(config_file or "run config"), flags=RUN_FLAGS)
+    run_dir, results, failures = asyncio.run(run_config(config, progress=not as_json, force_new=force_new))
     scored = [r.reward if r.reward is not None else 0.0 for r in results if r.counted]
-    summary = {
+    summary = redact({
         "run_dir": str(run_dir),
         "trials": [
             {"trial_id": r.trial_id, "task": r.task, "harness": r.harness, "sandbox": r.sandbox,
@@ -147,19 +340,20 @@ def run(
         "mean_reward": mean(scored) if scored else None,
         "errors": {c: sum(1 for r in results if r.error_class == c) for c in ("infra", "model", "task")},
         "task_load_failures": [f.model_dump(mode="json") for f in failures],
-    }
+    })
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:
-        table = Table(title=f"run {run_dir}")
+        table = Table(title=f"run {escape(str(run_dir))}")
         for col in ("task", "reward", "error", "time (s)"):
             table.add_column(col)
         for r in results:
-            err = f"[red]{r.error.error_class}[/]: {r.error.type}" if r.error else ""
-            table.add_row(r.task, "-" if r.reward is None else f"{r.reward:.3f}", err, f"{r.timings.get('total', 0):.1f}")
+            err = f"[red]{r.error.error_class}[/]: {escape(r.error.type)}" if r.error else ""
+            table.add_row(escape(r.task), "-" if r.reward is None else f"{r.reward:.3f}", err,
+                          f"{r.timings.get('total', 0):.1f}")
         console.print(table)
-        for f in failures:
-            err_console.print(f"[yellow]skipped task[/] {f.path}: {f.message}")
+        for f in summary["task_load_failures"]:
+            err_console.print(f"[yellow]skipped task[/] {escape(f['path'])}: {escape(f['message'])}")
         mr = summary["mean_reward"]
         console.print(f"mean reward {mr:.3f} over {len(scored)} counted trials; errors {summary['errors']}"
                       if mr is not None else f"no counted trials; errors {summary['errors']}")

@@ -75,8 +75,7 @@ class ChatCompletionRequest(BaseModel):
         if req.n != 1:
             raise BadRequestError("n must be 1: the gateway records one trajectory per session; send n requests instead")
         for i, m in enumerate(req.messages):
-            if not isinstance(m, dict) or "role" not in m:
-                raise BadRequestError(f"messages[{i}] has no role")
+            _check_message(i, m)
         return req
 
     @property
@@ -96,6 +95,24 @@ class ChatCompletionRequest(BaseModel):
         if choice not in (None, "auto", "none"):
             raise BadRequestError(f"tool_choice {choice!r}: use 'auto', 'none', 'required' or a named function")
         return None
+
+
+def _check_message(i: int, m: Any) -> None:
+    """The shapes the gateway reads: a role, text or content parts, tool calls as a list of objects."""
+    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        raise BadRequestError(f"messages[{i}] has no role")
+    content = m.get("content")
+    if content is not None and not isinstance(content, (str, list)):
+        raise BadRequestError(f"messages[{i}].content must be a string, a list of content parts or null")
+    calls = m.get("tool_calls")
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise BadRequestError(f"messages[{i}].tool_calls must be a list")
+    for k, call in enumerate(calls):
+        fn = call.get("function", call) if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise BadRequestError(f"messages[{i}].tool_calls[{k}] must be an object with function.name")
 
 
 def forced_tool_call_tag(tools: list[dict[str, Any]], name: str | None) -> dict[str, Any]:

@@ -1,13 +1,18 @@
 """The policy gateway: an OpenAI-compatible ASGI app in front of an engine, token-in-token-out.
 
-Routes (``{sid}`` is any session id the caller chooses; plain ``/v1/...`` is session ``default``):
+Routes. ``{sid}/{token}`` is a session's id and its unguessable token (the
+session's base URL is ``/sessions/{sid}/{token}/v1``); *admin* routes need
+``Authorization: Bearer <admin token>`` (random per gateway, never given to agents):
 
-* ``POST /sessions/{sid}/v1/chat/completions``: streaming (SSE) and not
-* ``GET  /sessions/{sid}/v1/models`` and ``GET /v1/models``
-* ``GET  /sessions/{sid}/trajectory``: the session's turns and flattened tokens
-* ``DELETE /sessions/{sid}``: forget a session (returns its trajectory)
-* ``GET  /sessions``, ``GET /health``
+* ``POST /sessions/{sid}/{token}/v1/chat/completions``: streaming (SSE) and not
+* ``GET  /sessions/{sid}/{token}/v1/models`` and ``GET /v1/models``
+* ``GET  /sessions/{sid}/{token}/trajectory``: the session's own turns and flattened tokens
+* admin: ``POST /sessions`` (create one: ``{"session_id", "base_url"}``), ``GET /sessions``,
+  ``GET /sessions/{sid}/trajectory``, ``DELETE /sessions/{sid}``, ``POST /v1/chat/completions``
+  (session ``default``)
+* ``GET /health``
 
+Every failure is answered as an OpenAI error, ``{"error": {"message", "type", "param", "code"}}``.
 :class:`PolicyGateway` is the programmatic handle the trial runtime uses.
 """
 
@@ -15,31 +20,47 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
+import re
+import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from pydantic import BaseModel
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tackroom.asgi_server import InLoopServer
 from tackroom.errors import TackroomError
-from tackroom.gateway.chat_template import ChatTemplate
+from tackroom.gateway.chat_template import ChatTemplate, ChatTemplateError
 from tackroom.gateway.engine_client import EngineChunk, EngineClient, EngineCompletion, EngineSettings
-from tackroom.gateway.errors import BadRequestError, ContextLengthExceededError, GatewayError, SessionNotFoundError
+from tackroom.gateway.errors import (
+    AdminAuthError,
+    BadRequestError,
+    ContextLengthExceededError,
+    EngineRequestInterruptedError,
+    GatewayError,
+    GatewayInternalError,
+    SessionNotFoundError,
+)
+from tackroom.gateway.liveness import EngineLiveness
 from tackroom.gateway.protocol import PASSTHROUGH, ChatCompletionRequest, forced_tool_call_tag
-from tackroom.gateway.tito import PromptPlan, SessionSummary, TitoSession
+from tackroom.gateway.tito import OpenRequest, PromptPlan, SessionSummary, TitoSession
 from tackroom.gateway.tool_parsers import ParsedOutput, ToolParser, get_tool_parser
 from tackroom.policy import Policy
 from tackroom.trajectory import Trajectory
 
 log = logging.getLogger("tackroom.gateway")
+
+SESSION_ID = re.compile(r"(?!\.+$)[A-Za-z0-9_.-]{1,512}")
+"""What a session id may be: it is a URL path segment (so not ``.`` or ``..``)."""
 
 
 class GatewaySettings(BaseModel):
@@ -63,7 +84,44 @@ def _sse(obj: dict[str, Any]) -> bytes:
 
 
 def _error_response(exc: GatewayError) -> JSONResponse:
-    return JSONResponse(exc.openai(), status_code=exc.status_code)
+    return JSONResponse(exc.openai(), status_code=exc.status_code, headers=exc.headers())
+
+
+class _ClientGone(Exception):
+    """The client closed its connection before the engine answered; nobody is left to answer."""
+
+
+_END = object()
+"""The engine stream finished."""
+_CANCELLED = object()
+"""The gateway cancelled the engine stream (session closed, gateway stopping)."""
+
+
+async def _client_gone(request: Request) -> None:
+    """Return once the client has closed its connection (the ASGI ``http.disconnect`` message)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _pump(chunks: AsyncIterator[EngineChunk], queue: asyncio.Queue[Any]) -> None:
+    """Move an engine stream into ``queue``, ending with ``_END``, the error, or ``_CANCELLED``."""
+    try:
+        async for chunk in chunks:
+            queue.put_nowait(chunk)
+    except asyncio.CancelledError:
+        queue.put_nowait(_CANCELLED)
+        raise
+    except Exception as exc:  # noqa: BLE001  handed to the consumer, which answers it
+        queue.put_nowait(exc)
+    else:
+        queue.put_nowait(_END)
+    finally:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
 
 
 def _chat_logprobs(tokens: list[str], values: list[float], tops: list[dict[str, float]]) -> dict[str, Any]:
@@ -85,9 +143,15 @@ class PolicyGateway:
     """An OpenAI-compatible, token-in-token-out front for one engine; one per run.
 
     ``await gateway.start()`` serves on ``settings.host`` (loopback by default) and a
-    free port; ``session_base_url(sid)`` is what a harness uses as its OpenAI base
-    URL; ``trajectory(sid)`` returns the exact tokens that session produced;
+    free port; ``session_base_url(sid)`` opens a session and returns the OpenAI base
+    URL a harness uses for it (with the session's token in the path);
+    ``trajectory(sid)`` returns the exact tokens that session produced;
     ``session_error(sid)`` the classified engine error that should decide the trial.
+    While requests wait on the engine, ``liveness`` probes it when it has been silent
+    for ``probe_interval_s`` (:mod:`tackroom.gateway.liveness`): that, not the agent's
+    behaviour, decides whether a request still open when a turn ended is infra.
+    ``admin_token`` (random unless given) guards the routes that list, read and delete
+    any session; it is for the gateway's owner, never for an agent.
     """
 
     def __init__(
@@ -95,25 +159,34 @@ class PolicyGateway:
         settings: GatewaySettings,
         *,
         template: ChatTemplate | None = None,
+        admin_token: str | None = None,
     ) -> None:
         self.settings = settings
         self.template = template
+        self.admin_token = admin_token or secrets.token_urlsafe(32)
         self.parser: ToolParser | None = None
         self.engine: EngineClient | None = None
         self.sessions: dict[str, TitoSession] = {}
+        self.liveness = EngineLiveness(settings.engine.probe_interval_s, settings.engine.probe_timeout_s)
+        self._watch: asyncio.Task[None] | None = None
         self._server: InLoopServer | None = None
+        self._stopping = False
         self.port: int | None = None
+        g = self._guarded
         self.app = Starlette(
             routes=[
-                Route("/health", self._health, methods=["GET"]),
-                Route("/v1/models", self._models, methods=["GET"]),
-                Route("/v1/chat/completions", self._chat, methods=["POST"]),
-                Route("/sessions", self._list_sessions, methods=["GET"]),
-                Route("/sessions/{sid}/v1/models", self._models, methods=["GET"]),
-                Route("/sessions/{sid}/v1/chat/completions", self._chat, methods=["POST"]),
-                Route("/sessions/{sid}/trajectory", self._trajectory, methods=["GET"]),
-                Route("/sessions/{sid}", self._close, methods=["DELETE"]),
+                Route("/health", g(self._health), methods=["GET"]),
+                Route("/v1/models", g(self._models), methods=["GET"]),
+                Route("/v1/chat/completions", g(self._chat_default), methods=["POST"]),
+                Route("/sessions", g(self._list_sessions), methods=["GET"]),
+                Route("/sessions", g(self._create_session), methods=["POST"]),
+                Route("/sessions/{sid}/trajectory", g(self._trajectory_admin), methods=["GET"]),
+                Route("/sessions/{sid}", g(self._close), methods=["DELETE"]),
+                Route("/sessions/{sid}/{token}/v1/models", g(self._session_models), methods=["GET"]),
+                Route("/sessions/{sid}/{token}/v1/chat/completions", g(self._chat_session), methods=["POST"]),
+                Route("/sessions/{sid}/{token}/trajectory", g(self._trajectory_own), methods=["GET"]),
             ],
+            exception_handlers={HTTPException: self._http_error},
             lifespan=self._lifespan,
         )
 
@@ -124,6 +197,7 @@ class PolicyGateway:
         try:
             yield
         finally:
+            await self._stop_watch()
             if self.engine is not None:
                 await self.engine.aclose()
                 self.engine = None
@@ -145,6 +219,7 @@ class PolicyGateway:
     async def start(self) -> PolicyGateway:
         """Serve in this event loop; returns once the socket is bound (the port is then in ``self.port``)."""
         await self.prepare()
+        self._stopping = False
         self._server = InLoopServer(self.app, what="gateway", host=self.settings.host, port=self.settings.port,
                                     startup_timeout_s=self.settings.startup_timeout_s, error=GatewayError)
         self.port = await self._server.start()
@@ -165,6 +240,11 @@ class PolicyGateway:
             await self.stop()
 
     async def stop(self) -> None:
+        """Stop serving: engine requests still open are cut off (their clients get a 503), then the server exits."""
+        self._stopping = True
+        for s in self.sessions.values():
+            s.cancel_open_requests("the gateway stopped", turn_ended=False)
+        await self._stop_watch()
         if self._server is not None:
             await self._server.stop()
             self._server = None
@@ -177,6 +257,28 @@ class PolicyGateway:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+    # -- engine liveness -------------------------------------------------------------
+    def _oldest_open_request(self) -> float | None:
+        starts = [e.started for s in self.sessions.values() for e in s.inflight.values()]
+        return min(starts) if starts else None
+
+    def _track(self, session: TitoSession, work: asyncio.Future[Any]) -> OpenRequest:
+        """``session`` waits on the engine through ``work``; the liveness watch runs while anyone does."""
+        entry = session.request_started(work)
+        if (self._watch is None or self._watch.done()) and not self._stopping:
+            assert self.template is not None
+            eot = self.template.end_of_turn_id
+            self._watch = asyncio.ensure_future(
+                self.liveness.watch(lambda: self.engine, self._oldest_open_request, [eot if eot is not None else 0])
+            )
+        return entry
+
+    async def _stop_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None and not watch.done():
+            watch.cancel()
+            await asyncio.wait({watch})  # a probe in flight is let go at once; the watch itself never raises
 
     # -- programmatic API ----------------------------------------------------------
     @property
@@ -194,12 +296,28 @@ class PolicyGateway:
             return self.engine.info.model
         return self.settings.engine.model or "tackroom-policy"
 
+    def open_session(self, session_id: str | None = None) -> TitoSession:
+        """The session with this id, created (with a fresh token) if there is none; a random id when None."""
+        sid = session_id if session_id is not None else uuid.uuid4().hex
+        if not SESSION_ID.fullmatch(sid):
+            raise BadRequestError(
+                f"session id {sid[:80]!r} is not 1-512 characters of letters, digits, '_', '.' and '-' (nor only dots)"
+            )
+        s = self.sessions.get(sid)
+        if s is None:
+            if self.template is None:
+                raise GatewayError("gateway not prepared: await gateway.start() before opening sessions")
+            s = self.sessions[sid] = TitoSession(sid, self.template, engine_failure=self.liveness.failure)
+        return s
+
     def session_base_url(self, session_id: str) -> str:
-        """The OpenAI base URL (ending in ``/v1``) a harness uses for this session."""
-        return f"{self.base_url}/sessions/{session_id}/v1"
+        """The OpenAI base URL (``.../sessions/{id}/{token}/v1``) a harness uses; opens the session if needed."""
+        base = self.base_url
+        s = self.open_session(session_id)
+        return f"{base}/sessions/{s.session_id}/{s.token}/v1"
 
     def policy(self, session_id: str, **overrides: Any) -> Policy:
-        """A :class:`tackroom.Policy` pointing at this session."""
+        """A :class:`tackroom.Policy` pointing at this session (opened if needed)."""
         return Policy(
             base_url=self.session_base_url(session_id),
             model=self.model_name,
@@ -220,25 +338,82 @@ class PolicyGateway:
         return self.session(session_id).trajectory(branch)
 
     def session_error(self, session_id: str) -> TackroomError | None:
-        """The classified engine error that should decide the trial (infra first), or None."""
+        """The classified error that should decide the trial (see ``TitoSession.worst_error``), or None.
+
+        An engine request still open when this is asked (the agent's turn ended while
+        the engine was working) is an infra error if the engine is not answering its
+        liveness probes, and nothing (the model's own long generation) if it is.
+        """
         s = self.sessions.get(session_id)
         return s.worst_error() if s else None
 
     def close_session(self, session_id: str) -> Trajectory | None:
-        """Forget a session; returns its trajectory (None if it never made a request)."""
+        """Forget a session (its URL stops working, its open engine requests are cut off); returns its
+        trajectory (None if it never finished a turn)."""
         s = self.sessions.pop(session_id, None)
-        return s.trajectory() if s and s.turns else None
-
-    def _session_for(self, session_id: str) -> TitoSession:
-        s = self.sessions.get(session_id)
         if s is None:
-            assert self.template is not None
-            s = self.sessions[session_id] = TitoSession(session_id, self.template)
+            return None
+        s.cancel_open_requests("the session was closed")
+        return s.trajectory() if s.turns else None
+
+    # -- access ------------------------------------------------------------------------
+    def _check_admin(self, request: Request) -> None:
+        scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(credentials.strip().encode(), self.admin_token.encode()):
+            raise AdminAuthError(
+                "this route needs the gateway's admin token (`Authorization: Bearer <token>`; "
+                "`tackroom gateway` prints it); a session's own URL is /sessions/{id}/{token}/v1"
+            )
+
+    def _session_at(self, request: Request) -> TitoSession:
+        """The session a ``/sessions/{sid}/{token}/...`` URL names, if the token is its own."""
+        s = self.sessions.get(request.path_params["sid"])
+        token = request.path_params["token"].encode()
+        if s is None or not hmac.compare_digest(token, s.token.encode()):
+            raise SessionNotFoundError(
+                "no session at this URL: the session was closed or the URL is wrong "
+                "(a session's base URL is /sessions/{id}/{token}/v1, as its creator was given it)"
+            )
         return s
+
+    def _guarded(self, handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        """Every failure of ``handler`` becomes an OpenAI-shaped answer; nothing escapes to uvicorn's log."""
+
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except GatewayError as exc:
+                return _error_response(exc)
+            except asyncio.CancelledError:
+                # The request's task itself was cancelled (a hard server stop). Answer rather than let
+                # uvicorn log a CancelledError traceback: nothing awaits this task's result.
+                return _error_response(EngineRequestInterruptedError("the gateway is stopping"))
+            except Exception as exc:  # noqa: BLE001  a bug: one line in the log, an OpenAI error to the client
+                log.error("gateway: %s failed: %s: %s", handler.__name__, type(exc).__name__, exc)
+                log.debug("gateway: %s failed", handler.__name__, exc_info=True)
+                return _error_response(GatewayInternalError(
+                    f"the gateway failed on this request ({type(exc).__name__}: {exc}); this is a bug in tackroom's gateway"
+                ))
+
+        endpoint.__name__ = handler.__name__
+        return endpoint
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            message = (f"no route {request.method} {request.url.path}: a session's base URL is "
+                       "/sessions/{id}/{token}/v1 (POST /sessions with the admin token creates one)")
+            code, kind = "not_found", "not_found_error"
+        elif exc.status_code == 405:
+            message, code, kind = f"{request.method} is not allowed here", "method_not_allowed", "invalid_request_error"
+        else:
+            message, code, kind = str(exc.detail), f"http_{exc.status_code}", "invalid_request_error"
+        body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     # -- routes ------------------------------------------------------------------------
     async def _health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model": self.model_name, "engine": self.settings.engine.base_url})
+        return JSONResponse({"status": "stopping" if self._stopping else "ok", "model": self.model_name})
 
     async def _models(self, request: Request) -> Response:
         info = self.engine.info if self.engine else None
@@ -257,26 +432,59 @@ class PolicyGateway:
             }
         )
 
+    async def _session_models(self, request: Request) -> Response:
+        self._session_at(request)
+        return await self._models(request)
+
+    def _session_urls(self, request: Request, s: TitoSession) -> dict[str, str]:
+        base = f"{str(request.base_url).rstrip('/')}/sessions/{s.session_id}/{s.token}"
+        return {"session_id": s.session_id, "base_url": f"{base}/v1", "trajectory_url": f"{base}/trajectory"}
+
+    async def _create_session(self, request: Request) -> Response:
+        self._check_admin(request)
+        raw = await request.body()
+        data: Any = {}
+        if raw.strip():
+            try:
+                data = json.loads(raw)
+            except ValueError as exc:
+                raise BadRequestError(f'body must be empty or JSON like {{"session_id": "..."}}: {exc}') from exc
+        if not isinstance(data, dict) or not isinstance(data.get("session_id", ""), str):
+            raise BadRequestError('body must be empty or a JSON object like {"session_id": "..."}')
+        sid = data.get("session_id") or None
+        existed = sid in self.sessions
+        s = self.open_session(sid)
+        return JSONResponse(self._session_urls(request, s), status_code=200 if existed else 201)
+
     async def _list_sessions(self, request: Request) -> Response:
+        self._check_admin(request)
         rows = [
-            SessionSummary(session_id=sid, turns=len(s.turns), branches=len(s.tips), errors=[str(e) for e in s.errors]).model_dump()
+            SessionSummary(session_id=sid, turns=len(s.turns), branches=len(s.tips), open_requests=len(s.inflight),
+                           errors=[str(e) for e in s.errors]).model_dump()
             for sid, s in self.sessions.items()
         ]
         return JSONResponse(rows)
 
-    async def _trajectory(self, request: Request) -> Response:
-        sid = request.path_params["sid"]
+    def _trajectory_response(self, s: TitoSession, request: Request) -> Response:
         branch = request.query_params.get("branch")
         try:
-            traj = self.trajectory(sid, int(branch) if branch is not None else None)
-        except GatewayError as exc:
-            return _error_response(exc)
+            traj = s.trajectory(int(branch) if branch is not None else None)
         except (KeyError, ValueError) as exc:
-            return _error_response(BadRequestError(str(exc)))
+            raise BadRequestError(f"no branch {branch!r} in this session ({type(exc).__name__}: {exc})") from exc
         return Response(traj.model_dump_json(), media_type="application/json")
 
+    async def _trajectory_admin(self, request: Request) -> Response:
+        self._check_admin(request)
+        return self._trajectory_response(self.session(request.path_params["sid"]), request)
+
+    async def _trajectory_own(self, request: Request) -> Response:
+        return self._trajectory_response(self._session_at(request), request)
+
     async def _close(self, request: Request) -> Response:
-        traj = self.close_session(request.path_params["sid"])
+        self._check_admin(request)
+        sid = request.path_params["sid"]
+        self.session(sid)  # 404 when there is none
+        traj = self.close_session(sid)
         return Response(traj.model_dump_json() if traj else "null", media_type="application/json")
 
     # -- chat completions --------------------------------------------------------------
@@ -341,24 +549,83 @@ class PolicyGateway:
         )
         return reply
 
-    async def _chat(self, request: Request) -> Response:
-        sid = request.path_params.get("sid", "default")
-        session: TitoSession | None = None
+    async def _chat_default(self, request: Request) -> Response:
+        self._check_admin(request)
+        return await self._chat(request, self.open_session("default"))
+
+    async def _chat_session(self, request: Request) -> Response:
+        return await self._chat(request, self._session_at(request))
+
+    async def _chat(self, request: Request, session: TitoSession) -> Response:
+        if self._stopping:
+            raise EngineRequestInterruptedError("the gateway is stopping")
         try:
             await self.prepare()
             assert self.engine is not None and self.parser is not None
             req = ChatCompletionRequest.parse(await request.body())
-            session = self._session_for(sid)
-            plan = session.plan(req.messages, tools=req.tools, template_kwargs=req.chat_template_kwargs)
+            try:
+                plan = session.plan(req.messages, tools=req.tools, template_kwargs=req.chat_template_kwargs)
+            except ChatTemplateError as exc:
+                raise BadRequestError(str(exc)) from exc
+            except (TypeError, ValueError, AttributeError, KeyError) as exc:  # shapes only the client's messages hold
+                raise BadRequestError(f"the messages could not be read: {type(exc).__name__}: {exc}") from exc
             body = self._engine_body(req, plan)
             if req.stream:
-                return await self._chat_stream(req, session, plan, body)
-            result = await self.engine.complete(body)
+                return await self._chat_stream(request, req, session, plan, body)
+            task = asyncio.ensure_future(self.engine.complete(body))
+            result = await self._engine_answer(request, session, task, self._track(session, task), task)
+            self.liveness.answered()
+            return JSONResponse(self._chat_response(req, session, plan, result))
+        except (_ClientGone, ClientDisconnect):
+            return Response(status_code=499)  # nobody reads it; uvicorn drops it
+        except EngineRequestInterruptedError:
+            raise  # the session already knows (request_abandoned)
+        except BadRequestError:
+            raise  # the client's own mistake; not the trial's engine record
         except GatewayError as exc:
-            if session is not None and not isinstance(exc, BadRequestError):
-                session.errors.append(exc)
-            return _error_response(exc)
-        return JSONResponse(self._chat_response(req, session, plan, result))
+            session.record_error(exc)
+            raise
+        except Exception as exc:
+            log.error("gateway: a chat completion failed: %s: %s", type(exc).__name__, exc)
+            log.debug("gateway: a chat completion failed", exc_info=True)
+            err = GatewayInternalError(
+                f"the gateway failed on this request ({type(exc).__name__}: {exc}); this is a bug in tackroom's gateway"
+            )
+            session.record_error(err)
+            raise err from exc
+
+    def _interrupted(self, session: TitoSession, entry: OpenRequest) -> EngineRequestInterruptedError:
+        reason = entry.cancel_reason or "the engine request was cancelled"
+        session.request_abandoned(entry, reason)
+        return EngineRequestInterruptedError(f"the engine request was cut off: {reason}")
+
+    async def _engine_answer(
+        self, request: Request, session: TitoSession, work: asyncio.Future[Any], entry: OpenRequest,
+        answer: asyncio.Future[Any],
+    ) -> Any:
+        """``answer``'s result, unless the client goes away first: then ``work`` (the engine call) is
+        cancelled, the session notes that its request was abandoned, and ``_ClientGone`` is raised."""
+        gone = asyncio.ensure_future(_client_gone(request))
+        try:
+            await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            if not work.done():
+                work.cancel()
+                entry.turn_ended = False
+                session.request_abandoned(entry, "the gateway stopped")
+            answer.cancel()
+            raise
+        finally:
+            gone.cancel()
+        if answer.done():
+            if answer.cancelled():
+                raise self._interrupted(session, entry)
+            return answer.result()
+        answer.cancel()
+        if not work.done():
+            work.cancel()
+            session.request_abandoned(entry, "the client closed its connection")
+        raise _ClientGone
 
     def _chat_response(
         self, req: ChatCompletionRequest, session: TitoSession, plan: PromptPlan, result: EngineCompletion
@@ -395,17 +662,20 @@ class PolicyGateway:
         return out
 
     async def _chat_stream(
-        self, req: ChatCompletionRequest, session: TitoSession, plan: PromptPlan, body: dict[str, Any]
+        self, request: Request, req: ChatCompletionRequest, session: TitoSession, plan: PromptPlan, body: dict[str, Any]
     ) -> Response:
         assert self.engine is not None and self.parser is not None
-        chunks = self.engine.stream(body)
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        pump = asyncio.ensure_future(_pump(self.engine.stream(body), queue))
+        entry = self._track(session, pump)
         # Wait for the engine's first chunk so that failures before any output are plain HTTP errors.
-        try:
-            first: EngineChunk | None = await chunks.__anext__()
-        except StopAsyncIteration:
-            first = None
+        first = await self._engine_answer(request, session, pump, entry, asyncio.ensure_future(queue.get()))
+        if first is _CANCELLED:
+            raise self._interrupted(session, entry)
+        if isinstance(first, BaseException):
+            raise first
         return StreamingResponse(
-            self._sse_events(req, session, plan, chunks, first),
+            self._sse_events(req, session, plan, queue, pump, entry, first),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -415,8 +685,10 @@ class PolicyGateway:
         req: ChatCompletionRequest,
         session: TitoSession,
         plan: PromptPlan,
-        chunks: AsyncIterator[EngineChunk],
-        first: EngineChunk | None,
+        queue: asyncio.Queue[Any],
+        pump: asyncio.Future[None],
+        entry: OpenRequest,
+        first: Any,
     ) -> AsyncIterator[bytes]:
         assert self.parser is not None
         stream_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -438,17 +710,15 @@ class PolicyGateway:
         ids: list[int] = []
         logprobs: list[float] = []
         engine_reason: str | None = None
-        yield chunk({"role": "assistant", "content": ""})
         try:
-            pending = [first] if first is not None else []
-            while True:
-                if pending:
-                    piece = pending.pop()
-                else:
-                    try:
-                        piece = await chunks.__anext__()
-                    except StopAsyncIteration:
-                        break
+            yield chunk({"role": "assistant", "content": ""})
+            piece = first
+            while piece is not _END:
+                if piece is _CANCELLED:
+                    raise self._interrupted(session, entry)
+                if isinstance(piece, BaseException):
+                    raise piece
+                self.liveness.answered()
                 if piece.prompt_ids is not None and piece.prompt_ids != plan.prompt_ids:
                     session.notes.append(f"turn {len(session.turns)}: engine echoed prompt ids that differ from those sent")
                 ids.extend(piece.token_ids)
@@ -464,43 +734,58 @@ class PolicyGateway:
                 lp = _chat_logprobs(piece.tokens, piece.logprobs, piece.top_logprobs) if req.logprobs else None
                 if out or lp:
                     yield chunk(out, logprobs=lp)
+                piece = await queue.get()
+            owed, parsed = incremental.finish()
+            tail: dict[str, Any] = {}
+            if owed.reasoning:
+                tail["reasoning_content"] = owed.reasoning
+            if owed.content:
+                tail["content"] = owed.content
+            if tail:
+                yield chunk(tail)
+            if parsed.tool_calls:
+                yield chunk({"tool_calls": [c.openai(index=i) for i, c in enumerate(parsed.tool_calls)]})
+            self._record(session, plan, ids, logprobs if len(logprobs) == len(ids) else None, engine_reason, parsed)
+            yield chunk({}, finish=self._finish_reason(engine_reason, parsed))
+            if (req.stream_options or {}).get("include_usage"):
+                yield _sse(
+                    {
+                        "id": stream_id,
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": len(plan.prompt_ids),
+                            "completion_tokens": len(ids),
+                            "total_tokens": len(plan.prompt_ids) + len(ids),
+                        },
+                    }
+                )
+            yield b"data: [DONE]\n\n"
         except GatewayError as exc:
-            session.errors.append(exc)
+            # Output may have reached the client already: the error is an SSE event, then the stream ends.
+            if not isinstance(exc, EngineRequestInterruptedError):
+                session.record_error(exc)
             yield _sse(exc.openai())
             yield b"data: [DONE]\n\n"
-            return
+        except Exception as exc:  # noqa: BLE001  a bug: one line in the log, an error event to the client
+            log.error("gateway: a streamed chat completion failed: %s: %s", type(exc).__name__, exc)
+            log.debug("gateway: a streamed chat completion failed", exc_info=True)
+            err = GatewayInternalError(f"the gateway failed mid-stream ({type(exc).__name__}: {exc})")
+            session.record_error(err)
+            yield _sse(err.openai())
+            yield b"data: [DONE]\n\n"
+        except BaseException:
+            # Cancelled (the client went away: Starlette cancels the stream) or closed: the engine
+            # request, if still running, is abandoned.
+            if not pump.done():
+                pump.cancel()
+                session.request_abandoned(entry, "the client closed its connection mid-stream")
+            raise
         finally:
-            aclose = getattr(chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        owed, parsed = incremental.finish()
-        tail: dict[str, Any] = {}
-        if owed.reasoning:
-            tail["reasoning_content"] = owed.reasoning
-        if owed.content:
-            tail["content"] = owed.content
-        if tail:
-            yield chunk(tail)
-        if parsed.tool_calls:
-            yield chunk({"tool_calls": [c.openai(index=i) for i, c in enumerate(parsed.tool_calls)]})
-        self._record(session, plan, ids, logprobs if len(logprobs) == len(ids) else None, engine_reason, parsed)
-        yield chunk({}, finish=self._finish_reason(engine_reason, parsed))
-        if (req.stream_options or {}).get("include_usage"):
-            yield _sse(
-                {
-                    "id": stream_id,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": model,
-                    "choices": [],
-                    "usage": {
-                        "prompt_tokens": len(plan.prompt_ids),
-                        "completion_tokens": len(ids),
-                        "total_tokens": len(plan.prompt_ids) + len(ids),
-                    },
-                }
-            )
-        yield b"data: [DONE]\n\n"
+            if not pump.done():
+                pump.cancel()
 
 
 def build_gateway(

@@ -19,14 +19,20 @@ request that extends no earlier turn is rendered from scratch.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from tackroom.errors import TackroomError
 from tackroom.gateway.chat_template import ChatTemplate
+from tackroom.gateway.errors import EngineRequestInterruptedError
 from tackroom.trajectory import TokenTurn, Trajectory
 
 _THINK = re.compile(r"^\s*(?:<think>)?.*?</think>\s*", re.DOTALL)
@@ -119,17 +125,131 @@ class RecordedTurn(BaseModel):
         )
 
 
-class TitoSession:
-    """One session's turns, branches and errors."""
+@dataclass
+class OpenRequest:
+    """An engine request of a session that has not finished yet."""
 
-    def __init__(self, session_id: str, template: ChatTemplate) -> None:
+    seq: int
+    started: float
+    cancel_reason: str | None = None
+    """Set when the gateway cancels it (session closed, gateway stopping)."""
+    turn_ended: bool = True
+    """False when the gateway itself cut it off (it is stopping), not the end of the agent's turn."""
+
+
+@dataclass(frozen=True)
+class CutOff:
+    """An engine request cut off before the engine answered."""
+
+    seq: int
+    why: str
+    waited: float
+    turn_ended: bool
+    engine_failure: str | None
+    """Why the engine counted as not answering when it was cut off (None: it was answering)."""
+
+
+def _no_liveness() -> str:
+    return "nothing watches this session's engine (the session is not served by a PolicyGateway)"
+
+
+class TitoSession:
+    """One session's turns, branches, errors and open engine requests.
+
+    ``token`` is the unguessable secret in the session's URL
+    (``/sessions/{id}/{token}/v1``); only requests that carry it reach the session.
+    ``engine_failure`` says why the engine counts as not answering right now, or None
+    when it answers (``EngineLiveness.failure``); it decides whether a request still
+    open when the agent's turn ended is infra.
+    """
+
+    def __init__(self, session_id: str, template: ChatTemplate, *, token: str | None = None,
+                 engine_failure: Callable[[], str | None] = _no_liveness) -> None:
         self.session_id = session_id
         self.template = template
+        self.token = token or secrets.token_urlsafe(24)
+        self.engine_failure = engine_failure
         self.turns: list[RecordedTurn] = []
         self.tips: dict[int, int] = {}
         """branch -> index of its newest turn"""
         self.notes: list[str] = []
         self.errors: list[TackroomError] = []
+        self.inflight: dict[asyncio.Future[Any], OpenRequest] = {}
+        """Engine requests still running, by the task doing them."""
+        self._clock = 0
+        self._last_start = 0
+        self._interrupted: CutOff | None = None
+        self._last_outcome: TackroomError | CutOff | None = None
+        """How the most recently finished engine request ended: None for a recorded turn, else its error or cut-off."""
+
+    # -- open engine requests ----------------------------------------------------
+    def request_started(self, work: asyncio.Future[Any]) -> OpenRequest:
+        """Track ``work`` (the task calling the engine) until it finishes."""
+        self._clock += 1
+        self._last_start = self._clock
+        entry = self.inflight[work] = OpenRequest(seq=self._clock, started=time.monotonic())
+        work.add_done_callback(lambda done: self.inflight.pop(done, None))
+        return entry
+
+    def request_abandoned(self, entry: OpenRequest, why: str) -> None:
+        """An engine request was cut off before the engine answered (``why`` says by what)."""
+        self._clock += 1
+        waited = time.monotonic() - entry.started
+        failure = self.engine_failure() if entry.turn_ended else None
+        cut = CutOff(seq=self._clock, why=why, waited=waited, turn_ended=entry.turn_ended, engine_failure=failure)
+        note = f"turn {len(self.turns)}: an engine request was cut off after {waited:.1f}s: {why}"
+        if entry.turn_ended:
+            note += (f"; the engine was not answering ({failure})" if failure is not None else
+                     "; the engine was answering, so the wait was the model's own generation")
+        self.notes.append(note)
+        self._interrupted = cut
+        self._last_outcome = cut
+
+    def _cut_off_error(self, cut: CutOff) -> EngineRequestInterruptedError | None:
+        """The infra error a cut-off request stands for, or None when it was the model's own long generation:
+        the engine answered (its probes) both when the request was cut off and now."""
+        if not cut.turn_ended:
+            return EngineRequestInterruptedError(
+                f"an engine request was cut off: {cut.why} after waiting {cut.waited:.1f}s for the engine "
+                "(the gateway's doing, not the model's)"
+            )
+        failure = cut.engine_failure or self.engine_failure()
+        if failure is None:
+            return None
+        return EngineRequestInterruptedError(
+            f"an engine request was still open when the agent's turn ended ({cut.why} after waiting "
+            f"{cut.waited:.1f}s for the engine) and the engine did not answer a probe: {failure} "
+            "(an overloaded or stuck engine, not the model's failure)"
+        )
+
+    def record_error(self, error: TackroomError) -> None:
+        """An engine request (or its preparation) failed with a classified error."""
+        self.errors.append(error)
+        self._last_outcome = error
+
+    def _still_open(self) -> EngineRequestInterruptedError | None:
+        """Asked with engine requests still open (the agent's turn is over): infra when the engine is not
+        answering its probes, else None (the open request is the model's own long generation)."""
+        if not self.inflight:
+            return None
+        failure = self.engine_failure()
+        if failure is None:
+            return None
+        waited = time.monotonic() - min(e.started for e in self.inflight.values())
+        return EngineRequestInterruptedError(
+            f"an engine request was still open when the agent's turn ended and the engine did not answer a "
+            f"probe: {failure}; {len(self.inflight)} request(s) waiting on the engine, the oldest for "
+            f"{waited:.1f}s (an overloaded or stuck engine, not the model's failure)"
+        )
+
+    def cancel_open_requests(self, why: str, *, turn_ended: bool = True) -> int:
+        """Cancel every engine request still running: the session closes (``turn_ended``) or the gateway
+        stops (``turn_ended=False``: then a cut-off request is infra whatever the engine's state)."""
+        for work, entry in list(self.inflight.items()):
+            entry.cancel_reason = why
+            entry.turn_ended = turn_ended
+            work.cancel()
+        return len(self.inflight)
 
     # -- planning --------------------------------------------------------------
     def _parent_for(self, keys: list[tuple], context: str) -> RecordedTurn | None:
@@ -184,6 +304,7 @@ class TitoSession:
         tool_call_parse_failures: int = 0,
     ) -> RecordedTurn:
         """Add a finished engine call; decides its branch now (other calls may have finished meanwhile)."""
+        self._last_outcome = None
         index = len(self.turns)
         if plan.parent is None:
             if not self.turns:
@@ -287,11 +408,43 @@ class TitoSession:
         )
 
     def worst_error(self) -> TackroomError | None:
-        """The error that should decide the trial: an infra error first (retry), else the last model error."""
+        """The error that should decide the trial, in this order:
+
+        1. an engine request still open now, or cut off (client gone, session closed)
+           with no request started after it, *while the engine was not answering its
+           liveness probes*: the agent's turn ended waiting on a stuck engine
+           (:class:`EngineRequestInterruptedError`, infra). While the engine answers, such
+           a request is the model's own long generation and counts for nothing here;
+           cut off by the gateway stopping, it is infra whatever the engine's state;
+        2. the first infra error (engine down, 429/5xx after retries, timeout, garbled answer);
+        3. the last model error (context length exceeded, request rejected);
+        4. None.
+        """
+        still_open = self._still_open()
+        if still_open is not None:
+            return still_open
+        if self._interrupted is not None and self._interrupted.seq > self._last_start:
+            cut_off = self._cut_off_error(self._interrupted)
+            if cut_off is not None:
+                return cut_off
         for e in self.errors:
             if e.error_class == "infra":
                 return e
         return self.errors[-1] if self.errors else None
+
+    def unrecovered_error(self) -> TackroomError | None:
+        """The infra error the session *ended* on, or None: an engine request open now or cut off last while
+        the engine was not answering (as in :meth:`worst_error`), or the most recently finished one failed
+        on infra (no turn succeeded after it). Unlike :meth:`worst_error`, an infra fault the agent got past
+        (its client retried, the next call worked) does not count: this is what says whether an episode
+        that the harness finished normally was cut short by the machinery."""
+        still_open = self._still_open()
+        if still_open is not None:
+            return still_open
+        last = self._last_outcome
+        if isinstance(last, CutOff):
+            return self._cut_off_error(last)
+        return last if last is not None and last.error_class == "infra" else None
 
 
 class SessionSummary(BaseModel):
@@ -300,4 +453,5 @@ class SessionSummary(BaseModel):
     session_id: str
     turns: int
     branches: int
+    open_requests: int = 0
     errors: list[str] = Field(default_factory=list)

@@ -1,12 +1,17 @@
 """One gateway session per trial attempt: how the trial runtime gives chat-only harnesses exact tokens.
 
 ``TrialPlugins.policy_for = GatewaySessions(gateway)``: each attempt gets a
-fresh session (its own base URL), the harness talks to it like any OpenAI
-endpoint, and afterwards the session's token trajectory (prompt/completion ids,
-loss mask, logprobs) is merged into the harness's trajectory. An engine error
-the session saw (context exceeded → ``model``, engine down → ``infra``) decides
-the class of a failed harness run, so a dead engine is retried rather than
-blamed on the model.
+fresh session (its own base URL, with the session's secret token in the path,
+so the agent reaches only this session, and only while the attempt lasts), the
+harness talks to it like any OpenAI endpoint, and afterwards the session's token
+trajectory (prompt/completion ids, loss mask, logprobs) is merged into the
+harness's trajectory. An engine error the session saw (context exceeded →
+``model``; engine down, 429/5xx past the retries, a timeout, an engine request
+still open when the agent's turn ended while the engine was not answering the
+gateway's liveness probes → ``infra``) decides the class of a failed harness
+run, so a dead or overloaded engine is retried rather than blamed on the model.
+A request still open on an engine that answers its probes is the policy's own
+long generation: no error, and the harness's (an agent timeout: ``model``) stands.
 """
 
 from __future__ import annotations
@@ -31,7 +36,17 @@ class GatewayTrialSession:
         self.policy: Policy = gateway.policy(session_id, sampling=sampling, label=label, token_ids=False)
 
     def error(self) -> TackroomError | None:
+        """The session's deciding error (``PolicyGateway.session_error``); ask before ``complete()``, which
+        closes the session: an engine request still open now counts as an infra error when the engine is
+        not answering its liveness probes, and as nothing (the model's own generation) when it is."""
         return self.gateway.session_error(self.session_id)
+
+    def unrecovered_error(self) -> TackroomError | None:
+        """The infra error the session ended on (an engine request open now, or the last one failed on infra
+        with no turn after it), or None; see ``TitoSession.unrecovered_error``. For an attempt whose harness
+        finished normally: its episode may have been cut short by the engine."""
+        s = self.gateway.sessions.get(self.session_id)
+        return s.unrecovered_error() if s else None
 
     async def complete(self, trajectory: Trajectory) -> Trajectory:
         """Merge the session's exact tokens into the harness's trajectory (the harness's own tokens win)."""

@@ -33,15 +33,17 @@ per task and pass, as a reference row, whatever the models are.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from tackroom.config import PluginSelection, RuntimeConfig, read_toml, validate
 from tackroom.errors import ConfigError, PluginNotFoundError
-from tackroom.policy import Policy
+from tackroom.policy import Policy, redact, redact_url, register_secret, register_secrets_in, register_url_secrets
+from tackroom.trial import slug
 
 LITELLM_PROXY_ENV = "LITELLM_PROXY_URL"
 LITELLM_PROXY_DEFAULT = "http://127.0.0.1:4000/v1"
@@ -64,7 +66,8 @@ class ModelConfig(BaseModel):
     base_url: str | None = None
     model: str | None = None
     litellm: str | None = None
-    api_key: str | None = None
+    api_key: SecretStr | None = None
+    """Sent as ``Authorization: Bearer …``; never written (matrix.config.json shows ``**********``)."""
     api_key_env: str | None = None
     """Name of an environment variable holding the API key (keeps keys out of config files)."""
     tokenizer: str | None = None
@@ -83,6 +86,9 @@ class ModelConfig(BaseModel):
             raise ValueError("give either model or litellm, not both (litellm is the model name at the proxy)")
         if self.api_key is not None and self.api_key_env is not None:
             raise ValueError("give either api_key or api_key_env, not both")
+        register_secret(self.api_key)
+        register_url_secrets(self.base_url)
+        register_secrets_in(self.sampling)
         if self.label is None:
             self.label = self.litellm or self.model or _host_of(self.base_url or "")
         return self
@@ -104,8 +110,9 @@ class ModelConfig(BaseModel):
             if not value:
                 raise ConfigError(f"model {self.label!r}: environment variable {self.api_key_env} (api_key_env) "
                                   "is not set; export it or put api_key in the config")
+            register_secret(value)
             return value
-        return self.api_key or "EMPTY"
+        return self.api_key.get_secret_value() if self.api_key is not None else "EMPTY"
 
     def policy(self, served: str) -> Policy:
         """The :class:`Policy` trials of this column receive (``served``: the model name at the endpoint)."""
@@ -122,14 +129,16 @@ class ModelConfig(BaseModel):
             sampling=dict(self.sampling), label=self.label, gateway=self.gateway))
 
     def identity(self) -> dict[str, Any]:
-        """What must not change under one label between a run and its resumption."""
-        return {"endpoint": self.endpoint, "model": self.served_name, "sampling": self.sampling,
-                "token_ids": self.token_ids}
+        """What must not change under one label between a run and its resumption (credentials masked:
+        a rotated key or URL password is the same model)."""
+        return redact({"endpoint": redact_url(self.endpoint), "model": self.served_name, "sampling": self.sampling,
+                       "token_ids": self.token_ids})
 
 
 def _host_of(url: str) -> str:
     rest = url.split("://", 1)[-1]
-    return rest.split("/", 1)[0] or "model"
+    host = rest.split("/", 1)[0]
+    return host.rsplit("@", 1)[-1] or "model"  # never a label (written everywhere) made of user:password
 
 
 class HarnessRow(BaseModel):
@@ -143,12 +152,17 @@ class HarnessRow(BaseModel):
     if_installed: bool = False
     """Skip this row (with a notice) when no harness of this name is installed, instead of failing."""
 
+    @model_validator(mode="after")
+    def _remember_secrets(self) -> HarnessRow:
+        register_secrets_in(self.options)
+        return self
+
     @property
     def row_label(self) -> str:
         return self.label or self.name
 
     def identity(self) -> dict[str, Any]:
-        return {"name": self.name, "options": self.options}
+        return redact({"name": self.name, "options": self.options})
 
 
 class TransferConfig(BaseModel):
@@ -173,16 +187,23 @@ class MatrixConfig(BaseModel):
     harnesses: list[HarnessRow] = Field(default_factory=lambda: [HarnessRow(name="oracle"), HarnessRow(name="nop")])
     sandbox: PluginSelection = Field(default_factory=lambda: PluginSelection(name="local"))
     verifier: PluginSelection = Field(default_factory=lambda: PluginSelection(name="test-script"))
-    passes: int = Field(default=1, ge=1, le=1000)
-    k: int | None = Field(default=None, ge=1)
+    passes: int = Field(default=1, ge=1, le=1000, strict=True)
+    k: int | None = Field(default=None, ge=1, strict=True)
     """The headline pass@k (default: ``passes``); pass@j for every j ≤ passes is reported too."""
     pass_threshold: float = 1.0
     """A trial passes when its reward is at least this."""
     require_models: bool = False
     """Stop before running when a model endpoint is unreachable (default: mark its cells as infra errors)."""
-    probe_timeout_sec: float = Field(default=5.0, gt=0)
+    probe_timeout_sec: float = Field(default=5.0, gt=0, le=3600, allow_inf_nan=False)
     transfer: TransferConfig = Field(default_factory=TransferConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+    @field_validator("pass_threshold")
+    @classmethod
+    def _finite_threshold(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError(f"must be a finite number, got {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> MatrixConfig:
@@ -279,10 +300,18 @@ def load_matrix_config(path: str | Path) -> MatrixConfig:
     p = Path(path)
     config = parse_matrix_config(read_toml(p), source=str(p), base_dir=p.resolve().parent)
     if config.runtime.run_id is None:
-        config.runtime.run_id = f"matrix-{p.stem}"
+        config.runtime.run_id = default_run_id(p)
     if config.title is None:
         config.title = p.stem
     return config
+
+
+def default_run_id(path: Path) -> str:
+    """``matrix-<config file stem>``, made a plain folder name."""
+    name = slug(path.stem)
+    while ".." in name:
+        name = name.replace("..", ".")
+    return f"matrix-{name.strip('.') or 'config'}"[:100]
 
 
 class ResolvedRow(BaseModel):

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tackroom.matrix.stats import ERROR_CLASSES, CellStats
+from tackroom.policy import redact
 
 REPORT_FILES = ("matrix.json", "matrix.csv", "report.html")
 
@@ -158,7 +159,7 @@ def build_report(outcome: Any) -> MatrixReport:
     errors = {c: sum(cell.errors[c] for cell in cells) for c in ERROR_CLASSES}
     planned = sum(c.n_planned for c in cells)
     non_model = errors["infra"] + errors["task"]
-    return MatrixReport(
+    return redacted(MatrixReport(
         title=config.title or "matrix", run_id=outcome.run_dir.name, run_dir=str(outcome.run_dir),
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
         passes=config.passes, k=int(config.k or config.passes), pass_threshold=config.pass_threshold,
@@ -174,7 +175,13 @@ def build_report(outcome: Any) -> MatrixReport:
                       non_model_errors=non_model, non_model_error_rate=non_model / planned if planned else None),
         notices=list(outcome.notices),
         task_load_failures=[{"path": str(f.path), "message": f.message} for f in outcome.failures],
-    )
+    ))
+
+
+def redacted(report: MatrixReport) -> MatrixReport:
+    """The report with every credential masked: endpoints' URL userinfo, keys among harness options, keys
+    echoed in error messages and notices. Everything printed or written goes through it."""
+    return MatrixReport.model_validate(redact(report.model_dump(mode="json")))
 
 
 # -- plain renderings ------------------------------------------------------------------------
@@ -265,6 +272,7 @@ def write_reports(report: MatrixReport, directory: str | Path) -> dict[str, Path
 
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
+    report = redacted(report)
     paths = {name: d / name for name in REPORT_FILES}
     paths["matrix.json"].write_text(report.model_dump_json(indent=2), encoding="utf-8")
     paths["matrix.csv"].write_text(to_csv(report), encoding="utf-8")

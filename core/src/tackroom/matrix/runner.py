@@ -1,11 +1,13 @@
 """Planning and running a matrix: every (model, harness row, task, pass) trial through the trial runtime.
 
 All trials of a matrix share one run directory (``<out>/<run-id>/``); a trial's
-id is ``task__harness-label__model-label__pN``, so re-running the same config
-reuses every finished trial and runs only the rest. A run directory remembers
-what each label meant (``matrix.config.json``); resuming with a changed
-harness option set or model under the same label is refused, because the old
-results would silently mix with the new.
+id is ``task-<task hash>__harness-label__model-label__pN``, so re-running the same
+config reuses every finished trial and runs only the rest. A run directory remembers
+what each label meant and every task's content hash (``matrix.config.json``, its
+fingerprint); resuming with a changed harness option set, model, sandbox or verifier
+under the same label, or with a task whose content changed, is refused, because the
+old results would silently mix with the new (``--force-new`` starts a new run folder).
+Nothing written there carries a credential.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tackroom.manager import PluginManager, get_plugin_manager
 from tackroom.matrix.config import MatrixConfig, ResolvedRow, resolve_plugins
 from tackroom.matrix.endpoints import EndpointStatus, EndpointUnreachableError, probe_all
 from tackroom.matrix.stats import CellStats, cell_stats
+from tackroom.policy import redact
 from tackroom.runtime import TrialPlugins, TrialRuntime
 from tackroom.task import Task, TaskLoadFailure, load_dataset
 from tackroom.trial import Trial, TrialResult
@@ -71,25 +74,40 @@ class MatrixOutcome:
     results: list[TrialResult]
 
 
-def _identity(config: MatrixConfig, rows: list[ResolvedRow]) -> dict[str, Any]:
+def _identity(config: MatrixConfig, rows: list[ResolvedRow], tasks: list[Task] | None = None) -> dict[str, Any]:
+    """The matrix's fingerprint: what each label means, sandbox, verifier and every task's content hash."""
+    from tackroom.cli.run_cmd import tasks_fingerprint
+
     return {
-        "sandbox": {"name": config.sandbox.name, "options": config.sandbox.options},
-        "verifier": {"name": config.verifier.name, "options": config.verifier.options},
+        "sandbox": redact({"name": config.sandbox.name, "options": config.sandbox.options}),
+        "verifier": redact({"name": config.verifier.name, "options": config.verifier.options}),
         "harnesses": {r.label: r.row.identity() for r in rows},
         "models": {str(m.label): m.identity() for m in config.models},
+        "tasks": tasks_fingerprint(tasks or []),
     }
 
 
-def _read_identity(run_dir: Path) -> dict[str, Any]:
+def _read_identity(run_dir: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((run_dir / IDENTITY_FILE).read_text()).get("identity", {})
+        data = json.loads((run_dir / IDENTITY_FILE).read_text())
     except (OSError, ValueError):
-        return {}
+        return None
+    identity = data.get("identity") if isinstance(data, dict) else None
+    return identity if isinstance(identity, dict) else None
 
 
 def check_resumable(run_dir: Path, identity: dict[str, Any]) -> None:
-    """Refuse to resume ``run_dir`` when a label that already has results now means something else."""
+    """Refuse to resume ``run_dir`` when a label that already has results now means something else,
+    or a task's content changed since its results were made."""
+    from tackroom.cli.run_cmd import has_results, task_changes
+
     old = _read_identity(run_dir)
+    if old is None:
+        if has_results(run_dir):
+            raise ConfigError(f"{run_dir} holds results but no readable {IDENTITY_FILE} (its fingerprint), so "
+                              "they cannot be checked against this config. Start a new run with --force-new or "
+                              "--run-id NEW; delete the directory to discard the old results.")
+        return
     problems = []
     for part in ("sandbox", "verifier"):
         if part in old and old[part] != identity[part]:
@@ -99,10 +117,11 @@ def check_resumable(run_dir: Path, identity: dict[str, Any]) -> None:
             before = old.get(part, {}).get(label)
             if before is not None and before != now:
                 problems.append(f"{noun} {label!r}: was {before}, now {now}")
+    problems += task_changes(old.get("tasks") or {}, identity.get("tasks") or {})
     if problems:
         raise ConfigError(
             f"{run_dir} holds results made with a different setup:\n  " + "\n  ".join(problems)
-            + "\nStart a new run with --run-id NEW (or give the changed row a new label); "
+            + "\nStart a new run with --force-new or --run-id NEW (or give the changed row a new label); "
             "delete the directory to discard the old results."
         )
 
@@ -111,7 +130,7 @@ def record_identity(run_dir: Path, identity: dict[str, Any], config: MatrixConfi
     """Remember what each label means, for the labels about to get results; written before any trial
     runs, so an interrupted run is protected too. A model that is unreachable is not recorded, so its
     base_url can still be fixed before the next run."""
-    old = _read_identity(run_dir)
+    old = _read_identity(run_dir) or {}
     running = [c for c in cells if c.status == "ok"]
     merged: dict[str, Any] = {
         "harnesses": {**old.get("harnesses", {}),
@@ -122,8 +141,11 @@ def record_identity(run_dir: Path, identity: dict[str, Any], config: MatrixConfi
     for part in ("sandbox", "verifier"):
         if part in old or running:
             merged[part] = old.get(part, identity[part])
-    (run_dir / IDENTITY_FILE).write_text(json.dumps(
-        {"identity": merged, "config": config.model_dump(mode="json")}, indent=2))
+    merged["tasks"] = {**(old.get("tasks") or {}), **(identity.get("tasks") or {})}
+    tmp = run_dir / f".{IDENTITY_FILE}.tmp"
+    tmp.write_text(json.dumps({"identity": redact(merged), "config": redact(config.model_dump(mode="json"))},
+                              indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(run_dir / IDENTITY_FILE)
 
 
 def plan_cells(config: MatrixConfig, rows: list[ResolvedRow], sandbox: Any, verifier: Any, tasks: list[Task],
@@ -148,8 +170,8 @@ def plan_cells(config: MatrixConfig, rows: list[ResolvedRow], sandbox: Any, veri
             cell = PlannedCell(label, row, plugins, cell_status, detail, routing=routing)
             for p in range(config.passes):
                 for task in tasks:
-                    trial = Trial(task_id=task.id, task_path=str(task.path), harness=row.label, sandbox=sandbox.name,
-                                  verifier=verifier.name, model=label, pass_index=p)
+                    trial = Trial.for_task(task, harness=row.label, sandbox=sandbox.name, verifier=verifier.name,
+                                           model=label, pass_index=p)
                     cell.trials.append((trial, task))
             cells.append(cell)
     return cells
@@ -234,8 +256,18 @@ async def run_matrix(
     run_id: str | None = None,
     out: str | Path | None = None,
     on_notice: Callable[[str], None] | None = None,
+    force_new: bool = False,
 ) -> MatrixOutcome:
-    """Resolve plugins, probe model endpoints, run every trial (resuming finished ones), compute cell statistics."""
+    """Resolve plugins, probe model endpoints, run every trial (resuming finished ones), compute cell statistics.
+
+    ``force_new``: never resume; when the run folder already holds a run, use a new one beside it.
+    """
+    from tackroom.cli.run_cmd import claim_run_dir, unique_trials, validated_run_id
+    from tackroom.config import with_overrides
+
+    config = with_overrides(config, {}, source="matrix config")  # values set in code get the file's checks too
+    if run_id is not None:
+        validated_run_id(run_id)
     manager = manager or get_plugin_manager()
     console = console or Console(stderr=True)
     notify = on_notice or (lambda message: console.print(f"[yellow]note:[/] {escape(message)}", highlight=False))
@@ -258,13 +290,12 @@ async def run_matrix(
     for message in notices:
         notify(message)
 
-    run_id = run_id or config.runtime.run_id or "matrix"
-    run_dir = Path(out or config.runtime.out) / run_id
-    identity = _identity(config, rows)
-    check_resumable(run_dir, identity)
-    run_dir.mkdir(parents=True, exist_ok=True)
-
     cells = plan_cells(config, rows, sandbox, verifier, dataset.tasks, endpoints)
+    unique_trials([t for c in cells for t, _ in c.trials])
+    identity = _identity(config, rows, dataset.tasks)
+    run_dir = claim_run_dir(out or config.runtime.out, run_id or config.runtime.run_id or "matrix",
+                            force_new=force_new)
+    check_resumable(run_dir, identity)
     record_identity(run_dir, identity, config, cells)
     runtime = TrialRuntime(
         run_dir, attempts=config.runtime.attempts, concurrency=config.runtime.concurrency,

@@ -13,6 +13,13 @@ def test_conforms():
 Each check raises ``AssertionError`` with a message saying what to fix.
 Kind-specific suites (sandbox, harness, verifier, loss) live in the
 sub-modules and are re-exported here.
+
+Test doubles for what a plugin talks to: ``ScriptedChatServerForTests`` (a chat
+endpoint that replays fixed replies) and ``MisbehavingEngine`` (an OpenAI-compatible
+engine, ``/v1/completions`` with token ids and ``/v1/chat/completions``, scripted
+with ``EngineReply`` to answer 429 with ``Retry-After``, 503, an HTML 500, hang,
+drop the connection, send non-JSON or truncated JSON, or succeed after N failures),
+so a harness's or gateway's handling of infra faults can be tested.
 """
 
 from tackroom.testing.harness_checks import (
@@ -26,20 +33,25 @@ from tackroom.testing.harness_checks import (
     run_harness_checks,
     write_kit_task,
 )
+from tackroom.testing.misbehaving_engine import EngineReply, EngineRequest, MisbehavingEngine
 from tackroom.testing.plugin_checks import check_loss_spec, check_plugin, check_registered
 from tackroom.testing.scripted_chat import ScriptedChatServerForTests, ScriptedReply
 from tackroom.testing.sandbox_checks import (
     ALL_CHECKS as SANDBOX_CHECKS,
     SandboxCheckReport,
     SandboxCheckResult,
+    SkipCheck,
     run_sandbox_checks,
     sandbox_self_check,
 )
 
 __all__ = [
+    "EngineReply",
+    "EngineRequest",
     "HARNESS_CHECKS",
     "KIT_INSTRUCTION",
     "KIT_SOLUTION",
+    "MisbehavingEngine",
     "HarnessCheckReport",
     "HarnessCheckResult",
     "HarnessScript",
@@ -48,6 +60,7 @@ __all__ = [
     "SANDBOX_CHECKS",
     "SandboxCheckReport",
     "SandboxCheckResult",
+    "SkipCheck",
     "check_loss_spec",
     "check_plugin",
     "check_registered",

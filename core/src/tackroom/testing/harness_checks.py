@@ -139,7 +139,7 @@ def write_kit_task(root: Path, *, name: str = "kit-task", agent_timeout_sec: flo
     (task / "instruction.md").write_text(KIT_INSTRUCTION + "\n")
     (task / "task.toml").write_text(
         f'version = "1.0"\n[agent]\ntimeout_sec = {agent_timeout_sec}\n[verifier]\ntimeout_sec = 30\n'
-        "[environment]\nmemory_mb = 512\n"
+        "[environment]\nmemory_mb = 2048\n"
     )
     (task / "tests" / "test.sh").write_text(
         '#!/bin/bash\nmkdir -p /logs/verifier\n'

@@ -11,16 +11,26 @@ async def test_my_sandbox_conforms():
 
 or :func:`run_sandbox_checks` for the :class:`SandboxCheckReport` without
 raising. The checks use only the :class:`~tackroom.sandbox.Sandbox` interface
-and tools of a minimal Debian (bash, coreutils, tar); they never send traffic
-anywhere. Each check runs under its own time limit, so a hanging provider
-fails a check instead of hanging the test.
+and tools of a minimal Debian (bash, coreutils, util-linux, tar); they never
+send traffic anywhere. Each check runs under its own time limit, so a hanging
+provider fails a check instead of hanging the test. A check that cannot apply
+to a sandbox reports ``skipped`` (with the reason), never ``passed``.
+
+Three checks treat the sandbox as an adversary would: ``kill_processes``
+(background, ``setsid``-double-forked, ``nohup``'d and SIGTERM-ignoring writers
+all stop), ``planted_symlinks`` (links from inside the sandbox to host paths at
+every transfer destination change no host file and bring no host file back)
+and ``privileges`` (the sandbox cannot write a host file by its path nor any
+of its own read-only mounts, even after ``mount -o remount,rw`` or ``unshare``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import os
 import secrets
+import shlex
 import tarfile
 import tempfile
 import time
@@ -43,12 +53,18 @@ BINARY = bytes(range(256)) * 64
 
 
 class SandboxCheckResult(BaseModel):
-    """One check: its name, whether it passed, why not, and how long it took."""
+    """One check: its name, whether it passed (or was skipped: it cannot apply), why not, and how long it took."""
 
     name: str
     passed: bool
     message: str = ""
     duration_s: float = 0.0
+    skipped: bool = False
+    """The check cannot apply to this sandbox (``message`` says why); neither passed nor failed."""
+
+
+class SkipCheck(Exception):
+    """Raised by a check that cannot apply to the sandbox at hand; the report lists it as skipped."""
 
 
 class SandboxCheckReport(BaseModel):
@@ -57,11 +73,15 @@ class SandboxCheckReport(BaseModel):
     provider: str
     results: list[SandboxCheckResult]
     timings: dict[str, float]
-    """``start_s``, ``exec_round_trip_s`` (median of 5 ``true``), ``stop_s``."""
+    """``start_s``, ``exec_round_trip_s`` (median of 5 ``true``), ``kill_processes_s``, ``stop_s``."""
 
     @property
     def failures(self) -> list[SandboxCheckResult]:
-        return [r for r in self.results if not r.passed]
+        return [r for r in self.results if not r.passed and not r.skipped]
+
+    @property
+    def skipped(self) -> list[SandboxCheckResult]:
+        return [r for r in self.results if r.skipped]
 
     def assert_ok(self) -> None:
         """Raise ``AssertionError`` naming every failed check and its reason."""
@@ -74,12 +94,13 @@ Check = Callable[[Sandbox, "CheckContext"], Awaitable[None]]
 
 
 class CheckContext:
-    """Per-run scratch: a unique sandbox directory, a local temp dir, the spec used."""
+    """Per-run scratch: a unique sandbox directory, a local temp dir, the spec used, the report's timings."""
 
-    def __init__(self, spec: SandboxSpec, local: Path) -> None:
+    def __init__(self, spec: SandboxSpec, local: Path, timings: dict[str, float] | None = None) -> None:
         self.spec = spec
         self.local = local
         self.root = f"/tmp/tackroom-check-{secrets.token_hex(4)}"
+        self.timings = timings if timings is not None else {}
 
 
 def _default_spec() -> SandboxSpec:
@@ -301,6 +322,232 @@ async def check_no_network(sb: Sandbox, ctx: CheckContext) -> None:
     assert set(names) <= {"lo"}, f"network interfaces besides lo in {source}: {sorted(set(names) - {'lo'})}"
 
 
+async def check_kill_processes(sb: Sandbox, ctx: CheckContext) -> None:
+    """kill_processes() stops background jobs, setsid'd double forks, nohup'd and SIGTERM-ignoring children; files stay."""
+    d = f"{ctx.root}/kill"
+    log = f"{d}/writers.log"
+    tools = await sb.exec("command -v setsid && command -v nohup", timeout=30)
+    if not tools.ok:
+        raise SkipCheck(f"the sandbox lacks setsid or nohup (util-linux, coreutils): {tools.stdout.strip()!r}")
+    r = await sb.exec(f"mkdir -p {d} && printf kept > {d}/kept.txt", timeout=30)
+    assert r.ok, r.stderr
+
+    def writer(tag: str) -> str:
+        return f"while :; do echo {tag} >> {log}; sleep 0.05; done"
+
+    tags = ("background", "setsid", "nohup", "ignores-term")
+    started = await sb.exec(
+        f"({writer('background')}) >/dev/null 2>&1 &\n"
+        f"setsid bash -c '({writer('setsid')}) >/dev/null 2>&1 & exit 0' >/dev/null 2>&1 &\n"
+        f"nohup bash -c '{writer('nohup')}' >/dev/null 2>&1 &\n"
+        f"bash -c 'trap \"\" TERM HUP INT; {writer('ignores-term')}' >/dev/null 2>&1 &\n"
+        "exit 0",
+        timeout=30,
+    )
+    assert started.ok, f"could not start the writers: {started.stderr!r}"
+    seen: set[str] = set()
+    for _ in range(100):
+        seen = set((await sb.exec(f"sort -u {log} 2>/dev/null; true", timeout=30)).stdout.split())
+        if seen >= set(tags):
+            break
+        await asyncio.sleep(0.1)
+    assert seen >= set(tags), f"writers {sorted(set(tags) - seen)} never wrote to {log} (the check itself is broken)"
+    t = time.monotonic()
+    await sb.kill_processes()
+    ctx.timings["kill_processes_s"] = time.monotonic() - t
+    size = "wc -c < " + log
+    first = (await sb.exec(size, timeout=30)).stdout.strip()
+    await asyncio.sleep(0.6)
+    second = (await sb.exec(size, timeout=30)).stdout.strip()
+    if first != second:
+        last = (await sb.exec(f"tail -n 8 {log} | sort -u", timeout=30)).stdout.split()
+        raise AssertionError(f"{log} still grows after kill_processes() ({first} -> {second} bytes); still writing: {last}")
+    r = await sb.exec(f"echo usable; cat {d}/kept.txt", timeout=30)
+    assert r.ok and r.stdout == "usable\nkept", f"after kill_processes() exec gave {r!r} (files must stay, exec must work)"
+    await sb.kill_processes()  # with nothing left to kill it still succeeds
+
+
+def _tree_state(root: Path) -> dict[str, bytes | str]:
+    """Every entry under ``root`` (not following links): file bytes, link targets, folders."""
+    state: dict[str, bytes | str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            state[rel] = "link:" + os.readlink(path)
+        elif path.is_dir():
+            state[rel] = "dir"
+        else:
+            state[rel] = path.read_bytes()
+    return state
+
+
+def _host_file_state(path: str) -> tuple[bytes, int] | None:
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as f:
+            return f.read(), st.st_mtime_ns
+    except OSError:
+        return None
+
+
+def _escaping_links(dest: Path) -> list[str]:
+    """Links at or under ``dest`` that resolve outside it."""
+    if not dest.exists() and not dest.is_symlink():
+        return []
+    top = os.path.realpath(dest.parent if dest.is_symlink() or not dest.is_dir() else dest)
+    found = []
+    for path in [dest, *(dest.rglob("*") if dest.is_dir() and not dest.is_symlink() else [])]:
+        if path.is_symlink():
+            real = os.path.realpath(path)
+            if real != top and not real.startswith(top + os.sep):
+                found.append(f"{path} -> {os.readlink(path)}")
+            elif dest.is_symlink():
+                found.append(f"{path} -> {os.readlink(path)} (the download itself is a link)")
+    return found
+
+
+def _holds(dest: Path, secret: bytes) -> list[str]:
+    paths = [dest] if dest.is_file() else (list(dest.rglob("*")) if dest.is_dir() else [])
+    return [str(p) for p in paths if p.is_file() and secret in p.read_bytes()]
+
+
+async def check_planted_symlinks(sb: Sandbox, ctx: CheckContext) -> None:
+    """Links planted inside the sandbox to host paths, at every transfer destination, change and bring back no host file."""
+    secret = f"host-secret-{secrets.token_hex(8)}".encode()
+    with tempfile.TemporaryDirectory(prefix="tackroom-victim-") as vtmp:
+        victim_dir = Path(vtmp)
+        victim = victim_dir / "secret.txt"
+        victim.write_bytes(secret)
+        (victim_dir / "inside").mkdir()
+        before = _tree_state(victim_dir)
+        etc_files = ["/etc/hostname", "/etc/passwd", "/etc/hosts"]
+        etc_before = {p: _host_file_state(p) for p in etc_files}
+        d = f"{ctx.root}/planted"
+        escape = "/".join([".."] * 12) + str(victim)
+        links = {
+            "up-file": victim, "up-rel": escape, "up-dir": victim_dir, "up-parent": victim_dir, "dl-etc": "/etc/hostname",
+            "wf-file": victim, "wf-parent": victim_dir, "dl-file": victim, "dl-dir": victim_dir, "rf-file": victim,
+            "rf-parent": victim_dir, "tree/abs": victim, "tree/rel": escape, "tree/sub/dirlink": victim_dir,
+            "up-tree/deeper": victim_dir, "up-tree/a.txt": victim,
+        }  # fmt: skip
+        plant = " && ".join(f"ln -s {shlex.quote(str(t))} {shlex.quote(f'{d}/{n}')}" for n, t in links.items())
+        r = await sb.exec(f"mkdir -p {d}/tree/sub {d}/up-tree && printf ok > {d}/tree/sub/ok.txt && {plant}", timeout=30)
+        if not r.ok:
+            raise SkipCheck(f"the sandbox cannot make symlinks: {r.stderr.strip()[:200]!r}")
+        payload = ctx.local / "payload.txt"
+        payload.write_bytes(b"uploaded payload\n")
+        tree = ctx.local / "payload-tree"
+        (tree / "deeper").mkdir(parents=True)
+        (tree / "a.txt").write_bytes(b"tree a\n")
+        (tree / "deeper" / "b.txt").write_bytes(b"tree b\n")
+        refusals = (SandboxPathError, PermissionError, FileNotFoundError)
+        uploads = {
+            "upload of a file to a link to a host file": (lambda: sb.upload(payload, f"{d}/up-file"), f"{d}/up-file"),
+            "upload of a file to a relative link climbing to a host file": (lambda: sb.upload(payload, f"{d}/up-rel"),
+                                                                             f"{d}/up-rel"),
+            "upload of a folder to a link to a host folder": (lambda: sb.upload(tree, f"{d}/up-dir"), f"{d}/up-dir/a.txt"),
+            "upload of a folder whose entries are links to host paths": (lambda: sb.upload(tree, f"{d}/up-tree"),
+                                                                         f"{d}/up-tree/deeper/b.txt"),
+            "upload of a file under a link to a host folder": (lambda: sb.upload(payload, f"{d}/up-parent/x.txt"),
+                                                              f"{d}/up-parent/x.txt"),
+            "write_file to a link to a host file": (lambda: sb.write_file(f"{d}/wf-file", "uploaded payload\n"),
+                                                    f"{d}/wf-file"),
+            "write_file under a link to a host folder": (lambda: sb.write_file(f"{d}/wf-parent/x.txt",
+                                                                               "uploaded payload\n"), f"{d}/wf-parent/x.txt"),
+        }  # fmt: skip
+        for what, (call, landed) in uploads.items():
+            try:
+                await call()
+            except refusals:
+                continue
+            assert _tree_state(victim_dir) == before, f"{what} changed the host folder {victim_dir}"
+            expected = {"a.txt": b"tree a\n", "b.txt": b"tree b\n"}.get(landed.rsplit("/", 1)[-1], b"uploaded payload\n")
+            r = await sb.exec(f"cat {shlex.quote(landed)}", timeout=30)
+            assert r.ok and r.stdout.encode() == expected, f"{what} reported success but {landed} holds {r.stdout!r}"
+        for path, state in etc_before.items():
+            assert _host_file_state(path) == state, f"an upload through a planted link changed the host's {path}"
+        downloads = {
+            "download of a link to a host file": lambda dest: sb.download(f"{d}/dl-file", dest),
+            "download of a link to /etc/hostname": lambda dest: sb.download(f"{d}/dl-etc", dest),
+            "download of a link to a host folder": lambda dest: sb.download(f"{d}/dl-dir", dest),
+            "download of a folder holding links to host paths": lambda dest: sb.download(f"{d}/tree", dest),
+            "download of a file under a link to a host folder": lambda dest: sb.download(f"{d}/rf-parent/secret.txt", dest),
+        }
+        for i, (what, call) in enumerate(downloads.items()):
+            dest = ctx.local / f"download-{i}"
+            try:
+                await call(dest)
+            except refusals:
+                pass
+            escaping = _escaping_links(dest)
+            assert not escaping, f"{what} created links out of the download: {escaping}"
+            holding = _holds(dest, secret)
+            assert not holding, f"{what} brought back the host file's content: {holding}"
+            host_hostname = etc_before["/etc/hostname"]
+            if host_hostname and host_hostname[0].strip() and dest.is_file() and "/etc/hostname" in what:
+                assert dest.read_bytes() != host_hostname[0], f"{what} brought back the host's /etc/hostname"
+        for path in (f"{d}/rf-file", f"{d}/rf-parent/secret.txt"):
+            try:
+                data = await sb.read_file(path)
+            except (*refusals, IsADirectoryError):
+                continue
+            assert secret not in data, f"read_file({path}) returned the host file behind a planted link"
+        kept = ctx.local / "download-3" / "sub" / "ok.txt"
+        assert kept.is_file() and kept.read_bytes() == b"ok", "a folder holding planted links did not download its own files"
+        assert _tree_state(victim_dir) == before, f"a transfer changed the host folder {victim_dir}"
+        for path, state in etc_before.items():
+            assert _host_file_state(path) == state, f"a transfer through a planted link changed the host's {path}"
+
+
+_PSEUDO_FS = {"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "securityfs", "debugfs", "tracefs", "bpf",
+              "pstore", "configfs", "fusectl", "binfmt_misc", "hugetlbfs", "autofs", "efivarfs", "selinuxfs", "nsfs"}  # fmt: skip
+
+_PROBE_MOUNTS = r"""
+token=$1; shift
+for m in "$@"; do
+    q=$(printf %q "$m")
+    if [ -d "$m" ] && [ ! -L "$m" ]; then
+        p=$(printf %q "$m/.tackroom-probe-$token"); write="touch $p; rc=\$?; rm -f $p 2>/dev/null; exit \$rc"
+    elif [ -f "$m" ] && [ ! -L "$m" ]; then write=": >> $q"
+    else continue; fi
+    bash -c "$write" >/dev/null 2>&1 && echo "WROTE $m with a plain write"
+    bash -c "mount -o remount,rw,bind $q || exit 1; ($write); rc=\$?; mount -o remount,ro,bind $q; exit \$rc" \
+        >/dev/null 2>&1 && echo "WROTE $m after mount -o remount,rw"
+    unshare -Urm bash -c "mount -o remount,rw,bind $q || exit 1; $write" >/dev/null 2>&1 \
+        && echo "WROTE $m after unshare -Urm and mount -o remount,rw"
+done
+true
+"""
+
+
+async def check_privileges(sb: Sandbox, ctx: CheckContext) -> None:
+    """The sandbox cannot write a host file by its path, nor any of its read-only mounts (not even after remount/unshare)."""
+    with tempfile.TemporaryDirectory(prefix="tackroom-canary-") as ctmp:
+        os.chmod(ctmp, 0o777)  # only the sandbox's isolation protects these, not their modes
+        canary = Path(ctmp) / "canary.txt"
+        canary.write_bytes(b"canary")
+        os.chmod(canary, 0o666)
+        q = shlex.quote(str(canary))
+        await sb.exec(f"echo written > {q}; echo written > /proc/1/root{q}; touch {shlex.quote(ctmp)}/new; true", timeout=30)
+        assert canary.read_bytes() == b"canary", f"the sandbox wrote the host file {canary} by its path"
+        assert not (Path(ctmp) / "new").exists(), f"the sandbox created a file in the host folder {ctmp}"
+    r = await sb.exec("cat /proc/self/mounts", timeout=30)
+    readonly: list[str] = []
+    for line in r.stdout.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or fields[2] in _PSEUDO_FS or "ro" not in fields[3].split(","):
+            continue
+        point = fields[1].encode().decode("unicode_escape")
+        if point.split("/")[1:2] not in (["proc"], ["sys"], ["dev"]) and point not in readonly:
+            readonly.append(point)
+    if not readonly:
+        return
+    token = secrets.token_hex(4)
+    r = await sb.exec(["bash", "-c", _PROBE_MOUNTS, "probe", token, *readonly[:200]], timeout=120)
+    wrote = [line for line in r.stdout.splitlines() if line.startswith("WROTE")]
+    assert not wrote, "the sandbox modified read-only mounts: " + "; ".join(wrote)
+
+
 CHECKS: dict[str, Check] = {
     "exec_basics": check_exec_basics,
     "exit_codes": check_exit_codes,
@@ -315,6 +562,9 @@ CHECKS: dict[str, Check] = {
     "missing_download": check_missing_download,
     "snapshot": check_snapshot,
     "no_network": check_no_network,
+    "privileges": check_privileges,
+    "planted_symlinks": check_planted_symlinks,
+    "kill_processes": check_kill_processes,
 }
 """Checks that share one started sandbox, in order. ``stop_idempotent`` and
 ``stop_never_started`` use sandboxes of their own."""
@@ -326,6 +576,8 @@ async def _timed(name: str, coro: Awaitable[None], limit: float) -> SandboxCheck
     started = time.monotonic()
     try:
         await asyncio.wait_for(coro, limit)
+    except SkipCheck as exc:
+        return SandboxCheckResult(name=name, passed=False, skipped=True, message=str(exc), duration_s=time.monotonic() - started)
     except AssertionError as exc:
         return SandboxCheckResult(name=name, passed=False, message=str(exc) or "assertion failed", duration_s=time.monotonic() - started)
     except TimeoutError as exc:
@@ -390,7 +642,7 @@ async def run_sandbox_checks(
                     await sb.exec("true", timeout=30)
                     round_trips.append(time.monotonic() - t)
                 timings["exec_round_trip_s"] = sorted(round_trips)[2]
-                ctx = CheckContext(spec, Path(tmp))
+                ctx = CheckContext(spec, Path(tmp), timings)
                 for name, check in CHECKS.items():
                     if name not in skip:
                         results.append(await _timed(name, check(sb, ctx), check_timeout))
@@ -426,6 +678,7 @@ __all__ = [
     "ALL_CHECKS",
     "SandboxCheckReport",
     "SandboxCheckResult",
+    "SkipCheck",
     "run_sandbox_checks",
     "sandbox_self_check",
 ]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
+from tackroom.gateway.engine_client import PROBE_USER
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -87,6 +88,11 @@ class ScriptedEngineForTests:
 
     async def _completions(self, request: Request) -> Response:
         body = json.loads(await request.body())
+        if body.get("user") == PROBE_USER:  # the gateway asking whether the engine is alive: not a turn
+            ids = body["prompt"][:1]
+            return JSONResponse({"id": "cmpl-probe", "object": "text_completion", "model": self.model, "choices": [{
+                "index": 0, "text": self.tokenizer.decode(ids), "logprobs": self._logprobs(ids), "finish_reason": "length",
+                "token_ids": ids, "prompt_token_ids": body["prompt"]}]})
         prompt = self.tokenizer.decode(body["prompt"], skip_special_tokens=False)
         self.prompts.append(prompt)
         reply, delay_s = self._next(prompt)

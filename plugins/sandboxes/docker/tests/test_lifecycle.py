@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import statistics
 import subprocess
@@ -25,14 +26,20 @@ def new_spec(**kw) -> SandboxSpec:
     return SandboxSpec(name=f"life-{uuid.uuid4().hex[:8]}", **kw)
 
 
-async def test_limits_labels_network_and_init_are_applied(provider, inspect):
+async def test_limits_labels_network_and_keeper_are_applied(provider, inspect):
     spec = new_spec(cpus=0.5, memory_mb=256, labels={"team": "rl"})
     async with provider.create(spec) as sandbox:
         name = sandbox.name
         assert inspect(name, "{{.HostConfig.NanoCpus}}") == "500000000"
         assert inspect(name, "{{.HostConfig.Memory}}") == str(256 * 1024 * 1024)
+        assert inspect(name, "{{.HostConfig.MemorySwap}}") == str(256 * 1024 * 1024), "swap must not extend the limit"
+        assert inspect(name, "{{.HostConfig.PidsLimit}}") == "1024"
+        assert inspect(name, "{{json .HostConfig.SecurityOpt}}") == '["no-new-privileges"]'
+        dropped = {c.removeprefix("CAP_") for c in json.loads(inspect(name, "{{json .HostConfig.CapDrop}}"))}
+        assert dropped == {"NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP"}
         assert inspect(name, "{{.HostConfig.NetworkMode}}") == "none"
-        assert inspect(name, "{{.HostConfig.Init}}") == "true"
+        assert inspect(name, "{{.HostConfig.Init}}") in ("<nil>", "false"), "PID 1 is the keeper shell, not docker-init"
+        assert inspect(name, "{{.Config.StopSignal}}") in ("KILL", "SIGKILL")
         assert inspect(name, '{{index .Config.Labels "tackroom.managed"}}') == "1"
         assert inspect(name, '{{index .Config.Labels "tackroom.trial"}}') == spec.name
         assert inspect(name, '{{index .Config.Labels "team"}}') == "rl"
@@ -62,7 +69,7 @@ async def test_stop_removes_the_container_quickly_and_teardown_never_waits_a_gra
 
 
 async def test_plain_docker_stop_is_fast_too(provider):
-    """PID 1 handles SIGTERM, so even an outside `docker stop` does not wait out a grace period."""
+    """The stop signal is SIGKILL (PID 1 takes no signal from inside), so an outside `docker stop` does not wait."""
     async with provider.create(new_spec()) as sandbox:
         started = time.monotonic()
         subprocess.run(["docker", "stop", "-t", "10", sandbox.name], check=True, capture_output=True, timeout=30)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from skyrl.train.generators.base import BatchMetadata, GeneratorOutput, TrajectoryID
 
-from tackroom import Trajectory
+from tackroom import SandboxError, Trajectory
 from tackroom.model.tokenizers import load_tokenizer
 from tackroom.trial import TrialResult
 from tackroom_skyrl.config import TrainConfig
@@ -129,9 +129,22 @@ def oracle_config(tasks: list[Path], **rollout) -> TrainConfig:
     })
 
 
-async def test_task_error_masks_the_group_and_infra_is_retried_then_masked(tmp_path):
+async def test_task_error_masks_the_group_and_infra_is_retried_then_masked(tmp_path, monkeypatch):
+    from tackroom.builtins.local_sandbox import LocalSandbox
+
+    # An agent can no longer kill its own sandbox (PID 1 ignores it): the host kills this one (as an OOM
+    # kill of bwrap would) when the agent's turn ends, on every attempt: an infra error, retried, then masked.
+    real_kill = LocalSandbox.kill_processes
+
+    async def dies_for_the_killer(self, **kw):
+        if self.spec.name.startswith("kills-sandbox"):
+            await self.stop()
+            raise SandboxError("sandbox died (killed from the host)")
+        return await real_kill(self, **kw)
+
+    monkeypatch.setattr(LocalSandbox, "kill_processes", dies_for_the_killer)
     broken = make_task(tmp_path, "broken-test", solve="echo done > /app/x", test="exit 0  # writes no reward")
-    killer = make_task(tmp_path, "kills-sandbox", solve="kill -9 -1; sleep 5", test="echo 1 > /logs/verifier/reward.txt")
+    killer = make_task(tmp_path, "kills-sandbox", solve="true", test="echo 1 > /logs/verifier/reward.txt")
     hello = EXAMPLES / "hello-file"
     config = oracle_config([broken, killer, hello], infra_attempts=2)
     generator = TackroomGenerator(config, base_url="http://127.0.0.1:9/v1", tokenizer=load_tokenizer("smollm2"),

@@ -12,7 +12,6 @@ behind it records the same tokens as without it.
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import httpx
@@ -22,7 +21,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tackroom import InfraError
 from tackroom.asgi_server import InLoopServer
 
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}

@@ -31,8 +31,26 @@ class DockerOptions(PluginOptions):
     stop_timeout_sec: int = Field(
         default=1, ge=0, description="Grace period a plain `docker stop` gives the container (teardown itself kills)"
     )
-    init: bool | None = Field(
-        default=None, description="Run docker's init as PID 1 (--init); None: when the engine has docker-init"
+    init: bool = Field(
+        default=False,
+        description="Run docker's init (tini) as PID 1 (--init). Off: PID 1 is the sandbox's own keeper shell, which "
+        "reaps orphans and which nothing inside the container can signal; tini forwards signals, so with it an agent "
+        "can end its own container",
+    )
+    pids_limit: int | None = Field(
+        default=1024,
+        ge=16,
+        description="Most processes and threads the container may hold at once (--pids-limit): a fork bomb stays bounded; "
+        "None: unlimited",
+    )
+    no_new_privileges: bool = Field(
+        default=True,
+        description="--security-opt no-new-privileges: setuid/setgid binaries and file capabilities grant nothing",
+    )
+    cap_drop: list[str] = Field(
+        default_factory=lambda: ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP"],
+        description="Capabilities removed from Docker's default set (--cap-drop): raw sockets, device nodes, audit "
+        "records, file capabilities; what apt-get, pip and compilers need stays",
     )
     keep_entrypoint: bool = Field(
         default=False, description="Keep the image's ENTRYPOINT (it must exec its arguments) instead of replacing it"

@@ -19,10 +19,12 @@ class DockerProvider(SandboxProvider):
     or its ``environment/Dockerfile`` built once per content hash (tagged
     ``tackroom-env:<hash>``), or ``default_image``. Containers run with
     ``--network none`` unless the task allows internet, with the task's CPU and
-    memory limits and docker's init as PID 1, and are removed with
-    ``docker rm -f`` when the trial ends. Commands go through ``docker exec``
-    with a timeout that kills the command inside the container; files move as
-    tar streams through ``docker cp``.
+    memory limits (no swap beyond them), a pids limit, ``no-new-privileges`` and
+    fewer capabilities, a keeper shell as PID 1 that nothing inside can signal,
+    and are removed with ``docker rm -f`` when the trial ends. Commands go through
+    ``docker exec`` with a timeout that kills the command inside the container;
+    files move as tar streams through ``docker cp`` and never through a link the
+    agent planted. README.md, "What the sandbox enforces", has the whole list.
     """
 
     name = "docker"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import posixpath
 import re
 import secrets
@@ -34,8 +35,111 @@ TRIAL_LABEL = "tackroom.trial"
 OWNER_LABEL = "tackroom.owner"
 EXEC_MARKER_ENV = "TACKROOM_EXEC_ID"
 
-# PID 1 when no init is available: exits on TERM/INT, so `docker stop` never waits out a grace period.
-KEEPALIVE = 'trap "exit 0" TERM INT; while :; do sleep 86400 & wait $!; done'
+# PID 1, the sandbox's keeper: it reaps orphans (`wait` reaps any child) and takes no signal from inside the
+# container: the kernel drops signals a namespace's init has no handler for, and dash's own SIGINT handler is
+# set to ignore. `docker stop` still ends it at once: the container's stop signal is SIGKILL, sent from outside.
+KEEPALIVE = 'trap "" INT TERM HUP QUIT; while :; do sleep 86400 & wait $!; done'
+
+# Run as root before a transfer (args: file|dir (an upload of one) or down, then the absolute path). Every
+# existing component above the path must be a real directory, not a link; an upload replaces a link or special
+# file at the path itself, a download refuses one. A directory upload reads the directories of its tree (relative,
+# parents first, one a line) on stdin and replaces what is not a directory at their places (`docker cp` would
+# refuse to, and it replaces files and links by itself). Exit 3: a link or special file; 4: a component that is
+# not a directory; 6: a file upload over a directory; 7: a directory upload over a file.
+CHECK_PATH = r"""
+mode=$1; target=$2; cur=; rest=${target#/}
+while [ -n "$rest" ]; do
+    case $rest in */*) c=${rest%%/*}; rest=${rest#*/} ;; *) c=$rest; rest= ;; esac
+    cur=$cur/$c
+    if [ -L "$cur" ]; then
+        if [ "$mode" != down ] && [ -z "$rest" ]; then rm -f -- "$cur" || exit 5; exit 0; fi
+        printf 'link %s\n' "$cur"; exit 3
+    fi
+    [ -e "$cur" ] || exit 0
+    if [ -n "$rest" ] && [ ! -d "$cur" ]; then printf 'notdir %s\n' "$cur"; exit 4; fi
+done
+if [ -d "$target" ] && [ "$mode" = dir ]; then
+    while IFS= read -r rel; do
+        d=$target/$rel
+        if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -f -- "$d" || exit 5; fi
+    done
+    exit 0
+fi
+if [ -d "$target" ]; then [ "$mode" = file ] && exit 6; exit 0; fi
+if [ -f "$target" ]; then [ "$mode" = dir ] && exit 7; exit 0; fi
+if [ -e "$target" ]; then
+    if [ "$mode" = down ]; then printf 'special %s\n' "$target"; exit 3; fi
+    rm -f -- "$target" || exit 5
+fi
+exit 0
+"""
+
+# kill_processes(): args: "init" when PID 1 is docker-init (the keeper is then its oldest child), or "keeper";
+# then the seconds to keep confirming. Builtins only until the kill, so it works with the pids limit exhausted.
+# kill(-1) signals every process but PID 1 and the caller at once, also those in the middle of a fork.
+KILL_ALL = r"""
+mode=$1; wait_cs=$(($2 * 100)); me=$$; keeper=
+now() {  # hundredths of a second since boot, without leading zeros (sh arithmetic reads those as octal)
+    read -r u _ < /proc/uptime; now_cs=${u%.*}${u#*.}
+    while [ "${#now_cs}" -gt 1 ] && [ "${now_cs#0}" != "$now_cs" ]; do now_cs=${now_cs#0}; done
+}
+if [ "$mode" = init ]; then
+    kill -STOP -1 2>/dev/null
+    best=
+    for d in /proc/[0-9]*; do
+        { read -r line < "$d/stat"; } 2>/dev/null || continue
+        set -- ${line##*) }
+        [ "$2" = 1 ] || continue
+        if [ -z "$best" ] || [ "${20}" -lt "$beststart" ]; then best=${d#/proc/}; beststart=${20}; fi
+    done
+    keeper=$best
+fi
+before=" "
+for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case $p in 1|"$me"|"$keeper") continue ;; esac
+    before="$before$p "
+done
+if [ -n "$keeper" ]; then
+    for p in $before; do kill -9 "$p" 2>/dev/null; done
+    kill -CONT "$keeper" 2>/dev/null
+else
+    kill -9 -1 2>/dev/null
+fi
+now; deadline=$((now_cs + wait_cs))
+while :; do
+    left=
+    for d in /proc/[0-9]*; do
+        p=${d#/proc/}
+        case $p in 1|"$me"|"$keeper") continue ;; esac
+        { read -r line < "$d/stat"; } 2>/dev/null || continue
+        comm=${line#*(}; comm=${comm%)*}
+        set -- ${line##*) }
+        case $1 in Z|X|x) continue ;; esac
+        if [ "$2" = "${keeper:-1}" ] && [ "$comm" = sleep ]; then
+            case $before in *" $p "*) ;; *) continue ;; esac
+        fi
+        left="$left $p"
+    done
+    [ -z "$left" ] && exit 0
+    now; if [ "$now_cs" -ge "$deadline" ]; then echo "still alive after SIGKILL:$left"; exit 1; fi
+    for p in $left; do kill -9 "$p" 2>/dev/null; done
+    sleep 0.01 2>/dev/null || :
+done
+"""
+
+# snapshot(): a tar of the paths that exist and do not go through a link, on stdout.
+SNAPSHOT = r"""
+for p in "$@"; do
+    ok=1; cur=; rest=${p#/}
+    while [ -n "$rest" ]; do
+        case $rest in */*) c=${rest%%/*}; rest=${rest#*/} ;; *) c=$rest; rest= ;; esac
+        cur=$cur/$c
+        if [ -n "$rest" ] && { [ -L "$cur" ] || [ ! -d "$cur" ]; }; then ok=; break; fi
+    done
+    if [ -n "$ok" ] && { [ -e "$p" ] || [ -L "$p" ]; }; then printf '%s\0' "$p"; fi
+done | tar --null -cf - -T - 2>/dev/null
+"""
 
 # Kills every process of one exec: they all inherit its marker variable, also across setsid/daemonising.
 KILL_MARKED = (
@@ -121,16 +225,19 @@ class DockerSandbox(Sandbox):
             "--label", f"{OWNER_LABEL}={owner_label()}",
             "--network", self.network,
             "--cpus", f"{cpus:g}",
-            "--memory", f"{spec.memory_mb}m", "--memory-swap", f"{spec.memory_mb}m",
-            "--stop-timeout", str(self.options.stop_timeout_sec),
+            "--memory", f"{spec.memory_mb}m", "--memory-swap", f"{spec.memory_mb}m",  # equal: no swap beyond the limit
+            "--stop-signal", "KILL", "--stop-timeout", str(self.options.stop_timeout_sec),
         ]  # fmt: skip
+        if self.options.pids_limit is not None:
+            argv += ["--pids-limit", str(self.options.pids_limit)]
+        if self.options.no_new_privileges:
+            argv += ["--security-opt", "no-new-privileges"]
+        for cap in self.options.cap_drop:
+            argv += ["--cap-drop", cap]
         for key, value in spec.labels.items():
             argv += ["--label", f"{key}={value}"]
-        use_init = self.options.init if self.options.init is not None else info.init_available
-        if use_init:
+        if self.options.init:
             argv.append("--init")
-        elif self.options.init is None:
-            self.notes.append("no docker-init on the engine: PID 1 is a signal-aware shell loop")
         # The Dockerfile's WORKDIR wins unless the spec names one explicitly or the image has none.
         if "workdir" in spec.model_fields_set or not image.working_dir or image.working_dir == "/":
             argv += ["-w", spec.workdir]
@@ -224,6 +331,13 @@ class DockerSandbox(Sandbox):
             raise
         if result.returncode != 0 and DAEMON_ERROR.match(result.err):
             await self._raise_if_gone(result)
+        if cwd is None and result.returncode == 126 and _missing_workdir(result):
+            # The agent removed the working directory: without this every later command (the verifier's too)
+            # would fail to start, and the trial would end as an error instead of being graded.
+            note = f"the working directory {self.workdir} was removed; commands without cwd ran in /"
+            if note not in self.notes:
+                self.notes.append(note)
+            return await self.exec(cmd, cwd="/", env=env, timeout=timeout, stdin=stdin)
         if isinstance(cmd, str) and self._shell == "bash" and result.returncode in (126, 127) and _missing_exe(result, "bash"):
             self._shell = "sh"  # an image without bash (alpine, busybox): fall back to POSIX sh
             self.notes.append("the image has no bash; string commands run under sh -c")
@@ -240,11 +354,53 @@ class DockerSandbox(Sandbox):
         """Kill, inside the container, every process carrying the exec's marker variable."""
         try:
             await self.cli.run(
-                ["exec", "-u", "0", self.name, "sh", "-c", KILL_MARKED, "tackroom-kill", marker],
+                ["exec", "-u", "0", "-w", "/", self.name, "sh", "-c", KILL_MARKED, "tackroom-kill", marker],
                 timeout=min(self.options.cli_timeout_sec, 15.0),
             )
         except SandboxError:
             pass  # the container is gone or wedged; stop() removes it either way
+
+    async def _root_exec(
+        self, script: str, *args: str, timeout: float, stdout_path: Path | None = None, stdin: bytes | None = None
+    ) -> CallResult:
+        """Run one of this module's sh scripts as root from ``/`` (the agent may have removed the working directory)."""
+        interactive = ["-i"] if stdin is not None else []
+        result = await self.cli.run(
+            ["exec", *interactive, "-u", "0", "-w", "/", self.name, "sh", "-c", script, "tackroom", *args],
+            timeout=timeout,
+            stdout_path=stdout_path,
+            stdin=stdin,
+        )
+        if result.returncode != 0 and DAEMON_ERROR.match(result.err):
+            await self._raise_if_gone(result)
+        return result
+
+    async def kill_processes(self, *, timeout: float = 10.0) -> None:
+        """Kill every process in the container but its keeper, and wait until they are gone.
+
+        One ``kill -9 -1`` from inside does it: the kernel signals every process of the container's pid
+        namespace except PID 1 (the keeper, see ``KEEPALIVE``) and the caller at once, including processes in
+        the middle of a fork, so background jobs, ``setsid``/double-forked daemons and tmux servers all go. It
+        needs no fork, so it works with the pids limit exhausted by a fork bomb. The script then reads
+        ``/proc`` until nothing but PID 1, the keeper's fresh ``sleep`` and zombies (reaped by PID 1) is left.
+        With ``init = true`` PID 1 is docker-init, whose oldest child is the keeper: everything else is
+        stopped with ``kill -STOP -1`` first, then killed one by one.
+        """
+        self._require_started()
+        mode = "init" if self.options.init else "keeper"
+        confirm_s = str(max(1, int(timeout) - 1))
+        deadline = time.monotonic() + timeout
+        while True:
+            result = await self._root_exec(KILL_ALL, mode, confirm_s, timeout=max(deadline - time.monotonic(), 0.5))
+            # `docker exec` itself can fail for a moment while a fork bomb holds every pid of the limit.
+            if result.returncode in (126, 127) and _resource_error(result) and time.monotonic() < deadline - 0.5:
+                await asyncio.sleep(0.1)
+                continue
+            break
+        if result.returncode != 0:
+            raise SandboxError(
+                f"processes survived kill_processes() in {self.name}: {(result.out + result.err).strip()[:500]}"
+            )
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -280,7 +436,52 @@ class DockerSandbox(Sandbox):
             raise SandboxPathError(f"path {path!r} contains '..'; use an absolute path without parent references")
         return check_relative_inside(path if path.startswith("/") else posixpath.join(self.workdir, path))
 
+    async def _check_path(self, mode: str, path: str, timeout: float, tree: list[str] | None = None) -> None:
+        """Refuse a transfer through a link (see ``CHECK_PATH``); an upload replaces a link at the path itself
+        and, uploading a directory, at the places of the ``tree``'s directories."""
+        stdin = "".join(f"{rel}\n" for rel in tree or [] if "\n" not in rel).encode() if mode == "dir" else None
+        result = await self._root_exec(
+            CHECK_PATH, mode, path, timeout=min(timeout, self.options.cli_timeout_sec), stdin=stdin
+        )
+        code, said = result.returncode, (result.out.strip() or result.err)
+        if code == 0:
+            return
+        if code in (3, 4):
+            kind, _, culprit = said.partition(" ")
+            if kind == "link":
+                error = SandboxPathError(
+                    f"{path}: {culprit} is a symbolic link in the sandbox; transfers do not follow links "
+                    "(name the real path, or remove the link)"
+                )
+            elif kind == "special":
+                error = SandboxPathError(f"{path} is not a regular file or directory; it is not downloaded")
+            else:
+                error = SandboxPathError(f"{path}: {culprit} is not a directory")
+            if culprit and await self._made_during_trial(culprit):
+                # Not the image's layout: planted while the trial ran. A refused transfer of the grader must
+                # not spare the agent its grade (a `task` error would drop the trial), so it is the model's.
+                error.error_class = "model"
+                error.args = (f"{error.args[0]}; it was made during the trial, not by the image",)
+            raise error
+        if code == 6:
+            raise IsADirectoryError(f"{path} is a directory in the sandbox; cannot upload a file over it")
+        if code == 7:
+            raise NotADirectoryError(f"{path} is a file in the sandbox; cannot upload a directory over it")
+        await self._raise_if_gone_or(result, f"could not check {path} before a transfer")
+
+    async def _made_during_trial(self, path: str) -> bool:
+        """Whether ``docker container diff`` lists ``path`` as added or changed since the container was created."""
+        result = await self.cli.run(["container", "diff", self.name], timeout=self.options.cli_timeout_sec)
+        return result.ok and any(
+            line[:1] in ("A", "C") and line[2:] == path for line in result.out.splitlines()
+        )
+
     async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
+        """Copy a local file or directory to ``dest``; a link or special file at ``dest`` is replaced.
+
+        Raises :class:`SandboxPathError` when a directory above ``dest`` is a link (transfers never follow
+        what the agent may have planted).
+        """
         from tackroom_docker.transfer import pack_upload
 
         full = self._resolve(dest)
@@ -289,6 +490,10 @@ class DockerSandbox(Sandbox):
             raise FileNotFoundError(f"upload source {source} does not exist")
         self._require_started()
         archive = await asyncio.to_thread(pack_upload, source, full)
+        if source.is_dir():
+            await self._check_path("dir", full, timeout, tree=await asyncio.to_thread(_directories, source))
+        else:
+            await self._check_path("file", full, timeout)
         # `docker cp` also works on a stopped container; the state, asked alongside, tells us it died.
         result, state = await asyncio.gather(
             self.cli.run(["cp", "-", f"{self.name}:/"], stdin=archive, timeout=timeout), self._state()
@@ -298,21 +503,52 @@ class DockerSandbox(Sandbox):
             await self._raise_if_gone_or(result, f"upload of {source} to {full} failed")
 
     async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
+        """Copy a sandbox file or directory to local ``dest``.
+
+        Raises :class:`SandboxPathError` when ``source`` is, or goes through, a link or is a special file.
+        Inside a directory, links that could lead out of ``dest`` and special files are left out; nothing
+        is written through a link on the host (see :func:`tackroom.tar_transfer.extract_tar`).
+        """
         from tackroom_docker.transfer import unpack_download
 
         full = self._resolve(source)
         self._require_started()
         with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
             archive = Path(tmp) / "download.tar"
-            result, state = await asyncio.gather(
-                self.cli.run(["cp", "-L", f"{self.name}:{full}", "-"], stdout_path=archive, timeout=timeout), self._state()
+            # No -L: a link at `source` comes as a link (and is refused), never as what it points to.
+            outcomes = await asyncio.gather(
+                self.cli.run(["cp", f"{self.name}:{full}", "-"], stdout_path=archive, timeout=timeout),
+                self._state(),
+                self._check_path("down", full, timeout),
+                return_exceptions=True,
             )
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException) and not isinstance(outcome, SandboxPathError):
+                    raise outcome
+            result, state, checked = outcomes
+            assert isinstance(result, CallResult) and not isinstance(state, BaseException)
             self._check_state(state, result)
+            if isinstance(checked, SandboxPathError):
+                raise checked
             if not result.ok:
                 if "Could not find the file" in result.err or "no such file" in result.err.lower():
                     raise FileNotFoundError(f"{full} does not exist in the sandbox")
                 await self._raise_if_gone_or(result, f"download of {full} failed")
             await asyncio.to_thread(unpack_download, archive, Path(dest))
+
+    async def snapshot(self, paths: list[str], *, timeout: float = 120.0) -> bytes:
+        """A tar of ``paths``, streamed out of the container (no file inside it that the agent could have planted).
+
+        Paths that do not exist, or that go through a link, are left out; a link at a path is archived as a link.
+        """
+        full = [self._resolve(p) for p in paths]
+        self._require_started()
+        with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
+            archive = Path(tmp) / "snapshot.tar"
+            result = await self._root_exec(SNAPSHOT, *full, timeout=timeout, stdout_path=archive)
+            if not result.ok:
+                raise SandboxError(f"snapshot of {paths} failed in {self.name}: {result.describe()}")
+            return archive.read_bytes()
 
     async def _raise_if_gone_or(self, failed: CallResult, message: str) -> None:
         await self._raise_if_gone(failed)
@@ -337,6 +573,25 @@ def _missing_exe(result: CallResult, exe: str) -> bool:
     # The engine reports a failed exec on stdout or stderr, depending on its version.
     text = result.err + result.out
     return f'"{exe}": executable file not found' in text or f"exec: {exe}: not found" in text
+
+
+def _missing_workdir(result: CallResult) -> bool:
+    text = result.err + result.out
+    return "chdir to cwd" in text and "no such file or directory" in text.lower()
+
+
+def _directories(root: Path) -> list[str]:
+    """The directories below ``root``, relative, parents first (as ``docker cp`` creates them)."""
+    found = []
+    for here, dirs, _ in os.walk(root):
+        dirs.sort()
+        found += [os.path.relpath(os.path.join(here, d), root) for d in dirs if not os.path.islink(os.path.join(here, d))]
+    return found
+
+
+def _resource_error(result: CallResult) -> bool:
+    text = (result.err + result.out).lower()
+    return "resource temporarily unavailable" in text or "cannot allocate memory" in text
 
 
 def _short(cmd: str | list[str]) -> str:

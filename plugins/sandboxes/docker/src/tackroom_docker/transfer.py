@@ -1,20 +1,21 @@
 """Host side of file transfer: tar archives that `docker cp` reads and writes.
 
 Uploads are packed with paths relative to ``/`` so `docker cp - CONTAINER:/`
-creates missing parents; downloads are unpacked with Python's ``data`` filter,
-so a member that would land outside the destination is refused.
+creates missing parents (the sandbox first checks that no directory above the
+destination is a link). Downloads are unpacked by
+:func:`tackroom.tar_transfer.extract_tar`: every member lands below the
+destination, nothing is written through a link on the host, absolute names and
+``..`` are refused, links that could lead out and special files are left out.
 """
 
 from __future__ import annotations
 
 import io
 import posixpath
-import shutil
 import tarfile
-import tempfile
 from pathlib import Path
 
-from tackroom import SandboxPathError
+from tackroom.tar_transfer import extract_tar
 
 
 def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -44,33 +45,14 @@ def pack_upload(source: Path, dest: str) -> bytes:
     return buf.getvalue()
 
 
-def _safe_member(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-    """Python's ``data`` filter, except that unsafe links and device files are skipped, not fatal."""
-    try:
-        return tarfile.data_filter(member, dest)
-    except (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError, tarfile.SpecialFileError):
-        return None
-    except tarfile.FilterError as exc:
-        raise SandboxPathError(f"refusing to unpack {member.name!r}: {exc}") from exc
-
-
-def unpack_download(archive: Path, dest: Path) -> None:
+def unpack_download(archive: Path, dest: Path) -> list[str]:
     """Unpack a `docker cp CONTAINER:SRC -` archive (one top entry, SRC's basename) to ``dest``.
 
-    A file becomes ``dest``; a directory's contents are merged into ``dest``.
+    A file becomes ``dest``; a directory's contents are merged into ``dest``. Returns the members left out.
     """
-    dest = dest.absolute()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".tackroom-dl-", dir=dest.parent) as tmp, tarfile.open(archive) as tar:
-        members = tar.getmembers()
-        if not members:
+    with tarfile.open(archive) as tar:
+        first = tar.next()
+        if first is None:
             raise FileNotFoundError(f"the sandbox sent an empty archive for {dest.name}")
-        top = members[0].name.split("/")[0]
-        tar.extractall(tmp, filter=_safe_member)
-        unpacked = Path(tmp) / top
-        if unpacked.is_dir() and not unpacked.is_symlink():
-            shutil.copytree(unpacked, dest, symlinks=True, dirs_exist_ok=True)
-        else:
-            if dest.is_dir() and not dest.is_symlink():
-                raise IsADirectoryError(f"{dest} is a directory; cannot download a file over it")
-            unpacked.replace(dest)
+        parts = [p for p in first.name.split("/") if p not in ("", ".")]
+        return extract_tar(tar, Path(dest), top=parts[0] if parts else None)

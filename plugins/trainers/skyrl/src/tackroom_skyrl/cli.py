@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,16 @@ def add_train_command(app: Any) -> None:
             config = load_train_config(config_file)
             if backend:
                 config.backend = backend  # type: ignore[assignment]
-            run_dir = Path(config.rollout.out) / (run_id or datetime.now().strftime("%Y%m%d-%H%M%S"))
+            from tackroom.cli.run_cmd import claim_run_dir
+
+            # a plain --run-id (no path, no ..); a generated one has a random suffix, so two trains started
+            # in the same second never share a folder
+            run_dir = claim_run_dir(config.rollout.out, run_id)
             train_plan = plan(config, run_dir)
             if as_json:
-                typer.echo(train_plan.model_dump_json(indent=2))
+                from tackroom.policy import redact
+
+                typer.echo(json.dumps(redact(train_plan.model_dump(mode="json")), indent=2))
             else:
                 console.print(f"[bold]tackroom train[/] {config_file}: {train_plan.tasks} tasks → {train_plan.dataset}")
                 if config.backend == "tinker":
@@ -50,7 +55,9 @@ def add_train_command(app: Any) -> None:
                     console.print("  loss: " + describe_loss(config), markup=False)
                 elif dry_run:
                     console.print("SkyRL overrides:")
-                    for key, value in train_plan.overrides.items():
+                    from tackroom.policy import redact
+
+                    for key, value in redact(train_plan.overrides).items():
                         console.print(f"  {key} = {json.dumps(value)}")
             if dry_run:
                 return

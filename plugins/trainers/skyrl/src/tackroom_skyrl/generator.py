@@ -129,7 +129,7 @@ class TackroomGenerator(GeneratorInterface):
         tokenizer = self.config.policy.tokenizer or self.config.model.tokenizer or self.config.model.path
         settings = GatewaySettings(
             engine=EngineSettings(base_url=self.base_url, model=None if self.model == "default" else self.model,
-                                  api_key=self.config.policy.api_key),
+                                  api_key=self.config.policy.resolved_api_key()),
             tokenizer=tokenizer,
         )
         stack = contextlib.AsyncExitStack()
@@ -145,7 +145,7 @@ class TackroomGenerator(GeneratorInterface):
     def _plugins(self, sampling: dict[str, Any]) -> TrialPlugins:
         p = self.config.policy
         merged = {**p.sampling, **sampling}
-        policy = Policy(base_url=self.base_url, model=self.model, api_key=p.api_key,
+        policy = Policy(base_url=self.base_url, model=self.model, api_key=p.resolved_api_key(),
                         tokenizer=p.tokenizer or self.config.model.tokenizer, sampling=merged, label=p.label)
         plugins = TrialPlugins.from_instances(self.harness, self.sandbox, self.verifier, policy)
         if self._gateway is not None:
@@ -178,8 +178,8 @@ class TackroomGenerator(GeneratorInterface):
         items = []
         for i, (tid, extra) in enumerate(zip(ids, extras)):
             task = self._task(extra)
-            trial = Trial(task_id=task.id, task_path=str(task.path), harness=plugins.label, sandbox=self.sandbox.name,
-                          verifier=self.verifier.name, model=self.model, pass_index=i)
+            trial = Trial.for_task(task, harness=plugins.label, sandbox=self.sandbox.name,
+                                   verifier=self.verifier.name, model=self.model, pass_index=i)
             items.append((trial, task, plugins))
         runtime = TrialRuntime(run_dir, attempts=self.config.rollout.infra_attempts,
                                concurrency=min(n, self.concurrency or n), retry_backoff_sec=self.retry_backoff_sec,

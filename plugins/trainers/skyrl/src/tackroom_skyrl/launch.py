@@ -54,7 +54,8 @@ def launch(config: TrainConfig, train_plan: TrainPlan) -> None:
     validate_cfg(cfg)
     register_losses()  # local registry first; initialize_ray syncs it into SkyRL's registry actor
     initialize_ray(cfg)
-    config_json = config.model_dump_json()
+    # a copy, not JSON: a JSON dump masks the policy's api_key (SecretStr); the copy keeps it unrevealed
+    train_config = config.model_copy(deep=True)
     rollout_root = str(Path(train_plan.run_dir) / "rollouts")
 
     class TackroomExp(BasePPOExp):
@@ -67,7 +68,7 @@ def launch(config: TrainConfig, train_plan: TrainPlan) -> None:
             if not url:
                 raise RuntimeError("SkyRL's inference client exposes no proxy_url; tackroom's generator needs the "
                                    "engines' OpenAI-compatible endpoint (SkyRL >= 0.4 HTTP inference servers)")
-            tc = TrainConfig.model_validate_json(config_json)
+            tc = train_config.model_copy(deep=True)
             return TackroomGenerator(tc, base_url=url.rstrip("/") + "/v1", tokenizer=tokenizer,
                                      model=tc.model.served_name or tc.model.path, run_root=rollout_root)
 
@@ -75,7 +76,7 @@ def launch(config: TrainConfig, train_plan: TrainPlan) -> None:
                         generator, colocate_pg):  # noqa: ANN001  SkyRL's signature
             from tackroom_skyrl.mismatch import MismatchWatch
 
-            tracker = MismatchWatch(tracker, TrainConfig.model_validate_json(config_json).train.logprob_mismatch_warn)
+            tracker = MismatchWatch(tracker, train_config.train.logprob_mismatch_warn)
             if not cfg.trainer.fully_async.enabled:
                 return super().get_trainer(cfg, tracker, tokenizer, train_dataset, eval_dataset,
                                            inference_engine_client, generator, colocate_pg)
@@ -87,5 +88,7 @@ def launch(config: TrainConfig, train_plan: TrainPlan) -> None:
     def entrypoint(cfg: Any) -> None:
         TackroomExp(cfg).run()
 
-    (Path(train_plan.run_dir) / "skyrl_overrides.json").write_text(json.dumps(train_plan.overrides, indent=2))
+    from tackroom.policy import redact
+
+    (Path(train_plan.run_dir) / "skyrl_overrides.json").write_text(json.dumps(redact(train_plan.overrides), indent=2))
     ray.get(entrypoint.remote(cfg))

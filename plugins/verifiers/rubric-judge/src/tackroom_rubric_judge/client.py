@@ -100,7 +100,15 @@ class JudgeEndpoint:
     keys: tuple[str, ...] = field(default=(), repr=False)
 
     def describe(self) -> str:
-        return f"{self.transport} judge at {self.base_url}" if self.base_url else f"{self.transport} judge"
+        """For messages: the URL's userinfo (``user:password@``) is masked."""
+        return f"{self.transport} judge at {self.shown_url}" if self.base_url else f"{self.transport} judge"
+
+    @property
+    def shown_url(self) -> str | None:
+        """``base_url`` as it may be written (result details, errors): without its userinfo."""
+        from tackroom.policy import redact_url
+
+        return redact_url(self.base_url) if self.base_url else None
 
 
 class JudgeClient:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import tackroom
 from pydantic import ConfigDict, Field, SecretStr, model_validator
+from tackroom.policy import register_secret, register_url_secrets
 from tackroom_file_diff import ChangesReport, FileChangeTracker, ReportLimits, expected_files
 
 from tackroom_rubric_judge.client import JudgeClient, JudgeEndpoint, RetryPolicy, shared_client
@@ -75,6 +76,9 @@ class RubricJudgeOptions(tackroom.PluginOptions):
     def _endpoint(self) -> RubricJudgeOptions:
         if self.transport == "openai" and not (self.base_url or os.environ.get(BASE_URL_ENV)):
             raise ValueError(f"transport 'openai' needs base_url (or ${BASE_URL_ENV}), e.g. http://127.0.0.1:8000/v1")
+        for key in self.api_keys:  # so that a key echoed back in an error body is masked in result.json
+            register_secret(key)
+        register_url_secrets(self.base_url)
         return self
 
 
@@ -98,12 +102,15 @@ class RubricJudgeVerifier(tackroom.Verifier):
         o = self.options
         base_url = o.base_url or os.environ.get(BASE_URL_ENV) or None
         transport = o.transport if o.transport != "auto" else ("openai" if base_url else "litellm")
+        register_url_secrets(base_url)
         keys = [k.get_secret_value() for k in o.api_keys]
         for name in o.api_key_env:
             value = os.environ.get(name)
             if not value:
                 raise JudgeAuthError(f"api_key_env names ${name}, which is not set in the environment; export it")
             keys.extend(k.strip() for k in value.split(",") if k.strip())
+        for key in keys:
+            register_secret(key)
         return JudgeEndpoint(transport=transport, base_url=base_url, max_concurrency=o.max_concurrency,
                              keys=tuple(keys))
 
@@ -156,7 +163,7 @@ class RubricJudgeVerifier(tackroom.Verifier):
             details={
                 "score_mode": self.options.score,
                 "criteria": [r.model_dump(mode="json", exclude={"call": {"waits"}}) for r in results],
-                "judge": {"model": model, "transport": client.endpoint.transport, "base_url": client.endpoint.base_url,
+                "judge": {"model": model, "transport": client.endpoint.transport, "base_url": client.endpoint.shown_url,
                           "attempts": attempts, "retries": retries, "reasks": sum(r.call.reasks for r in results)},
                 "files_report": report.to_text(self.options.max_report_chars) if report else None,
             },

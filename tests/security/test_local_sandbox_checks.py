@@ -1,0 +1,165 @@
+"""The adversarial sandbox checks (kill_processes, planted_symlinks, privileges) fail on sandboxes that are
+broken the way issue 18 describes, pass on the real ``local`` sandbox, and report ``skipped`` (never
+``passed``) when they cannot apply. The broken sandboxes are the real local sandbox with one defence
+taken out; what they could damage is a world-writable temporary folder, never the host's own files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import tackroom
+from tackroom.builtins import local_sandbox
+from tackroom.builtins.local_sandbox import LocalSandbox, LocalSandboxProvider
+from tackroom.sandbox import ExecResult
+from tackroom.testing import SANDBOX_CHECKS, run_sandbox_checks
+from tackroom.testing.sandbox_checks import CHECKS
+
+ONLY = {"privileges", "planted_symlinks", "kill_processes"}
+
+
+def skip_all_but(*names: str) -> set[str]:
+    return set(SANDBOX_CHECKS) - set(names)
+
+
+def provider_of(cls: type[LocalSandbox], **options) -> LocalSandboxProvider:
+    class Provider(LocalSandboxProvider):
+        def create(self, spec: tackroom.SandboxSpec) -> LocalSandbox:
+            return cls(spec, self.options)
+
+    return Provider(options)
+
+
+class NoKill(LocalSandbox):
+    """kill_processes() that kills nothing."""
+
+    async def kill_processes(self, *, timeout: float = 10.0) -> None:
+        return None
+
+
+class DefaultKill(LocalSandbox):
+    """The interface's default kill_processes (KILL_ALL_SCRIPT run inside), not the namespace restart."""
+
+    kill_processes = tackroom.Sandbox.kill_processes
+
+
+class OldTransfers(LocalSandbox):
+    """Transfers as the local sandbox did them before issue 18: a realpath check of the destination, then
+    shutil on the host, which follows whatever links sit inside the destination."""
+
+    def _host(self, path: str) -> Path:
+        parts = self._parts(path)
+        host = self.root.joinpath(*parts)
+        if not os.path.realpath(host).startswith(str(self.root / parts[0])):
+            raise tackroom.SandboxPathError(f"{path!r} resolves outside the sandbox")
+        return host
+
+    def _upload(self, source: Path, dest: str, timeout: float) -> None:
+        host = self._host(dest)
+        if source.is_dir():
+            shutil.copytree(source, host, dirs_exist_ok=True, symlinks=True)
+        else:
+            host.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, host)
+
+    def _download(self, source: str, dest: Path, timeout: float) -> None:
+        host = self._host(source)
+        if not host.exists():
+            raise FileNotFoundError(source)
+        if host.is_dir():
+            shutil.copytree(host, dest, dirs_exist_ok=True, symlinks=True)
+        else:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(host, dest)
+
+
+@pytest.fixture
+def writable_host_dir():
+    d = Path(tempfile.mkdtemp(prefix="tackroom-ro-bound-"))
+    os.chmod(d, 0o777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def keeps_capabilities(extra_ro_bind: Path) -> type[LocalSandbox]:
+    class KeepsCapabilities(LocalSandbox):
+        """Execs enter the user namespace but skip setpriv (they keep its capabilities), and bwrap neither drops
+        them nor nests a further user namespace (which alone keeps bwrap's read-only binds read-only); a
+        world-writable host folder is bound read-only at /bound, as /usr and /etc are."""
+
+        def _isolation_flags(self) -> list[str]:
+            return [f for f in super()._isolation_flags() if f not in ("--disable-userns", "--cap-drop", "ALL")]
+
+        def _prepare(self) -> None:
+            super()._prepare()
+            self._view.children["bound"] = local_sandbox._Bind(str(extra_ro_bind))
+
+        async def exec(self, cmd, *, cwd=None, env=None, timeout=600.0, stdin=None) -> ExecResult:
+            from tackroom.process import run_process
+
+            self._alive()
+            script = cmd if isinstance(cmd, str) else " ".join(local_sandbox._quote(c) for c in cmd)
+            argv = self._prefix() + [self._tools["nsenter"], "-t", str(self._child_pid), "-U", "-m", "-u", "-i", "-n",
+                                     "-p", "-C", "-r", "-w", "--", self._inside["env"], "-i", *(f"{k}={v}" for k, v in
+                                     {**self.env, **(env or {})}.items()), self._inside["bash"], "-c",
+                                     f"cd {cwd or self.workdir} || exit 1\n{script}"]  # fmt: skip
+            out = await run_process(argv, timeout=timeout, stdin=stdin.encode() if isinstance(stdin, str) else stdin, env={})
+            return ExecResult(exit_code=out.returncode, stdout=out.stdout.decode(errors="replace"),
+                              stderr=out.stderr.decode(errors="replace"))
+
+    return KeepsCapabilities
+
+
+async def test_the_real_local_sandbox_passes_the_adversarial_checks(tmp_path):
+    report = await run_sandbox_checks(LocalSandboxProvider({"root_dir": str(tmp_path)}), skip=skip_all_but(*ONLY))
+    assert {r.name: (r.passed, r.message) for r in report.results if r.name in ONLY} == dict.fromkeys(ONLY, (True, ""))
+    assert report.timings["kill_processes_s"] < 1.0
+    assert ONLY <= set(CHECKS) and all(CHECKS[n].__doc__ for n in ONLY)
+
+
+async def test_kill_processes_check_fails_when_processes_survive():
+    report = await run_sandbox_checks(provider_of(NoKill), skip=skip_all_but("kill_processes"))
+    failed = {r.name: r.message for r in report.failures}
+    assert set(failed) == {"kill_processes"}, failed
+    assert "still grows after kill_processes()" in failed["kill_processes"]
+    for writer in ("background", "setsid", "nohup", "ignores-term"):
+        assert writer in failed["kill_processes"], failed
+
+
+async def test_the_interface_default_kill_processes_also_passes_the_check():
+    """The default (SIGKILL everything but PID 1, inside) holds too, with the local sandbox's immune keeper."""
+    report = await run_sandbox_checks(provider_of(DefaultKill), skip=skip_all_but("kill_processes"))
+    assert not report.failures, report.failures
+
+
+async def test_planted_symlinks_check_fails_on_the_old_shutil_transfers():
+    report = await run_sandbox_checks(provider_of(OldTransfers), skip=skip_all_but("planted_symlinks"))
+    failed = {r.name: r.message for r in report.failures}
+    assert set(failed) == {"planted_symlinks"}, failed
+    assert "changed the host folder" in failed["planted_symlinks"], failed
+
+
+async def test_privileges_check_fails_when_execs_keep_their_capabilities(writable_host_dir):
+    report = await run_sandbox_checks(provider_of(keeps_capabilities(writable_host_dir)), skip=skip_all_but("privileges"))
+    failed = {r.name: r.message for r in report.failures}
+    assert set(failed) == {"privileges"}, failed
+    assert "WROTE /bound after mount -o remount,rw" in failed["privileges"], failed
+    assert not [p for p in writable_host_dir.iterdir()], "the probe cleans up after itself"
+
+
+async def test_a_check_that_cannot_apply_is_skipped_not_passed():
+    class NoSetsid(LocalSandbox):
+        async def exec(self, cmd, **kw):
+            if isinstance(cmd, str) and cmd.startswith("command -v setsid"):
+                return ExecResult(exit_code=1, stdout="")
+            return await super().exec(cmd, **kw)
+
+    report = await run_sandbox_checks(provider_of(NoSetsid), skip=skip_all_but("kill_processes"))
+    (result,) = [r for r in report.results if r.name == "kill_processes"]
+    assert result.skipped and not result.passed and "setsid" in result.message
+    assert report.skipped == [result] and report.failures == []
+    report.assert_ok()

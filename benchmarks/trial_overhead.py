@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from statistics import mean
+from statistics import mean, median
 
 import tackroom
 from tackroom.runtime import TrialPlugins, TrialRuntime
@@ -39,7 +39,8 @@ class TimedSandbox:
 
     def __getattr__(self, name):
         attr = getattr(self._inner, name)
-        if name not in ("start", "exec", "upload", "download", "stop", "read_file", "write_file", "snapshot"):
+        if name not in ("start", "exec", "upload", "download", "stop", "read_file", "write_file", "snapshot",
+                        "kill_processes"):
             return attr
 
         async def timed(*args, **kwargs):
@@ -96,6 +97,8 @@ async def measure(sandbox_name: str, tasks: list[tackroom.Task], concurrency: in
         "errors": sum(1 for r in results if r.error is not None),
         "not_1": sum(1 for r in results if r.reward != 1.0),
         "overhead_share": mean(overhead),
+        # the kill-and-confirm step between the agent's turn and grading (the runtime's `kill_agent` phase)
+        "kill_ms": 1000 * median([r.timings["kill_agent"] for r in results if "kill_agent" in r.timings] or [0.0]),
     }
 
 
@@ -113,7 +116,7 @@ def main() -> None:
     try:
         tasks = make_tasks(work / "tasks", args.tasks)
         header = f"{'sandbox':8} {'conc':>4} {'trials':>6} {'wall s':>7} {'trials/s':>8} {'s/trial':>7} " \
-                 f"{'errors':>6} {'overhead':>8} {'vs Harbor':>9}"
+                 f"{'errors':>6} {'overhead':>8} {'kill ms':>7} {'vs Harbor':>9}"
         print(header)
         print("-" * len(header))
         for sandbox in sandboxes:
@@ -122,8 +125,9 @@ def main() -> None:
                 harbor = args.harbor_seconds or HARBOR_ANCHOR.get(c)
                 ratio = f"{harbor / (row['wall_s'] / row['trials']):8.1f}x" if harbor else "       -"
                 print(f"{row['sandbox']:8} {c:>4} {row['trials']:>6} {row['wall_s']:>7.2f} {row['trials_per_s']:>8.2f} "
-                      f"{row['mean_trial_s']:>7.3f} {row['errors']:>6} {row['overhead_share']:>7.1%} {ratio}")
-        print("\noverhead = share of trial wall time outside sandbox operations (start/exec/transfer/stop).")
+                      f"{row['mean_trial_s']:>7.3f} {row['errors']:>6} {row['overhead_share']:>7.1%} {row['kill_ms']:>7.1f} {ratio}")
+        print("\noverhead = share of trial wall time outside sandbox operations (start/exec/transfer/kill/stop).")
+        print("kill ms = median of the kill-and-confirm step (kill_processes) between the agent's turn and grading.")
         print("vs Harbor = job throughput relative to Harbor 0.25 + docker on the same kind of machine "
               "(anchor: 6 trivial oracle trials in ~82 s at c=1, ~29 s at c=4).")
     finally:

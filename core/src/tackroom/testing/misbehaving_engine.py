@@ -53,9 +53,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tackroom.asgi_server import InLoopServer
 from tackroom.gateway.engine_client import PROBE_USER
-from tackroom.policy import Policy
+from tackroom.testing._served import ServedForTests
 
 ReplyKind = Literal["ok", "status", "hang", "close", "raw"]
 
@@ -150,7 +149,7 @@ class EngineRequest:
     """True when the client closed the connection while the engine was still holding the request."""
 
 
-class MisbehavingEngine:
+class MisbehavingEngine(ServedForTests):
     """An OpenAI-compatible engine double on 127.0.0.1 that follows a script of :class:`EngineReply`.
 
     ``requests`` records every completion request (path, JSON body, the reply it got,
@@ -175,22 +174,18 @@ class MisbehavingEngine:
         self.then = then or EngineReply.ok()
         self.probe = probe
         """How liveness probes are answered; None: as ``then``."""
-        self.model = model
         self.max_model_len = max_model_len
         self.encode = encode
         self.decode = decode
         self.requests: list[EngineRequest] = []
         self.probes: list[EngineRequest] = []
         self.open_requests = 0
-        self.port: int | None = None
-        self._closing = asyncio.Event()
         app = Starlette(routes=[
             Route("/v1/models", self._models, methods=["GET"]),
             Route("/v1/completions", self._completions, methods=["POST"]),
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
         ])
-        self.app = _RawSendKeeper(app)
-        self._server = InLoopServer(self.app, what="misbehaving engine", graceful_timeout_s=2, error=RuntimeError)
+        self._serve(_RawSendKeeper(app), model=model, what="misbehaving engine", graceful_timeout_s=2)
 
     # -- script ---------------------------------------------------------------------
     def push(self, *replies: EngineReply) -> None:
@@ -203,33 +198,6 @@ class MisbehavingEngine:
 
     def _next(self) -> EngineReply:
         return self.script.pop(0) if self.script else self.then
-
-    # -- lifecycle ------------------------------------------------------------------
-    async def start(self) -> MisbehavingEngine:
-        self._closing = asyncio.Event()
-        self.port = await self._server.start()
-        return self
-
-    async def stop(self) -> None:
-        self._closing.set()  # held requests end now instead of holding the shutdown
-        await self._server.stop()
-
-    async def __aenter__(self) -> MisbehavingEngine:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    @property
-    def base_url(self) -> str:
-        """The engine's OpenAI base URL, ending in ``/v1``."""
-        if self.port is None:
-            raise RuntimeError("misbehaving engine not started: use `async with` or await start()")
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def policy(self, **overrides: Any) -> Policy:
-        """A :class:`~tackroom.Policy` pointing straight at this engine."""
-        return Policy(base_url=self.base_url, model=self.model, **overrides)
 
     # -- helpers --------------------------------------------------------------------
     def _ids(self, reply: EngineReply) -> list[int]:

@@ -26,8 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tackroom.asgi_server import InLoopServer
-from tackroom.policy import Policy
+from tackroom.testing._served import ServedForTests
 
 
 class ScriptedReply(BaseModel):
@@ -49,7 +48,7 @@ def _chars(messages: Any) -> int:
     return sum(len(str(m.get("content") or "")) for m in messages if isinstance(m, dict))
 
 
-class ScriptedChatServerForTests:
+class ScriptedChatServerForTests(ServedForTests):
     """Serves ``POST /v1/chat/completions`` from a script on 127.0.0.1; a test fixture, never a policy.
 
     Replies are used in order; once the script runs out the last one repeats
@@ -68,42 +67,13 @@ class ScriptedChatServerForTests:
     ) -> None:
         self.replies = [r if isinstance(r, ScriptedReply) else ScriptedReply(content=r) for r in replies]
         self.then = then
-        self.model = model
         self.max_model_len = max_model_len
         self.requests: list[dict[str, Any]] = []
-        self.port: int | None = None
-        self._closing = asyncio.Event()
-        self.app = Starlette(routes=[
+        app = Starlette(routes=[
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
         ])
-        self._server = InLoopServer(self.app, what="scripted chat server", graceful_timeout_s=1, error=RuntimeError)
-
-    # -- lifecycle ------------------------------------------------------------------
-    async def start(self) -> ScriptedChatServerForTests:
-        self._closing = asyncio.Event()
-        self.port = await self._server.start()
-        return self
-
-    async def stop(self) -> None:
-        self._closing.set()  # delayed replies end now instead of holding the shutdown
-        await self._server.stop()
-
-    async def __aenter__(self) -> ScriptedChatServerForTests:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    @property
-    def base_url(self) -> str:
-        if self.port is None:
-            raise RuntimeError("scripted chat server not started: use `async with` or await start()")
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def policy(self, **overrides: Any) -> Policy:
-        """A :class:`~tackroom.Policy` pointing at this server."""
-        return Policy(base_url=self.base_url, model=self.model, **overrides)
+        self._serve(app, model=model, what="scripted chat server", graceful_timeout_s=1)
 
     # -- routes ---------------------------------------------------------------------
     def _next(self) -> ScriptedReply:

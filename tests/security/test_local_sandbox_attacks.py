@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import re
-import secrets
 import shutil
 import signal
 import statistics

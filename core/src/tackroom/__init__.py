@@ -24,9 +24,10 @@ from tackroom.loss import AGGREGATIONS, Aggregation, LossSpec
 from tackroom.manager import PluginManager, get_plugin_manager, reset_plugin_manager
 from tackroom.markers import hookimpl, hookspec
 from tackroom.plugin import PLUGIN_KINDS, Plugin, PluginKind, PluginOptions
-from tackroom.policy import Policy
+from tackroom.policy import Policy, redact, redact_url, register_secret, register_url_secrets
 from tackroom.registrar import PluginEntry, Registrar
 from tackroom.reward import Reward
+from tackroom.run_dirs import claim_run_dir
 from tackroom.sandbox import (
     ExecResult,
     Sandbox,
@@ -37,6 +38,7 @@ from tackroom.sandbox import (
     SandboxSpec,
     SandboxTimeoutError,
 )
+from tackroom.tar_transfer import extract_tar
 from tackroom.task import Dataset, Task, TaskConfig, load_dataset, load_task
 from tackroom.trajectory import TokenTurn, Trajectory
 from tackroom.verifier import Verifier
@@ -47,6 +49,12 @@ except PackageNotFoundError:  # running from a source tree without installing
     __version__ = "0.0.0+unknown"
 
 __all__ = [
+    "claim_run_dir",
+    "extract_tar",
+    "redact",
+    "redact_url",
+    "register_secret",
+    "register_url_secrets",
     "cache_root",
     "AGGREGATIONS",
     "PLUGIN_KINDS",

@@ -76,7 +76,7 @@ class MatrixOutcome:
 
 def _identity(config: MatrixConfig, rows: list[ResolvedRow], tasks: list[Task] | None = None) -> dict[str, Any]:
     """The matrix's fingerprint: what each label means, sandbox, verifier and every task's content hash."""
-    from tackroom.cli.run_cmd import tasks_fingerprint
+    from tackroom.run_dirs import tasks_fingerprint
 
     return {
         "sandbox": redact({"name": config.sandbox.name, "options": config.sandbox.options}),
@@ -99,7 +99,7 @@ def _read_identity(run_dir: Path) -> dict[str, Any] | None:
 def check_resumable(run_dir: Path, identity: dict[str, Any]) -> None:
     """Refuse to resume ``run_dir`` when a label that already has results now means something else,
     or a task's content changed since its results were made."""
-    from tackroom.cli.run_cmd import has_results, task_changes
+    from tackroom.run_dirs import has_results, task_changes
 
     old = _read_identity(run_dir)
     if old is None:
@@ -262,7 +262,7 @@ async def run_matrix(
 
     ``force_new``: never resume; when the run folder already holds a run, use a new one beside it.
     """
-    from tackroom.cli.run_cmd import claim_run_dir, unique_trials, validated_run_id
+    from tackroom.run_dirs import claim_run_dir, unique_trials, validated_run_id
     from tackroom.config import with_overrides
 
     config = with_overrides(config, {}, source="matrix config")  # values set in code get the file's checks too

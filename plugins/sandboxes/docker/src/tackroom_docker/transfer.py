@@ -15,7 +15,7 @@ import posixpath
 import tarfile
 from pathlib import Path
 
-from tackroom.tar_transfer import extract_tar
+from tackroom import extract_tar
 
 
 def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:

@@ -31,14 +31,14 @@ def add_train_command(app: Any) -> None:
             config = load_train_config(config_file)
             if backend:
                 config.backend = backend  # type: ignore[assignment]
-            from tackroom.cli.run_cmd import claim_run_dir
+            from tackroom import claim_run_dir
 
             # a plain --run-id (no path, no ..); a generated one has a random suffix, so two trains started
             # in the same second never share a folder
             run_dir = claim_run_dir(config.rollout.out, run_id)
             train_plan = plan(config, run_dir)
             if as_json:
-                from tackroom.policy import redact
+                from tackroom import redact
 
                 typer.echo(json.dumps(redact(train_plan.model_dump(mode="json")), indent=2))
             else:
@@ -55,7 +55,7 @@ def add_train_command(app: Any) -> None:
                     console.print("  loss: " + describe_loss(config), markup=False)
                 elif dry_run:
                     console.print("SkyRL overrides:")
-                    from tackroom.policy import redact
+                    from tackroom import redact
 
                     for key, value in redact(train_plan.overrides).items():
                         console.print(f"  {key} = {json.dumps(value)}")

@@ -88,7 +88,7 @@ def launch(config: TrainConfig, train_plan: TrainPlan) -> None:
     def entrypoint(cfg: Any) -> None:
         TackroomExp(cfg).run()
 
-    from tackroom.policy import redact
+    from tackroom import redact
 
     (Path(train_plan.run_dir) / "skyrl_overrides.json").write_text(json.dumps(redact(train_plan.overrides), indent=2))
     ray.get(entrypoint.remote(cfg))

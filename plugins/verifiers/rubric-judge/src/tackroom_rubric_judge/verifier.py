@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import tackroom
 from pydantic import ConfigDict, Field, SecretStr, model_validator
-from tackroom.policy import register_secret, register_url_secrets
+from tackroom import register_secret, register_url_secrets
 from tackroom_file_diff import ChangesReport, FileChangeTracker, ReportLimits, expected_files
 
 from tackroom_rubric_judge.client import JudgeClient, JudgeEndpoint, RetryPolicy, shared_client

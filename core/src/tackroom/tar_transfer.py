@@ -14,6 +14,7 @@ links slip past.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -111,18 +112,21 @@ def _link_is_contained(target: str) -> bool:
     return bool(target) and "\x00" not in target and not target.startswith("/") and ".." not in target.split("/")
 
 
-def _open_dir(parent: int, name: str) -> int:
-    """Open the real directory ``name`` under ``parent``, creating it; a link, file or special file there is replaced."""
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-            raise
-        os.unlink(name, dir_fd=parent)  # a link is removed, never followed
-    os.mkdir(name, 0o755, dir_fd=parent)
-    return os.open(name, _DIR_FLAGS, dir_fd=parent)
+def open_host_dir(parent: int, name: str) -> int:
+    """Open the real directory ``name`` under ``parent``, creating it; a link, file or special file there is
+    replaced (a link is removed, never followed). Retried when something swaps the entry in between."""
+    for _ in range(10):
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            os.unlink(name, dir_fd=parent)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=parent)
+    raise SandboxError(f"could not make folder {name!r} for a download")
 
 
 def _place(parent: int, name: str, make: Any) -> None:
@@ -205,7 +209,7 @@ def extract_tar(tar: tarfile.TarFile, dest: Path, *, top: str | None = None) -> 
             if len(dirs) > 256:  # a wide tree: drop the handles (reopening never follows a link either)
                 for key in [k for k in dirs if k]:
                     os.close(dirs.pop(key))
-            dirs[path] = _open_dir(open_dirs(path[:-1]), path[-1])
+            dirs[path] = open_host_dir(open_dirs(path[:-1]), path[-1])
         return dirs[path]
 
     files: dict[tuple[str, ...], tarfile.TarInfo] = {}

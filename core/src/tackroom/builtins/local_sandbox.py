@@ -108,6 +108,7 @@ from tackroom.errors import TaskError
 from tackroom.markers import hookimpl
 from tackroom.plugin import PluginOptions
 from tackroom.process import run_process
+from tackroom.tar_transfer import open_host_dir
 from tackroom.sandbox import (
     ExecResult,
     Sandbox,
@@ -881,7 +882,7 @@ class _Walk:
                 except OSError:
                     continue  # swapped for something else meanwhile
                 try:
-                    host = _host_child_dir(dst, name)
+                    host = open_host_dir(dst, name)
                     try:
                         self.get_tree(sub, host, depth + 1)
                     finally:
@@ -921,22 +922,6 @@ class _Walk:
             raise
         os.close(fd)
         _host_replace(dst_dir, tmp, name)
-
-
-def _host_child_dir(parent: int, name: str) -> int:
-    """A real directory ``name`` under a host download folder; a link or file there is replaced."""
-    for _ in range(10):
-        try:
-            return os.open(name, _O_DIR, dir_fd=parent)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                raise
-            os.unlink(name, dir_fd=parent)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(name, 0o755, dir_fd=parent)
-    raise SandboxError(f"could not make folder {name!r} for a download")
 
 
 def _host_replace(dir_fd: int, tmp: str, name: str) -> None:

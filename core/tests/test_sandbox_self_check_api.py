@@ -9,7 +9,7 @@ from tackroom.testing.sandbox_checks import CHECKS
 def test_the_suite_covers_what_every_provider_must_do():
     assert {
         "exec_cwd", "exec_env", "exec_stdin", "exec_timeout", "exit_codes", "large_output", "binary_round_trip",
-        "directory_transfer", "path_traversal", "missing_download", "snapshot", "no_network",
+        "directory_transfer", "path_traversal", "missing_download", "snapshot", "no_network", "host_port_forward",
         "stop_idempotent", "stop_never_started",
     } <= set(SANDBOX_CHECKS)  # fmt: skip
     assert all(check.__doc__ for check in CHECKS.values()), "each check's docstring says what it proves"

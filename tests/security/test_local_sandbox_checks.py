@@ -19,7 +19,7 @@ from tackroom.sandbox import ExecResult
 from tackroom.testing import SANDBOX_CHECKS, run_sandbox_checks
 from tackroom.testing.sandbox_checks import CHECKS
 
-ONLY = {"privileges", "planted_symlinks", "kill_processes"}
+ONLY = {"privileges", "planted_symlinks", "kill_processes", "host_port_forward"}
 
 
 def skip_all_but(*names: str) -> set[str]:
@@ -75,6 +75,16 @@ class OldTransfers(LocalSandbox):
         else:
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(host, dest)
+
+
+class SharesHostNetwork(LocalSandbox):
+    """How agent_in_sandbox harnesses reached the policy before: the sandbox shares the host's network."""
+
+    def _isolation_flags(self) -> list[str]:
+        return [*super()._isolation_flags(), "--share-net"]
+
+    async def forward_host_port(self, port: int) -> str:
+        return f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture
@@ -149,6 +159,23 @@ async def test_privileges_check_fails_when_execs_keep_their_capabilities(writabl
     assert set(failed) == {"privileges"}, failed
     assert "WROTE /bound after mount -o remount,rw" in failed["privileges"], failed
     assert not [p for p in writable_host_dir.iterdir()], "the probe cleans up after itself"
+
+
+async def test_host_port_forward_check_fails_when_the_sandbox_shares_the_host_network():
+    report = await run_sandbox_checks(provider_of(SharesHostNetwork), skip=skip_all_but("host_port_forward"))
+    failed = {r.name: r.message for r in report.failures}
+    assert set(failed) == {"host_port_forward"}, failed
+    assert "a host port that was not forwarded is reachable" in failed["host_port_forward"], failed
+
+
+async def test_host_port_forward_is_skipped_where_the_sandbox_cannot_forward():
+    class NoForward(LocalSandbox):
+        async def forward_host_port(self, port: int) -> str:
+            raise NotImplementedError("not here")
+
+    report = await run_sandbox_checks(provider_of(NoForward), skip=skip_all_but("host_port_forward"))
+    (result,) = [r for r in report.results if r.name == "host_port_forward"]
+    assert result.skipped and "not here" in result.message
 
 
 async def test_a_check_that_cannot_apply_is_skipped_not_passed():

@@ -20,6 +20,7 @@ from tackroom.errors import (
     TaskError,
 )
 from tackroom.harness import Harness
+from tackroom.host_forward import HostPortForward, forward_into_namespace
 from tackroom.loss import AGGREGATIONS, Aggregation, LossSpec
 from tackroom.manager import PluginManager, get_plugin_manager, reset_plugin_manager
 from tackroom.markers import hookimpl, hookspec
@@ -38,7 +39,13 @@ from tackroom.sandbox import (
     SandboxSpec,
     SandboxTimeoutError,
 )
-from tackroom.tar_transfer import extract_tar
+from tackroom.tar_transfer import (
+    CHECK_TRANSFER_PATH,
+    extract_tar,
+    transfer_check_error,
+    transfer_check_stdin,
+    upload_directories,
+)
 from tackroom.task import Dataset, Task, TaskConfig, load_dataset, load_task
 from tackroom.trajectory import TokenTurn, Trajectory
 from tackroom.verifier import Verifier
@@ -51,6 +58,11 @@ except PackageNotFoundError:  # running from a source tree without installing
 __all__ = [
     "claim_run_dir",
     "extract_tar",
+    "transfer_check_error",
+    "transfer_check_stdin",
+    "upload_directories",
+    "CHECK_TRANSFER_PATH",
+    "forward_into_namespace",
     "redact",
     "redact_url",
     "register_secret",
@@ -64,6 +76,7 @@ __all__ = [
     "ErrorClass",
     "ExecResult",
     "Harness",
+    "HostPortForward",
     "InfraError",
     "LossSpec",
     "ModelError",

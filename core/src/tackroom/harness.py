@@ -27,7 +27,7 @@ class Harness(Plugin):
     ``needs_policy`` (calls a model; ``oracle``/``nop`` do not), ``chat``
     (speaks only chat completions, so the runtime routes it through the gateway),
     ``agent_in_sandbox`` (its agent runs inside the sandbox and calls the policy
-    from there, so the runtime gives the sandbox the host network).
+    from there, through :meth:`~tackroom.sandbox.Sandbox.forward_host_port`).
     """
 
     kind: ClassVar[PluginKind] = "harness"

@@ -103,27 +103,21 @@ def classify(error: BaseException, phase: str, manager: PluginManager) -> ErrorC
     return "infra"
 
 
-AGENT_IN_SANDBOX = "agent_in_sandbox"
-"""Harness capability: its agent runs inside the sandbox and calls the policy from there."""
-
-
-def sandbox_spec(task: Task, name: str, harness_cls: type[Harness] | None = None) -> SandboxSpec:
+def sandbox_spec(task: Task, name: str) -> SandboxSpec:
     """The sandbox a trial of ``task`` gets.
 
-    A harness with the ``agent_in_sandbox`` capability (e.g. OpenCode) calls the
-    policy (the gateway on the host's loopback) from inside the sandbox, so its
-    sandbox is given the network (host network on ``local`` and ``docker``)
-    even when the task does not allow internet; the trial notes say so.
+    A harness with the ``agent_in_sandbox`` capability (e.g. OpenCode) gets the same
+    sandbox: it reaches the policy through :meth:`Sandbox.forward_host_port`, one host
+    port and nothing else, never through the host's network.
     """
     env = task.config.environment
-    agent_inside = harness_cls is not None and AGENT_IN_SANDBOX in harness_cls.capabilities
     return SandboxSpec(
         name=name,
         environment_dir=task.environment_dir if task.environment_dir.is_dir() else None,
         image=env.docker_image,
         cpus=env.cpus,
         memory_mb=env.memory_mb,
-        allow_internet=env.allow_internet or agent_inside,
+        allow_internet=env.allow_internet,
         build_timeout_sec=env.build_timeout_sec,
         labels={"tackroom.task": slug(task.id)},
     )
@@ -179,10 +173,7 @@ class TrialRuntime:
         harness = plugins.harness_cls(plugins.harness_options)
         verifier = plugins.verifier_cls(plugins.verifier_options)
         policy = policy or plugins.policy
-        spec = sandbox_spec(task, f"{trial.id}-a{attempt}", plugins.harness_cls)
-        if spec.allow_internet and not task.config.environment.allow_internet:
-            result.notes.append(f"harness {plugins.harness_cls.name!r} runs its agent inside the sandbox: the sandbox "
-                                "had network access (to reach the policy) although the task does not allow internet")
+        spec = sandbox_spec(task, f"{trial.id}-a{attempt}")
         sandbox = plugins.sandbox.create(spec)
         started = time.monotonic()
         self._notify("tackroom_trial_started", trial=trial)

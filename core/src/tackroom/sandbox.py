@@ -174,6 +174,16 @@ class Sandbox(abc.ABC):
         """Return a URL the harness (on the host) can reach for ``port`` inside the sandbox."""
         raise NotImplementedError(f"{type(self).__name__} cannot expose ports")
 
+    async def forward_host_port(self, port: int) -> str:
+        """A base URL (``http://127.0.0.1:P``) that reaches the host's ``127.0.0.1:port`` from inside the sandbox.
+
+        For harnesses whose agent runs inside the sandbox and calls the policy on the host (the
+        ``agent_in_sandbox`` capability). A sandbox without network gets that one port and nothing else of
+        the host (no route, no other port, no internet); the forward ends with :meth:`kill_processes` (the end
+        of the agent's turn) or :meth:`stop`. Sandboxes that cannot do it raise ``NotImplementedError``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot forward a host port into the sandbox")
+
     async def snapshot(self, paths: list[str], *, timeout: float = 120.0) -> bytes:
         """Return a tar archive (bytes) of ``paths``; paths that do not exist are skipped."""
         import shlex

@@ -3,7 +3,10 @@
 A directory travels as one tar archive staged under ``/tmp`` in the sandbox and
 unpacked (or packed) there with ``tar``; a single file travels as itself. The
 sandbox class supplies ``_put(data, remote, timeout)``, ``_get(remote, timeout)``
-and ``_resolve(path)`` (a sandbox path made absolute) besides ``exec``.
+and ``_resolve(path)`` (a sandbox path made absolute) besides ``exec``. Before
+each transfer :data:`CHECK_TRANSFER_PATH` runs inside the sandbox: nothing the
+agent planted there (a link above the destination, a link or FIFO at it) is
+followed; the same script guards the docker sandbox's ``docker cp``.
 
 Archives that come out of a sandbox are the agent's work, so the host side never
 trusts them: :func:`extract_tar` and :func:`write_file_safely` write only below
@@ -28,6 +31,80 @@ from typing import IO, Any
 
 from tackroom.sandbox import SandboxError, SandboxPathError
 
+# -- sandbox-side checks before a transfer ------------------------------------------------------------
+
+CHECK_TRANSFER_PATH = r"""
+mode=$1; target=$2; cur=; rest=${target#/}
+while [ -n "$rest" ]; do
+    case $rest in */*) c=${rest%%/*}; rest=${rest#*/} ;; *) c=$rest; rest= ;; esac
+    cur=$cur/$c
+    if [ -L "$cur" ]; then
+        if [ "$mode" != down ] && [ -z "$rest" ]; then rm -f -- "$cur" || exit 5; exit 0; fi
+        printf 'link %s\n' "$cur"; exit 3
+    fi
+    [ -e "$cur" ] || exit 0
+    if [ -n "$rest" ] && [ ! -d "$cur" ]; then printf 'notdir %s\n' "$cur"; exit 4; fi
+done
+if [ -d "$target" ] && [ "$mode" = dir ]; then
+    while IFS= read -r rel; do
+        d=$target/$rel
+        if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -f -- "$d" || exit 5; fi
+    done
+    exit 0
+fi
+if [ -d "$target" ]; then [ "$mode" = file ] && exit 6; exit 0; fi
+if [ -f "$target" ]; then [ "$mode" = dir ] && exit 7; exit 0; fi
+if [ -e "$target" ]; then
+    if [ "$mode" = down ]; then printf 'special %s\n' "$target"; exit 3; fi
+    rm -f -- "$target" || exit 5
+fi
+exit 0
+"""
+"""Run (``sh -c``) inside the sandbox as root before a transfer; args: ``file`` | ``dir`` (an upload of one) or
+``down``, then the absolute path. Every existing component above the path must be a real directory, not a link;
+an upload replaces a link or special file at the path itself, a download refuses one. A directory upload reads
+the directories of its tree (relative, parents first, one a line; see :func:`upload_directories`) on stdin and
+replaces what is not a directory at their places. Exit 3: a link or special file; 4: a component that is not a
+directory; 5: could not remove; 6: a file upload over a directory; 7: a directory upload over a file.
+Interpret the outcome with :func:`transfer_check_error`."""
+
+
+def upload_directories(root: Path) -> list[str]:
+    """The directories below ``root``, relative, parents first: the ``tree`` a directory upload checks."""
+    found = []
+    for here, dirs, _ in os.walk(root):
+        dirs.sort()
+        found += [os.path.relpath(os.path.join(here, d), root) for d in dirs if not os.path.islink(os.path.join(here, d))]
+    return found
+
+
+def transfer_check_stdin(tree: list[str] | None) -> bytes:
+    return "".join(f"{rel}\n" for rel in tree or [] if "\n" not in rel).encode()
+
+
+def transfer_check_error(code: int, said: str, path: str) -> BaseException | None:
+    """What :data:`CHECK_TRANSFER_PATH`'s exit ``code`` and output mean for a transfer of ``path``: None (go on),
+    :class:`SandboxPathError` (with ``culprit``: the sandbox path at fault), ``IsADirectoryError``,
+    ``NotADirectoryError``, or a :class:`SandboxError` for anything else (the check itself failed)."""
+    if code == 0:
+        return None
+    if code in (3, 4):
+        kind, _, culprit = said.strip().partition(" ")
+        if kind == "link":
+            error = SandboxPathError(f"{path}: {culprit} is a symbolic link in the sandbox; transfers do not follow "
+                                     "links (name the real path, or remove the link)")
+        elif kind == "special":
+            error = SandboxPathError(f"{path} is not a regular file or directory; it is not downloaded")
+        else:
+            error = SandboxPathError(f"{path}: {culprit} is not a directory")
+        error.culprit = culprit  # type: ignore[attr-defined]
+        return error
+    if code == 6:
+        return IsADirectoryError(f"{path} is a directory in the sandbox; cannot upload a file over it")
+    if code == 7:
+        return NotADirectoryError(f"{path} is a file in the sandbox; cannot upload a directory over it")
+    return SandboxError(f"could not check {path} before a transfer (exit {code}): {said.strip()[:300]}")
+
 
 class TarTransfer:
     """Mix into a :class:`~tackroom.sandbox.Sandbox` before it: ``class MySandbox(TarTransfer, Sandbox)``.
@@ -41,10 +118,22 @@ class TarTransfer:
     _resolve: Any
     exec: Any
 
+    async def _check_transfer_path(self, mode: str, path: str, timeout: float, tree: list[str] | None = None) -> None:
+        """Run :data:`CHECK_TRANSFER_PATH` in the sandbox (exec runs as its root) and raise what it found."""
+        stdin = transfer_check_stdin(tree) if mode == "dir" else None
+        r = await self.exec(["sh", "-c", CHECK_TRANSFER_PATH, "check", mode, path], timeout=timeout, stdin=stdin)
+        error = transfer_check_error(r.exit_code, r.stdout.strip() or r.stderr, path)
+        if error is not None:
+            raise error
+
     async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
         target = self._resolve(dest)
         if not source.exists():
             raise FileNotFoundError(source)
+        if source.is_dir():
+            await self._check_transfer_path("dir", target, timeout, upload_directories(source))
+        else:
+            await self._check_transfer_path("file", target, timeout)
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
             if source.is_dir():
@@ -65,6 +154,7 @@ class TarTransfer:
 
     async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
         path = self._resolve(source)
+        await self._check_transfer_path("down", path, timeout)
         staged = f"/tmp/.tackroom-down-{secrets.token_hex(6)}.tar"
         q = shlex.quote(path)
         r = await self.exec(

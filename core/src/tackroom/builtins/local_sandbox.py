@@ -105,10 +105,10 @@ from pydantic import Field
 
 from tackroom.dockerfile import parse_copy, parse_dockerfile, parse_env
 from tackroom.errors import TaskError
+from tackroom.host_forward import HostPortForward, forward_into_namespace
 from tackroom.markers import hookimpl
 from tackroom.plugin import PluginOptions
 from tackroom.process import run_process
-from tackroom.tar_transfer import open_host_dir
 from tackroom.sandbox import (
     ExecResult,
     Sandbox,
@@ -119,6 +119,7 @@ from tackroom.sandbox import (
     SandboxSpec,
     SandboxTimeoutError,
 )
+from tackroom.tar_transfer import open_host_dir
 
 WRITABLE_ROOTS = ("app", "logs", "tests", "solution", "tmp", "root", "home", "workspace", "data", "output", "srv", "opt")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -979,6 +980,7 @@ class LocalSandbox(Sandbox):
         self._ready = asyncio.Event()
         self._ready.set()
         self._lock = asyncio.Lock()
+        self._forwards: list[HostPortForward] = []
 
     @property
     def marker(self) -> Path:
@@ -1213,6 +1215,7 @@ class LocalSandbox(Sandbox):
         self._alive()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        await self._close_forwards()
         async with self._lock:
             self._ready.clear()
             try:
@@ -1229,6 +1232,7 @@ class LocalSandbox(Sandbox):
 
     async def stop(self) -> None:
         self._stopped = True
+        await asyncio.shield(self._close_forwards())
         proc, self._proc = self._proc, None
         self._signal_keeper()
         if proc is not None and proc.returncode is None:
@@ -1471,6 +1475,21 @@ class LocalSandbox(Sandbox):
 
     async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
         await self._transfer(f"download of {source}", self._download, source, Path(dest), timeout=timeout)
+
+    async def forward_host_port(self, port: int) -> str:
+        if self.spec.allow_internet:
+            return f"http://127.0.0.1:{port}"  # the sandbox shares the host's network
+        await self._wait_ready(30)
+        self._alive()
+        assert self._child_pid is not None
+        forward = await forward_into_namespace(self._child_pid, port, enter_user=True)
+        self._forwards.append(forward)
+        return f"http://127.0.0.1:{forward.port}"
+
+    async def _close_forwards(self) -> None:
+        forwards, self._forwards = self._forwards, []
+        for forward in forwards:
+            await forward.close()
 
     async def expose(self, port: int) -> str:
         if not self.spec.allow_internet:

@@ -321,7 +321,7 @@ async def check_engine_errors(kit: _Kit) -> None:
 
 @contextlib.asynccontextmanager
 async def _started(kit: _Kit) -> AsyncIterator[Sandbox]:
-    sandbox = kit.provider.create(sandbox_spec(kit.task, f"harness-check-{secrets.token_hex(4)}", kit.harness_cls))
+    sandbox = kit.provider.create(sandbox_spec(kit.task, f"harness-check-{secrets.token_hex(4)}"))
     try:
         await asyncio.wait_for(sandbox.start(), 300)
         yield sandbox

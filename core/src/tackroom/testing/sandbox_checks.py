@@ -16,6 +16,8 @@ send traffic anywhere. Each check runs under its own time limit, so a hanging
 provider fails a check instead of hanging the test. A check that cannot apply
 to a sandbox reports ``skipped`` (with the reason), never ``passed``.
 
+``host_port_forward`` proves that an agent inside a sandbox without network
+reaches the one host port it was given (its policy) and no other.
 Three checks treat the sandbox as an adversary would: ``kill_processes``
 (background, ``setsid``-double-forked, ``nohup``'d and SIGTERM-ignoring writers
 all stop), ``planted_symlinks`` (links from inside the sandbox to host paths at
@@ -311,7 +313,7 @@ async def check_snapshot(sb: Sandbox, ctx: CheckContext) -> None:
 async def check_no_network(sb: Sandbox, ctx: CheckContext) -> None:
     """Without allow_internet the sandbox has no interface but loopback (nothing is sent anywhere)."""
     if ctx.spec.allow_internet:
-        return
+        raise SkipCheck("the spec allows internet")
     r = await sb.exec("tail -n +3 /proc/net/dev 2>/dev/null | cut -d: -f1 | tr -d ' '", timeout=30)
     source = "/proc/net/dev"
     names = r.stdout.split()
@@ -320,6 +322,43 @@ async def check_no_network(sb: Sandbox, ctx: CheckContext) -> None:
         source, names = "/sys/class/net", r.stdout.split()
     assert names, "could not list network interfaces (/proc/net/dev and /sys/class/net unreadable)"
     assert set(names) <= {"lo"}, f"network interfaces besides lo in {source}: {sorted(set(names) - {'lo'})}"
+
+
+async def _connect_and_read(sb: Sandbox, url_or_port: str | int) -> tuple[bool, str]:
+    port = str(url_or_port).rstrip("/").rsplit(":", 1)[-1]
+    r = await sb.exec(f"timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port} && head -c 64 <&3'", timeout=30)
+    return r.ok, r.stdout.strip()
+
+
+async def check_host_port_forward(sb: Sandbox, ctx: CheckContext) -> None:
+    """forward_host_port(p) reaches the host's 127.0.0.1:p from inside; without internet no other host port is
+    reachable; the forward ends with kill_processes() (the end of the agent's turn)."""
+    token = secrets.token_hex(8)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, what: str) -> None:
+        writer.write(f"{what}-{token}\n".encode())
+        await writer.drain()
+        writer.close()
+
+    wanted = await asyncio.start_server(lambda r, w: answer(r, w, "forwarded"), "127.0.0.1", 0)
+    other = await asyncio.start_server(lambda r, w: answer(r, w, "other"), "127.0.0.1", 0)
+    try:
+        try:
+            url = await sb.forward_host_port(wanted.sockets[0].getsockname()[1])
+        except NotImplementedError as exc:
+            raise SkipCheck(f"the sandbox cannot forward a host port: {exc}") from exc
+        assert url.startswith("http://127.0.0.1:"), f"forward_host_port returned {url!r}, not http://127.0.0.1:PORT"
+        ok, out = await _connect_and_read(sb, url)
+        assert ok and out == f"forwarded-{token}", f"the forwarded port {url} did not reach the host server: {out!r}"
+        if not ctx.spec.allow_internet:
+            ok, out = await _connect_and_read(sb, other.sockets[0].getsockname()[1])
+            assert not ok and token not in out, "a host port that was not forwarded is reachable from inside"
+            await sb.kill_processes(timeout=30)
+            ok, out = await _connect_and_read(sb, url)
+            assert token not in out, "the forward still reaches the host after kill_processes()"
+    finally:
+        for server in (wanted, other):
+            server.close()
 
 
 async def check_kill_processes(sb: Sandbox, ctx: CheckContext) -> None:
@@ -562,6 +601,7 @@ CHECKS: dict[str, Check] = {
     "missing_download": check_missing_download,
     "snapshot": check_snapshot,
     "no_network": check_no_network,
+    "host_port_forward": check_host_port_forward,
     "privileges": check_privileges,
     "planted_symlinks": check_planted_symlinks,
     "kill_processes": check_kill_processes,

@@ -15,7 +15,7 @@ from conftest import write_task
 from opencode_scripted_engine import Later, ScriptedEngineForTests, scripted_gateway, tool_call
 
 from tackroom import SandboxSpec, load_task
-from tackroom.builtins.local_sandbox import LocalSandboxProvider
+from tackroom.builtins.local_sandbox import LocalSandbox, LocalSandboxOptions, LocalSandboxProvider
 from tackroom_opencode.errors import (
     OpenCodeCrashError,
     OpenCodeModelError,
@@ -26,11 +26,12 @@ from tackroom_opencode.harness import OpenCodeHarness
 
 
 @contextlib.asynccontextmanager
-async def prepared(tmp_path, engine, *, timeout_sec=60, allow_internet=True, **options):
+async def prepared(tmp_path, engine, *, timeout_sec=60, allow_internet=False, sandbox_cls=None, **options):
     """A started local sandbox with OpenCode set up for a small task, and the gateway's policy for it."""
     task = load_task(write_task(tmp_path, "t", instruction="Say hi.", test_sh="exit 0\n", timeout_sec=timeout_sec))
     async with scripted_gateway(engine) as gateway:
-        sandbox = LocalSandboxProvider().create(SandboxSpec(name="opencode-failure", allow_internet=allow_internet))
+        spec = SandboxSpec(name="opencode-failure", allow_internet=allow_internet)
+        sandbox = sandbox_cls(spec, LocalSandboxOptions()) if sandbox_cls else LocalSandboxProvider().create(spec)
         await sandbox.start()
         try:
             harness = OpenCodeHarness(options)
@@ -114,9 +115,16 @@ async def test_context_exhaustion_is_the_models_failure(tmp_path, smollm2_tokeni
     assert info.value.error_class == "model" and info.value.trajectory.stop_reason == "context_exhausted"
 
 
-async def test_a_sandbox_without_the_network_says_how_to_reach_the_policy(tmp_path, smollm2_tokenizer, opencode_install):
+class NoForwardSandbox(LocalSandbox):
+    """A sandbox that cannot forward a host port into itself (as Modal and Daytona today)."""
+
+    async def forward_host_port(self, port):
+        raise NotImplementedError("no forwards here")
+
+
+async def test_a_sandbox_that_cannot_forward_the_relay_says_so(tmp_path, smollm2_tokenizer, opencode_install):
     engine = ScriptedEngineForTests(smollm2_tokenizer, default="hi")
-    async with prepared(tmp_path, engine, allow_internet=False) as (harness, sandbox, policy):
-        with pytest.raises(PolicyUnreachableError, match="agent_in_sandbox") as info:
+    async with prepared(tmp_path, engine, sandbox_cls=NoForwardSandbox) as (harness, sandbox, policy):
+        with pytest.raises(PolicyUnreachableError, match="cannot forward a host port into itself") as info:
             await harness.run("Say hi.", sandbox, policy)
     assert info.value.error_class == "infra" and engine.prompts == []

@@ -418,6 +418,41 @@ async def test_no_network_but_loopback(sandbox):
 
 
 @docker
+async def test_a_forwarded_host_port_is_the_only_way_out(sandbox):
+    """An agent_in_sandbox harness's agent (root in a --network none container) gets its policy's port and
+    nothing else: not another host port, not the forwarder's host side, and nothing after its turn."""
+
+    async def serve(what: bytes):
+        async def answer(reader, writer):
+            writer.write(what)
+            await writer.drain()
+            writer.close()
+
+        return await asyncio.start_server(answer, "127.0.0.1", 0)
+
+    policy, engine = await serve(b"policy\n"), await serve(b"engine\n")
+    try:
+        url = await sandbox.forward_host_port(policy.sockets[0].getsockname()[1])
+        inner = url.rsplit(":", 1)[1]
+
+        async def dial(port) -> str:
+            r = await sandbox.exec(f"timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port} && head -c 20 <&3'")
+            return r.stdout.strip() if r.ok else "refused"
+
+        assert await dial(inner) == "policy"
+        assert await dial(engine.sockets[0].getsockname()[1]) == "refused"
+        assert (await sh(sandbox, "ls /sys/class/net")).split() == ["lo"]
+        # A hostile agent can neither re-bind the forwarded port nor kill what serves it (it is not in the container).
+        r = await sandbox.exec(f"kill -9 -1; timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{inner} && head -c 20 <&3'")
+        assert "policy" in r.stdout, r
+        await sandbox.kill_processes()
+        assert await dial(inner) == "refused", "the forward outlived the agent's turn"
+    finally:
+        policy.close()
+        engine.close()
+
+
+@docker
 async def test_no_new_privileges_and_dropped_capabilities(sandbox):
     assert (await sh(sandbox, "grep NoNewPrivs /proc/self/status")).split() == ["NoNewPrivs:", "1"]
     # a setuid-root binary run by nobody stays nobody

@@ -23,8 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from pydantic import Field
-
-from tackroom import ConfigError, Harness, InfraError, Policy, PluginOptions, Sandbox, Task, Trajectory
+from tackroom import ConfigError, Harness, InfraError, PluginOptions, Policy, Sandbox, Task, Trajectory
 from tackroom.sandbox import SandboxError
 
 from tackroom_opencode.config import (
@@ -176,10 +175,11 @@ class OpenCodeHarness(Harness):
         if profile == "auto":
             profile = "compact" if context < self.options.compact_below_context else "full"
         async with ModelRelay(policy.base_url, max_calls=self.options.max_turns) as relay:
-            model, agent = self._settings(policy, relay.base_url, context, profile)
+            inside = await reach_relay(sandbox, relay, policy.base_url)
+            model, agent = self._settings(policy, inside, context, profile)
             await sandbox.write_file(self._path("opencode.json"), _json(build_config(model, agent)), timeout=60)
             await sandbox.write_file(self._path("run", "instruction.md"), instruction, timeout=60)
-            await check_reachable(sandbox, relay.base_url, policy.base_url)
+            await check_reachable(sandbox, inside, policy.base_url)
             ended = await self._run_opencode(sandbox, policy, relay, deadline)
         return await self._outcome(sandbox, instruction, policy, relay, ended, agent, profile, context)
 
@@ -408,6 +408,20 @@ async def served_context_length(policy: Policy, timeout: float = 15.0) -> int | 
     return int(value) if isinstance(value, int) and value > 0 else None
 
 
+async def reach_relay(sandbox: Sandbox, relay: ModelRelay, policy_url: str) -> str:
+    """The relay's base URL as seen from inside the sandbox: one forwarded host port, no host network."""
+    assert relay.port is not None
+    try:
+        url = await sandbox.forward_host_port(relay.port)
+    except NotImplementedError as exc:
+        raise PolicyUnreachableError(
+            f"OpenCode runs inside the sandbox and calls the policy {policy_url} through a relay on the host, but "
+            f"this sandbox cannot forward a host port into itself ({exc}). The local and docker sandboxes can; "
+            "remote sandboxes (Modal, Daytona) are not supported by this harness yet"
+        ) from exc
+    return f"{url.rstrip('/')}/v1"
+
+
 async def check_reachable(sandbox: Sandbox, base_url: str, policy_url: str, timeout: float = 10.0) -> None:
     """Fail fast, with the fix, when the sandbox cannot open a connection to ``base_url`` (the relay to the policy)."""
     parts = urlsplit(base_url)
@@ -419,8 +433,6 @@ async def check_reachable(sandbox: Sandbox, base_url: str, policy_url: str, time
         raise PolicyUnreachableError(
             f"OpenCode runs inside the sandbox but the sandbox cannot connect to the host at {host}:{port}, "
             f"where the harness relays its calls to the policy {policy_url} "
-            f"({(result.stderr or 'connection refused or timed out').strip()[-300:]}). The trial runtime gives "
-            "harnesses with the `agent_in_sandbox` capability a sandbox with the host network (local, docker); "
-            "when you start the sandbox yourself set SandboxSpec(allow_internet=True). Remote sandboxes (Modal, "
-            "Daytona) cannot reach the host's loopback and are not supported by this harness yet"
+            f"({(result.stderr or 'connection refused or timed out').strip()[-300:]}). Harnesses with the "
+            "`agent_in_sandbox` capability reach the host through Sandbox.forward_host_port (one port, no network)"
         )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import posixpath
 import re
 import secrets
@@ -15,13 +14,19 @@ from pathlib import Path
 from typing import Any
 
 from tackroom import (
+    CHECK_TRANSFER_PATH,
     ConfigError,
     ExecResult,
+    HostPortForward,
     Sandbox,
     SandboxError,
     SandboxPathError,
     SandboxSpec,
     SandboxTimeoutError,
+    forward_into_namespace,
+    transfer_check_error,
+    transfer_check_stdin,
+    upload_directories,
 )
 from tackroom.sandbox import DEFAULT_EXEC_TIMEOUT, check_relative_inside
 
@@ -40,39 +45,6 @@ EXEC_MARKER_ENV = "TACKROOM_EXEC_ID"
 # set to ignore. `docker stop` still ends it at once: the container's stop signal is SIGKILL, sent from outside.
 KEEPALIVE = 'trap "" INT TERM HUP QUIT; while :; do sleep 86400 & wait $!; done'
 
-# Run as root before a transfer (args: file|dir (an upload of one) or down, then the absolute path). Every
-# existing component above the path must be a real directory, not a link; an upload replaces a link or special
-# file at the path itself, a download refuses one. A directory upload reads the directories of its tree (relative,
-# parents first, one a line) on stdin and replaces what is not a directory at their places (`docker cp` would
-# refuse to, and it replaces files and links by itself). Exit 3: a link or special file; 4: a component that is
-# not a directory; 6: a file upload over a directory; 7: a directory upload over a file.
-CHECK_PATH = r"""
-mode=$1; target=$2; cur=; rest=${target#/}
-while [ -n "$rest" ]; do
-    case $rest in */*) c=${rest%%/*}; rest=${rest#*/} ;; *) c=$rest; rest= ;; esac
-    cur=$cur/$c
-    if [ -L "$cur" ]; then
-        if [ "$mode" != down ] && [ -z "$rest" ]; then rm -f -- "$cur" || exit 5; exit 0; fi
-        printf 'link %s\n' "$cur"; exit 3
-    fi
-    [ -e "$cur" ] || exit 0
-    if [ -n "$rest" ] && [ ! -d "$cur" ]; then printf 'notdir %s\n' "$cur"; exit 4; fi
-done
-if [ -d "$target" ] && [ "$mode" = dir ]; then
-    while IFS= read -r rel; do
-        d=$target/$rel
-        if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -f -- "$d" || exit 5; fi
-    done
-    exit 0
-fi
-if [ -d "$target" ]; then [ "$mode" = file ] && exit 6; exit 0; fi
-if [ -f "$target" ]; then [ "$mode" = dir ] && exit 7; exit 0; fi
-if [ -e "$target" ]; then
-    if [ "$mode" = down ]; then printf 'special %s\n' "$target"; exit 3; fi
-    rm -f -- "$target" || exit 5
-fi
-exit 0
-"""
 
 # kill_processes(): args: "init" when PID 1 is docker-init (the keeper is then its oldest child), or "keeper";
 # then the seconds to keep confirming. Builtins only until the kill, so it works with the pids limit exhausted.
@@ -175,6 +147,7 @@ class DockerSandbox(Sandbox):
         self._stopped = False
         self._stop_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._forwards: list[HostPortForward] = []
 
     # -- lifecycle ------------------------------------------------------------------
     async def start(self) -> None:
@@ -256,6 +229,7 @@ class DockerSandbox(Sandbox):
     async def stop(self) -> None:
         """Remove the container (``docker rm -f``: no grace period); idempotent and shielded from cancellation."""
         self._stopped = True
+        await asyncio.shield(self._close_forwards())
         if not self._run_attempted:
             return
         if self._stop_task is None or _failed(self._stop_task):
@@ -387,6 +361,7 @@ class DockerSandbox(Sandbox):
         stopped with ``kill -STOP -1`` first, then killed one by one.
         """
         self._require_started()
+        await self._close_forwards()
         mode = "init" if self.options.init else "keeper"
         confirm_s = str(max(1, int(timeout) - 1))
         deadline = time.monotonic() + timeout
@@ -437,36 +412,23 @@ class DockerSandbox(Sandbox):
         return check_relative_inside(path if path.startswith("/") else posixpath.join(self.workdir, path))
 
     async def _check_path(self, mode: str, path: str, timeout: float, tree: list[str] | None = None) -> None:
-        """Refuse a transfer through a link (see ``CHECK_PATH``); an upload replaces a link at the path itself
-        and, uploading a directory, at the places of the ``tree``'s directories."""
-        stdin = "".join(f"{rel}\n" for rel in tree or [] if "\n" not in rel).encode() if mode == "dir" else None
+        """Refuse a transfer through a link (see :data:`tackroom.CHECK_TRANSFER_PATH`); an upload replaces a link
+        at the path itself and, uploading a directory, at the places of the ``tree``'s directories."""
+        stdin = transfer_check_stdin(tree) if mode == "dir" else None
         result = await self._root_exec(
-            CHECK_PATH, mode, path, timeout=min(timeout, self.options.cli_timeout_sec), stdin=stdin
+            CHECK_TRANSFER_PATH, mode, path, timeout=min(timeout, self.options.cli_timeout_sec), stdin=stdin
         )
-        code, said = result.returncode, (result.out.strip() or result.err)
-        if code == 0:
+        error = transfer_check_error(result.returncode, result.out.strip() or result.err, path)
+        if error is None:
             return
-        if code in (3, 4):
-            kind, _, culprit = said.partition(" ")
-            if kind == "link":
-                error = SandboxPathError(
-                    f"{path}: {culprit} is a symbolic link in the sandbox; transfers do not follow links "
-                    "(name the real path, or remove the link)"
-                )
-            elif kind == "special":
-                error = SandboxPathError(f"{path} is not a regular file or directory; it is not downloaded")
-            else:
-                error = SandboxPathError(f"{path}: {culprit} is not a directory")
-            if culprit and await self._made_during_trial(culprit):
-                # Not the image's layout: planted while the trial ran. A refused transfer of the grader must
-                # not spare the agent its grade (a `task` error would drop the trial), so it is the model's.
-                error.error_class = "model"
-                error.args = (f"{error.args[0]}; it was made during the trial, not by the image",)
+        culprit = getattr(error, "culprit", None)
+        if culprit and await self._made_during_trial(culprit):
+            # Not the image's layout: planted while the trial ran. A refused transfer of the grader must
+            # not spare the agent its grade (a `task` error would drop the trial), so it is the model's.
+            error.error_class = "model"
+            error.args = (f"{error.args[0]}; it was made during the trial, not by the image",)
+        if isinstance(error, SandboxPathError | IsADirectoryError | NotADirectoryError):
             raise error
-        if code == 6:
-            raise IsADirectoryError(f"{path} is a directory in the sandbox; cannot upload a file over it")
-        if code == 7:
-            raise NotADirectoryError(f"{path} is a file in the sandbox; cannot upload a directory over it")
         await self._raise_if_gone_or(result, f"could not check {path} before a transfer")
 
     async def _made_during_trial(self, path: str) -> bool:
@@ -491,7 +453,7 @@ class DockerSandbox(Sandbox):
         self._require_started()
         archive = await asyncio.to_thread(pack_upload, source, full)
         if source.is_dir():
-            await self._check_path("dir", full, timeout, tree=await asyncio.to_thread(_directories, source))
+            await self._check_path("dir", full, timeout, tree=await asyncio.to_thread(upload_directories, source))
         else:
             await self._check_path("file", full, timeout)
         # `docker cp` also works on a stopped container; the state, asked alongside, tells us it died.
@@ -554,6 +516,30 @@ class DockerSandbox(Sandbox):
         await self._raise_if_gone(failed)
         raise SandboxError(f"{message}: {failed.describe()}")
 
+    async def forward_host_port(self, port: int) -> str:
+        """The host network shares the port as it is; under ``--network none`` a forward opened in the
+        container's network namespace (see :mod:`tackroom.host_forward`; it needs tackroom to run as root,
+        as the docker engine does) reaches that one host port and nothing else."""
+        self._require_started()
+        if self.network == "host":
+            return f"http://127.0.0.1:{port}"
+        if self.network != "none":
+            raise SandboxError(f"forwarding a host port into a container on network {self.network!r} is not "
+                               'supported; use network_mode = "none" (the default) or "host"')
+        result = await self.cli.run(["inspect", "--format", "{{.State.Pid}}", self.name],
+                                    timeout=self.options.cli_timeout_sec)
+        pid = result.out.strip()
+        if not result.ok or not pid.isdigit() or pid == "0":
+            raise SandboxError(f"could not find the process of container {self.name}: {result.describe()}")
+        forward = await forward_into_namespace(int(pid), port, enter_user=False)
+        self._forwards.append(forward)
+        return f"http://127.0.0.1:{forward.port}"
+
+    async def _close_forwards(self) -> None:
+        forwards, self._forwards = self._forwards, []
+        for forward in forwards:
+            await forward.close()
+
     async def expose(self, port: int) -> str:
         """``http://127.0.0.1:PORT`` with host networking; unreachable under ``--network none``."""
         self._require_started()
@@ -579,14 +565,6 @@ def _missing_workdir(result: CallResult) -> bool:
     text = result.err + result.out
     return "chdir to cwd" in text and "no such file or directory" in text.lower()
 
-
-def _directories(root: Path) -> list[str]:
-    """The directories below ``root``, relative, parents first (as ``docker cp`` creates them)."""
-    found = []
-    for here, dirs, _ in os.walk(root):
-        dirs.sort()
-        found += [os.path.relpath(os.path.join(here, d), root) for d in dirs if not os.path.islink(os.path.join(here, d))]
-    return found
 
 
 def _resource_error(result: CallResult) -> bool:

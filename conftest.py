@@ -24,7 +24,7 @@ def engine_url() -> str:
     url = os.environ.get("TACKROOM_ENGINE_URL")
     if url:
         return url.rstrip("/")
-    from tackroom.model.engine import running_engine_url
+    from tackroom_engine import running_engine_url
 
     url = running_engine_url()
     if url:

@@ -23,13 +23,12 @@ def test_every_first_party_cache_follows_tackroom_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("TACKROOM_CACHE", str(tmp_path))
     monkeypatch.delenv("TACKROOM_TINKER_SERVER_DIR", raising=False)
     found = {}
-    from tackroom.model import engine
     from tackroom.model.tokenizers import tokenizers_dir
 
-    found["engine venv"] = engine.venv_dir()
-    found["models"] = engine.model_dir()
     found["tokenizers"] = tokenizers_dir()
     for label, module, attr in (
+        ("engine venv", "tackroom_engine", "venv_dir"),
+        ("models", "tackroom_engine", "model_dir"),
         ("docker base images", "tackroom_docker.base_images", "cache_dir"),
         ("tinker server", "tackroom_skyrl.tinker.server", "server_dir"),
         ("opencode", "tackroom_opencode.install", "default_cache_dir"),

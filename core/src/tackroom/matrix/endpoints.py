@@ -39,8 +39,8 @@ def _fix(model: ModelConfig) -> str:
 
 def _local_engine_url() -> str | None:
     try:
-        from tackroom.model.engine import running_engine_url
-    except ImportError:  # pragma: no cover - the engine module ships with core
+        from tackroom_engine import running_engine_url
+    except ImportError:  # the engine is its own distribution (tackroom-engine); not installed: no hint
         return None
     try:
         return running_engine_url()

@@ -1,4 +1,4 @@
-"""Models tackroom runs out of the box: their tokenizers (and, later, the local engine)."""
+"""The tokenizers of the models tackroom runs out of the box (the local engine is the tackroom-engine package)."""
 
 from tackroom.model.tokenizers import (
     KNOWN_TOKENIZERS,

@@ -375,3 +375,13 @@ async def test_endpoint_answers_503_when_the_sampler_hangs(tokenizer) -> None:
                 await client.complete({"prompt": [1, 2], "max_tokens": 2})
         finally:
             await client.aclose()
+
+
+def test_smollm2_is_the_folder_the_engine_converts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TACKROOM_CACHE", str(tmp_path))
+    with pytest.raises(ConfigError, match="tackroom model up"):
+        resolve_base_model("smollm2")
+    folder = tmp_path / "models" / "SmolLM2-135M-Instruct"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    assert resolve_base_model("smollm2") == resolve_base_model("HuggingFaceTB/SmolLM2-135M-Instruct") == str(folder)

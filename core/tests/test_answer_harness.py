@@ -12,8 +12,8 @@ import tackroom
 from tackroom.builtins.answer_harness import AnswerEndpointError, AnswerHarness, AnswerModelError
 from tackroom.builtins.local_sandbox import LocalSandboxProvider
 from tackroom.builtins.test_script_verifier import TestScriptVerifier
-from tackroom.cli.run_cmd import wants_gateway
-from tackroom.config import RunConfig, instantiate
+from tackroom.config import PolicyConfig, instantiate
+from tackroom.policy_routing import wants_gateway
 from tackroom.runtime import TrialPlugins, TrialRuntime
 from tackroom.sandbox import SandboxSpec
 from tackroom.testing import (
@@ -74,7 +74,7 @@ def test_answer_is_a_registered_builtin_and_speaks_only_chat():
     assert entry.reference == "tackroom.builtins.answer_harness:AnswerHarness"
     assert AnswerHarness.capabilities == {"needs_policy", "chat"}
     # chat-only: `tackroom run` routes it through the policy gateway (exact token ids)
-    assert wants_gateway(RunConfig.model_validate({"policy": {"base_url": "http://x/v1"}}), AnswerHarness)
+    assert wants_gateway(PolicyConfig(base_url="http://x/v1"), AnswerHarness)
 
 
 def test_a_wrong_option_name_lists_the_options():

@@ -7,8 +7,9 @@ import httpx
 import pytest
 
 import tackroom
-from tackroom.cli.run_cmd import run_config, wants_gateway
-from tackroom.config import RunConfig
+from tackroom.cli.run_cmd import run_config
+from tackroom.config import PolicyConfig, RunConfig
+from tackroom.policy_routing import policy_routing, wants_gateway
 
 
 class OneChatHarness(tackroom.Harness):
@@ -47,12 +48,18 @@ def task_dir(tmp_path):
 
 
 def test_wants_gateway_follows_capability_and_override():
-    cfg = RunConfig.model_validate({"policy": {"base_url": "http://x/v1"}})
-    assert wants_gateway(cfg, OneChatHarness) is True
-    assert wants_gateway(cfg, tackroom.Harness) is False
-    cfg.policy.gateway = False
-    assert wants_gateway(cfg, OneChatHarness) is False
-    assert wants_gateway(RunConfig(), OneChatHarness) is False
+    policy = PolicyConfig(base_url="http://x/v1")
+    assert wants_gateway(policy, OneChatHarness) is True
+    assert wants_gateway(policy, tackroom.Harness) is False
+    policy.gateway = False
+    assert wants_gateway(policy, OneChatHarness) is False
+
+
+async def test_no_endpoint_or_a_direct_harness_routes_nothing():
+    plugins = types.SimpleNamespace(policy_for=None)
+    for policy, harness in ((PolicyConfig(), OneChatHarness), (PolicyConfig(base_url="http://x/v1"), tackroom.Harness)):
+        async with policy_routing(policy, harness, plugins):
+            assert plugins.policy_for is None  # no gateway started: trials get the policy as configured
 
 
 @pytest.mark.engine

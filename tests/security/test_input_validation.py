@@ -18,7 +18,7 @@ import pytest
 
 from tackroom import ConfigError, RunConfig, TaskError, load_dataset, load_run_config, load_task
 from tackroom.cli.run_cmd import claim_run_dir, run_config
-from tackroom.matrix import load_matrix_config, parse_matrix_config, run_matrix
+from tackroom_matrix import load_matrix_config, parse_matrix_config, run_matrix
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 

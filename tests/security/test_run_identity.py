@@ -21,7 +21,7 @@ import pytest
 
 from tackroom import ConfigError, RunConfig, load_dataset, load_task
 from tackroom.cli.run_cmd import claim_run_dir, run_config
-from tackroom.matrix import parse_matrix_config, run_matrix
+from tackroom_matrix import parse_matrix_config, run_matrix
 from tackroom.task import task_source_hash
 from tackroom.trial import Trial, label_part
 

@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from tackroom.config import PolicyConfig, RunConfig
-from tackroom.matrix.config import ModelConfig
+from tackroom_matrix.config import ModelConfig
 from tackroom.policy import Policy, redact, redact_url
 from tackroom.testing import ScriptedChatServerForTests, ScriptedReply
 from tackroom_rubric_judge.testing import MisbehavingJudgeServerForTests

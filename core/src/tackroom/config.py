@@ -190,14 +190,20 @@ class PolicyConfig(BaseModel):
 
     def resolved_api_key(self) -> str:
         """The key to send: ``$api_key_env`` when named (it must be set), else ``api_key``."""
-        if self.api_key_env is not None:
-            value = os.environ.get(self.api_key_env)
-            if not value:
-                raise ConfigError(f"policy.api_key_env: environment variable {self.api_key_env} is not set; "
-                                  "export it or put api_key in the config")
-            register_secret(value)
-            return value
-        return self.api_key.get_secret_value()
+        return resolve_api_key(self.api_key, self.api_key_env, where="policy.api_key_env")
+
+
+def resolve_api_key(api_key: SecretStr | None, api_key_env: str | None, *, where: str) -> str:
+    """An endpoint's key: ``$api_key_env`` when named (it must be set; ``where`` names the setting in the
+    error), else ``api_key``, else ``EMPTY``. A key read from the environment is redacted from then on."""
+    if api_key_env is not None:
+        value = os.environ.get(api_key_env)
+        if not value:
+            raise ConfigError(f"{where}: environment variable {api_key_env} is not set; "
+                              "export it or put api_key in the config")
+        register_secret(value)
+        return value
+    return api_key.get_secret_value() if api_key is not None else "EMPTY"
 
 
 class RuntimeConfig(BaseModel):

@@ -12,9 +12,7 @@ random suffix, so two runs started in the same second never share a folder.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -27,6 +25,7 @@ from tackroom.cli.app import app, console, err_console, fail
 from tackroom.config import PluginSelection, RunConfig, instantiate, load_run_config, with_overrides
 from tackroom.errors import ConfigError
 from tackroom.policy import Policy, redact, redact_url
+from tackroom.policy_routing import policy_routing, wants_gateway
 from tackroom.run_dirs import (
     claim_run_dir,
     fingerprint_changes,
@@ -128,7 +127,7 @@ async def run_config(config: RunConfig, *, progress: bool = True, run_id: str | 
     ]
     unique_trials([t for t, _, _ in trials])
     fingerprint = run_fingerprint(config, harness, sandbox, verifier, plugins.label, policy, dataset.tasks,
-                                  wants_gateway(config, type(harness)))
+                                  wants_gateway(config.policy, type(harness)))
     run_dir = claim_run_dir(config.runtime.out, run_id or config.runtime.run_id, force_new=force_new)
     check_and_record(run_dir, config, fingerprint)
     runtime = TrialRuntime(
@@ -137,39 +136,9 @@ async def run_config(config: RunConfig, *, progress: bool = True, run_id: str | 
         retry_backoff_sec=config.runtime.retry_backoff_sec, progress=progress, console=err_console,
         executor=config.runtime.executor, executor_options=config.runtime.ray,
     )
-    async with policy_routing(config, type(harness), plugins):
+    async with policy_routing(config.policy, type(harness), plugins):
         results = await runtime.run_all(trials)
     return run_dir, results, dataset.failures
-
-
-def wants_gateway(config: RunConfig, harness_cls: type) -> bool:
-    """Chat-only harnesses go through the policy gateway (exact tokens) unless ``[policy] gateway = false``."""
-    if config.policy.base_url is None:
-        return False
-    if config.policy.gateway is not None:
-        return config.policy.gateway
-    return "chat" in harness_cls.capabilities
-
-
-@contextlib.asynccontextmanager
-async def policy_routing(config: RunConfig, harness_cls: type, plugins: Any) -> AsyncIterator[None]:
-    """Start one policy gateway for the run when the harness needs it, and route each trial through a session."""
-    if not wants_gateway(config, harness_cls):
-        yield
-        return
-    from tackroom.gateway.engine_client import EngineSettings
-    from tackroom.gateway.server import GatewaySettings, PolicyGateway
-    from tackroom.gateway.trial_sessions import GatewaySessions
-
-    p = config.policy
-    settings = GatewaySettings(
-        engine=EngineSettings(base_url=p.base_url, model=None if p.model == "default" else p.model,
-                              api_key=p.resolved_api_key()),
-        tokenizer=p.tokenizer or "smollm2",
-    )
-    async with PolicyGateway(settings) as gateway:
-        plugins.policy_for = GatewaySessions(gateway, sampling=p.sampling, label=p.label)
-        yield
 
 
 RUN_FLAGS = {

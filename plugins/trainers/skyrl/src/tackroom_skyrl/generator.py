@@ -23,6 +23,7 @@ from typing import Any
 from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, GeneratorOutput, TrajectoryID
 
 from tackroom import ConfigError, Policy, Task, Trajectory, instantiate, load_task
+from tackroom.policy_routing import policy_gateway, wants_gateway
 from tackroom.runtime import TrialPlugins, TrialRuntime
 from tackroom.trial import Trial, TrialResult
 
@@ -109,9 +110,7 @@ class TackroomGenerator(GeneratorInterface):
     # -- routing ----------------------------------------------------------------------
     @property
     def uses_gateway(self) -> bool:
-        if self.config.policy.gateway is not None:
-            return self.config.policy.gateway
-        return "chat" in type(self.harness).capabilities
+        return wants_gateway(self.config.policy, type(self.harness))
 
     async def _ensure_gateway(self) -> Any:
         if not self.uses_gateway or self._gateway is not None:
@@ -122,18 +121,12 @@ class TackroomGenerator(GeneratorInterface):
         return self._gateway
 
     async def _start_gateway(self) -> None:
-        from tackroom.gateway.engine_client import EngineSettings
-        from tackroom.gateway.server import GatewaySettings, PolicyGateway
-
         # never a default vocabulary: the wrong tokenizer would corrupt every token id silently
         tokenizer = self.config.policy.tokenizer or self.config.model.tokenizer or self.config.model.path
-        settings = GatewaySettings(
-            engine=EngineSettings(base_url=self.base_url, model=None if self.model == "default" else self.model,
-                                  api_key=self.config.policy.resolved_api_key()),
-            tokenizer=tokenizer,
-        )
+        gateway = policy_gateway(base_url=self.base_url, model=self.model,
+                                 api_key=self.config.policy.resolved_api_key(), tokenizer=tokenizer)
         stack = contextlib.AsyncExitStack()
-        self._gateway = await stack.enter_async_context(PolicyGateway(settings))
+        self._gateway = await stack.enter_async_context(gateway)
         self._gateway_stack = stack
 
     async def aclose(self) -> None:

@@ -15,10 +15,11 @@ import httpx
 import pytest
 
 import tackroom
-from tackroom.matrix.config import MatrixConfig, ResolvedRow
-from tackroom.matrix.runner import MatrixOutcome
-from tackroom.matrix.stats import cell_stats
 from tackroom.trial import TrialErrorInfo, TrialResult
+
+from tackroom_matrix.config import MatrixConfig, ResolvedRow
+from tackroom_matrix.runner import MatrixOutcome
+from tackroom_matrix.stats import cell_stats
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

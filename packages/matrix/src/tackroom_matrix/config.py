@@ -40,7 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-from tackroom.config import PluginSelection, RuntimeConfig, read_toml, validate
+from tackroom.config import PluginSelection, PolicyConfig, RuntimeConfig, read_toml, resolve_api_key, validate
 from tackroom.errors import ConfigError, PluginNotFoundError
 from tackroom.policy import Policy, redact, redact_url, register_secret, register_secrets_in, register_url_secrets
 from tackroom.trial import slug
@@ -105,14 +105,7 @@ class ModelConfig(BaseModel):
         return self.litellm or self.model
 
     def resolved_api_key(self) -> str:
-        if self.api_key_env is not None:
-            value = os.environ.get(self.api_key_env)
-            if not value:
-                raise ConfigError(f"model {self.label!r}: environment variable {self.api_key_env} (api_key_env) "
-                                  "is not set; export it or put api_key in the config")
-            register_secret(value)
-            return value
-        return self.api_key.get_secret_value() if self.api_key is not None else "EMPTY"
+        return resolve_api_key(self.api_key, self.api_key_env, where=f"model {self.label!r}: api_key_env")
 
     def policy(self, served: str) -> Policy:
         """The :class:`Policy` trials of this column receive (``served``: the model name at the endpoint)."""
@@ -120,13 +113,11 @@ class ModelConfig(BaseModel):
                       token_ids=self.token_ids, tokenizer=self.tokenizer, sampling=dict(self.sampling),
                       label=self.label)
 
-    def run_config(self, served: str) -> Any:
-        """This model as a ``tackroom run`` config's ``[policy]``, for the policy routing `tackroom run` uses."""
-        from tackroom.config import PolicyConfig, RunConfig
-
-        return RunConfig(policy=PolicyConfig(
-            base_url=self.endpoint, model=served, api_key=self.resolved_api_key(), tokenizer=self.tokenizer,
-            sampling=dict(self.sampling), label=self.label, gateway=self.gateway))
+    def policy_config(self, served: str) -> PolicyConfig:
+        """This model as a ``tackroom run`` ``[policy]``, for the policy routing `tackroom run` uses."""
+        return PolicyConfig(base_url=self.endpoint, model=served, api_key=self.resolved_api_key(),
+                            tokenizer=self.tokenizer, sampling=dict(self.sampling), label=self.label,
+                            gateway=self.gateway)
 
     def identity(self) -> dict[str, Any]:
         """What must not change under one label between a run and its resumption (credentials masked:

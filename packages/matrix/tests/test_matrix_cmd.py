@@ -10,9 +10,15 @@ import sys
 from .conftest import EXAMPLES, closed_port, painted, screenshot
 
 
-def tackroom(*args, cwd=None):
+def tackroom(*args, cwd=None, env=None):
     return subprocess.run([sys.executable, "-m", "tackroom.cli.main", *args], capture_output=True, text=True,
-                          timeout=600, cwd=cwd, env={**os.environ, "COLUMNS": "160"})
+                          timeout=600, cwd=cwd, env={**os.environ, "COLUMNS": "160", **(env or {})})
+
+
+def test_the_command_comes_from_the_package_not_from_core():
+    assert tackroom("matrix", "--help").returncode == 0
+    without = tackroom("matrix", "--help", env={"TACKROOM_BLOCK_PLUGINS": "tackroom-matrix"})
+    assert without.returncode != 0 and "No such command 'matrix'" in without.stderr
 
 
 def test_the_demo_config_runs_and_writes_every_report(tmp_path, chromium):

@@ -10,9 +10,9 @@ import re
 import pytest
 from rich.console import Console
 
-from tackroom.matrix import build_report, write_reports
-from tackroom.matrix.charts import nice_axis
-from tackroom.matrix.report import print_report
+from tackroom_matrix import build_report, write_reports
+from tackroom_matrix.charts import nice_axis
+from tackroom_matrix.report import print_report
 
 from .conftest import painted, sample_outcome, screenshot
 

@@ -8,7 +8,8 @@ import httpx
 from pydantic import BaseModel, Field
 
 from tackroom.errors import ConfigError, InfraError
-from tackroom.matrix.config import ModelConfig
+
+from tackroom_matrix.config import ModelConfig
 
 
 class EndpointUnreachableError(InfraError):

@@ -9,9 +9,10 @@ from jinja2 import Environment, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
 from tackroom import __version__
-from tackroom.matrix.charts import Bar, colour, grouped_hbars, hbars, nice_axis, transfer_chart
-from tackroom.matrix.report import MatrixReport, cell_id, fmt, fmt_pm, pct
-from tackroom.matrix.stats import RATIO_METRICS, CellStats
+
+from tackroom_matrix.charts import Bar, colour, grouped_hbars, hbars, nice_axis, transfer_chart
+from tackroom_matrix.report import MatrixReport, cell_id, fmt, fmt_pm, pct
+from tackroom_matrix.stats import RATIO_METRICS, CellStats
 
 BEHAVIOUR_ORDER = ["turns", "assistant_tokens_per_turn", "tool_call_success_rate", "code_execution_share"]
 BEHAVIOUR_TITLES = {
@@ -130,5 +131,5 @@ def render_html(report: MatrixReport) -> str:
     """The whole page as one string."""
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True), undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True)
-    template = env.from_string(files("tackroom.matrix").joinpath("report.html.j2").read_text(encoding="utf-8"))
+    template = env.from_string(files("tackroom_matrix").joinpath("report.html.j2").read_text(encoding="utf-8"))
     return template.render(**_context(report))

@@ -14,8 +14,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tackroom.matrix.stats import ERROR_CLASSES, CellStats
 from tackroom.policy import redact
+
+from tackroom_matrix.stats import ERROR_CLASSES, CellStats
 
 REPORT_FILES = ("matrix.json", "matrix.csv", "report.html")
 
@@ -133,7 +134,7 @@ def transfer_rows(cells: list[CellStats], pairs: list[tuple[str, str]]) -> list[
 
 
 def build_report(outcome: Any) -> MatrixReport:
-    """Turn a :class:`~tackroom.matrix.runner.MatrixOutcome` into the report data model."""
+    """Turn a :class:`~tackroom_matrix.runner.MatrixOutcome` into the report data model."""
     config = outcome.config
     cells: list[CellStats] = outcome.cells
     models = []
@@ -268,7 +269,7 @@ def print_report(report: MatrixReport, console: Console) -> None:
 
 def write_reports(report: MatrixReport, directory: str | Path) -> dict[str, Path]:
     """Write matrix.json, matrix.csv and report.html into ``directory``; returns their paths."""
-    from tackroom.matrix.html import render_html
+    from tackroom_matrix.html import render_html
 
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)

@@ -24,15 +24,18 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tackroom.config import PolicyConfig
 from tackroom.errors import ConfigError
 from tackroom.manager import PluginManager, get_plugin_manager
-from tackroom.matrix.config import MatrixConfig, ResolvedRow, resolve_plugins
-from tackroom.matrix.endpoints import EndpointStatus, EndpointUnreachableError, probe_all
-from tackroom.matrix.stats import CellStats, cell_stats
 from tackroom.policy import redact
+from tackroom.policy_routing import policy_routing
 from tackroom.runtime import TrialPlugins, TrialRuntime
 from tackroom.task import Task, TaskLoadFailure, load_dataset
 from tackroom.trial import Trial, TrialResult
+
+from tackroom_matrix.config import MatrixConfig, ResolvedRow, resolve_plugins
+from tackroom_matrix.endpoints import EndpointStatus, EndpointUnreachableError, probe_all
+from tackroom_matrix.stats import CellStats, cell_stats
 
 IDENTITY_FILE = "matrix.config.json"
 
@@ -47,8 +50,8 @@ class PlannedCell:
     status: str = "ok"
     detail: str | None = None
     trials: list[tuple[Trial, Task]] = field(default_factory=list)
-    routing: Any = None
-    """The model as a RunConfig, for the gateway routing of chat-only harnesses (None: no model)."""
+    routing: PolicyConfig | None = None
+    """The model as a ``[policy]``, for the gateway routing of chat-only harnesses (None: no model)."""
 
     @property
     def key(self) -> tuple[str | None, str]:
@@ -164,7 +167,7 @@ def plan_cells(config: MatrixConfig, rows: list[ResolvedRow], sandbox: Any, veri
                     cell_status, detail = "unreachable", status.problem if status else "not probed"
                 else:
                     served = status.model or model.served_name or "default"
-                    policy, routing = model.policy(served), model.run_config(served)
+                    policy, routing = model.policy(served), model.policy_config(served)
             plugins = TrialPlugins(row.cls, row.options, sandbox, type(verifier), verifier.options,
                                    policy=policy, harness_label=row.label)
             cell = PlannedCell(label, row, plugins, cell_status, detail, routing=routing)
@@ -302,8 +305,6 @@ async def run_matrix(
         teardown_timeout_sec=config.runtime.teardown_timeout_sec, retry_backoff_sec=config.runtime.retry_backoff_sec,
         manager=manager, progress=False, console=console, **executor_args,
     )
-    from tackroom.cli.run_cmd import policy_routing  # the routing `tackroom run` uses; one gateway per cell
-
     async with contextlib.AsyncExitStack() as stack:
         for cell in cells:  # chat-only harnesses talk to their model through a policy gateway, as in `tackroom run`
             if cell.status == "ok" and cell.routing is not None:

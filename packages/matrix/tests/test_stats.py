@@ -8,8 +8,9 @@ from math import isclose
 
 import pytest
 
-from tackroom.matrix.stats import cell_stats, pass_at_k
 from tackroom.trial import TrialErrorInfo, TrialResult
+
+from tackroom_matrix.stats import cell_stats, pass_at_k
 
 
 def result(task: str, p: int, reward: float | None, *, error: str | None = None, domain: str = "d",

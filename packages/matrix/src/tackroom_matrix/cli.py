@@ -1,4 +1,4 @@
-"""``tackroom matrix``: the cross-harness evaluation matrix."""
+"""``tackroom matrix CONFIG.toml``: the cross-harness evaluation matrix (added through the ``tackroom_commands`` hook)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,7 @@ from typing import Any
 
 import typer
 
-from tackroom.cli.app import app, console, err_console
 
-
-@app.command("matrix")
 def matrix(
     config_file: Path = typer.Argument(..., help="A matrix config TOML (see examples/matrix/demo.toml)."),
     out: str = typer.Option(None, "--out", help="Runs directory (default: the config's runtime.out, else runs)."),
@@ -24,10 +21,13 @@ def matrix(
                                    "run, start a new one beside it (<run-id>-<time>-<random>)."),
 ) -> None:
     """Run every (model, harness, task, pass) trial and write matrix.json, matrix.csv and report.html."""
-    from tackroom.config import with_overrides
-    from tackroom.matrix import build_report, load_matrix_config, run_matrix, write_reports
-    from tackroom.matrix.report import print_report
+    from rich.console import Console
 
+    from tackroom.config import with_overrides
+    from tackroom_matrix import build_report, load_matrix_config, run_matrix, write_reports
+    from tackroom_matrix.report import print_report
+
+    console, err_console = Console(), Console(stderr=True)
     config = load_matrix_config(config_file)
     overrides: dict[str, Any] = {}
     if require_models:
@@ -51,3 +51,7 @@ def matrix(
     print_report(report, console)
     console.print(f"report: [bold]{paths['report.html']}[/]  (data: matrix.json, matrix.csv beside it)",
                   highlight=False, soft_wrap=True)
+
+
+def add_matrix_command(app: Any) -> None:
+    app.command("matrix")(matrix)

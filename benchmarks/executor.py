@@ -33,9 +33,10 @@ from typing import Any
 
 import tackroom
 from tackroom.builtins.oracle_harness import OracleHarness, OracleOptions
-from tackroom.executors import Executor, RayOptions, make_executor
+from tackroom.executors import Executor, make_executor
 from tackroom.runtime import TrialPlugins, TrialRuntime
 from tackroom.trial import Trial
+from tackroom_ray import RayOptions  # the ray executor's package (packages/ray)
 
 
 class BusyOptions(OracleOptions):

@@ -6,12 +6,21 @@ import math
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from tackroom.errors import ConfigError, PluginNotFoundError
-from tackroom.executors.options import RayOptions
 from tackroom.plugin import Plugin, PluginKind
 from tackroom.policy import register_secret, register_secrets_in, register_url_secrets
 
@@ -207,21 +216,64 @@ def resolve_api_key(api_key: SecretStr | None, api_key_env: str | None, *, where
 
 
 class RuntimeConfig(BaseModel):
-    """``[runtime]``: how trials are run."""
+    """``[runtime]``: how trials are run.
 
-    model_config = ConfigDict(extra="forbid")
+    ``executor`` names a registered executor (``tackroom_executors`` hook);
+    a ``[runtime.<executor>]`` table holds that executor's options and is
+    validated by the options model it was registered with. Tables of
+    executors other than the selected one are validated too, and kept.
+    """
+
+    model_config = ConfigDict(extra="allow")
 
     attempts: int = Field(default=3, ge=1, strict=True)
     concurrency: int = Field(default=4, ge=1, strict=True)
     out: str = "runs"
     run_id: RunId | None = None
     """A plain folder name under ``out`` (no path separators, no ``..``); default: a fresh, unique one."""
-    executor: Literal["asyncio", "ray"] = "asyncio"
-    """Where attempts run: in this process (``asyncio``) or each as a Ray task (``ray``)."""
+    executor: str = "asyncio"
+    """Where attempts run: ``asyncio`` (in this process), ``ray`` (tackroom-ray), or any registered executor."""
     teardown_timeout_sec: Annotated[float, AfterValidator(_finite_positive)] = 60.0
     retry_backoff_sec: Annotated[float, AfterValidator(_finite_non_negative)] = 1.0
-    ray: RayOptions = Field(default_factory=RayOptions)
-    """``[runtime.ray]``: options of the ``ray`` executor."""
+
+    @field_validator("executor")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        from tackroom.executors import unknown_executor_message
+
+        problem = unknown_executor_message(name)
+        if problem is not None:
+            raise ValueError(problem)
+        return name
+
+    @model_validator(mode="after")
+    def _executor_tables(self) -> RuntimeConfig:
+        """Each ``[runtime.<name>]`` through the options model of the executor ``name``."""
+        from tackroom.executors import executor_entry, unknown_executor_message
+
+        extra = self.__pydantic_extra__ or {}
+        errors: list[InitErrorDetails] = []
+        for name, table in extra.items():
+            problem = unknown_executor_message(name)
+            if problem is None:
+                try:
+                    extra[name] = executor_entry(name).options.model_validate(table)
+                except ValidationError as exc:
+                    errors += [InitErrorDetails(type=e["type"], loc=(name, *e["loc"]),  # type: ignore[typeddict-item]
+                                                input=e["input"], ctx=e.get("ctx", {})) for e in exc.errors()]
+            elif isinstance(table, dict):
+                errors.append(InitErrorDetails(type=PydanticCustomError(
+                    "unknown_executor", "a table of executor options, but {problem}", {"problem": problem}),
+                    loc=(name,), input=table))
+            else:  # a misspelt field
+                errors.append(InitErrorDetails(type="extra_forbidden", loc=(name,), input=table))
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
+
+    def executor_options(self) -> BaseModel | None:
+        """The selected executor's ``[runtime.<executor>]`` options; ``None`` when the config has no such table."""
+        return (self.model_extra or {}).get(self.executor)
 
 
 class RunConfig(BaseModel):

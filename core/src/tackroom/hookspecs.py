@@ -2,8 +2,9 @@
 
 A plugin is a module (or object) named by an entry point in the group
 ``tackroom``; it implements any of these with ``@tackroom.hookimpl``.
-The four registration hooks receive a :class:`~tackroom.registrar.Registrar`
-and call ``register.add_*``; the lifecycle hooks observe or steer trials.
+The registration hooks (four plugin kinds, and executors) receive a
+:class:`~tackroom.registrar.Registrar` and call ``register.add_*``; the
+lifecycle hooks observe or steer trials.
 """
 
 from __future__ import annotations
@@ -59,6 +60,21 @@ def tackroom_losses(register: Registrar) -> None:
     ``register.add_loss(LossSpec(name=…, fn="pkg.module:function",
     aggregation=…))``; a string ``fn`` is imported only when the trainer needs
     it, so torch stays out of every other command.
+    """
+
+
+@hookspec
+def tackroom_executors(register: Registrar) -> None:
+    """Register executors: where trial attempts run (``[runtime] executor``).
+
+    Called once when the plugin manager loads plugins. Call
+    ``register.add_executor(MyExecutor)`` for an
+    :class:`~tackroom.executors.Executor` subclass, or
+    ``register.add_executor("pkg.module:MyExecutor", name="mine",
+    options=MyOptions)`` to import a heavy module (Ray) only when the executor
+    is selected; ``options`` is the pydantic model that validates the
+    ``[runtime.mine]`` table. Core registers ``asyncio`` this way;
+    ``tackroom-ray`` registers ``ray``.
     """
 
 

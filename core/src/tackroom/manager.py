@@ -98,7 +98,7 @@ class PluginManager:
         """Call every registration hook once, implementation by implementation."""
         if self._registrar is None:
             registrar = Registrar()
-            for kind, hook_name in REGISTRATION_HOOKS.items():
+            for hook_name in (*REGISTRATION_HOOKS.values(), "tackroom_executors"):
                 hook = getattr(self.pm.hook, hook_name)
                 for impl in hook.get_hookimpls():  # registration order
                     registrar.source = self._sources.get(id(impl.plugin), ("<local>", ""))

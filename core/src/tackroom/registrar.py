@@ -6,10 +6,13 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
 from tackroom.errors import PluginConflictError, PluginDefinitionError
+from tackroom.executors.base import Executor, NoOptions
 from tackroom.harness import Harness
 from tackroom.loss import LossSpec
-from tackroom.plugin import PLUGIN_KINDS, Plugin, PluginKind, check_name, check_plugin_class
+from tackroom.plugin import PLUGIN_KINDS, Plugin, PluginKind, check_name, check_plugin_class, first_line
 from tackroom.sandbox import SandboxProvider
 from tackroom.verifier import Verifier
 
@@ -37,11 +40,8 @@ class PluginEntry:
     def load(self) -> Any:
         """The plugin class (or :class:`LossSpec`), importing a lazy reference now."""
         if self._target is None:
-            module, _, qualname = self.reference.partition(":")
             try:
-                obj: Any = importlib.import_module(module)
-                for part in qualname.split("."):
-                    obj = getattr(obj, part)
+                obj = _resolve(self.reference)
             except ImportError as exc:
                 raise PluginDefinitionError(
                     f"{self.kind} {self.name!r} from {self.distribution} could not be imported "
@@ -67,6 +67,46 @@ class PluginEntry:
         }
 
 
+@dataclass
+class ExecutorEntry:
+    """One registered executor: its name, origin, options model (``[runtime.<name>]``) and class."""
+
+    name: str
+    distribution: str
+    version: str
+    summary: str
+    reference: str
+    """``module:qualname`` of the :class:`~tackroom.executors.Executor` subclass."""
+    options: type[BaseModel]
+    _target: type[Executor] | None = field(default=None, repr=False)
+
+    def load(self) -> type[Executor]:
+        """The executor class, importing a lazy reference now."""
+        if self._target is None:
+            try:
+                cls = _resolve(self.reference)
+            except ImportError as exc:
+                raise PluginDefinitionError(
+                    f"executor {self.name!r} from {self.distribution} could not be imported ({self.reference}): "
+                    f"{exc}. Is the distribution installed with its dependencies?") from exc
+            if not (isinstance(cls, type) and issubclass(cls, Executor)) or cls.name != self.name:
+                raise PluginDefinitionError(f"{self.reference} is registered as the executor {self.name!r} but is "
+                                            "not an Executor subclass with that name")
+            if cls.Options is not self.options:
+                raise PluginDefinitionError(f"{self.reference}.Options is not {self.options.__qualname__}, the "
+                                            f"options model the executor {self.name!r} was registered with")
+            self._target = cls
+        return self._target
+
+
+def _resolve(reference: str) -> Any:
+    module, _, qualname = reference.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 class Registrar:
     """Collects what plugins register; conflicts are caught here, in one place.
 
@@ -76,6 +116,7 @@ class Registrar:
 
     def __init__(self) -> None:
         self.entries: dict[tuple[PluginKind, str], PluginEntry] = {}
+        self.executors: dict[str, ExecutorEntry] = {}
         self.source: tuple[str, str] = ("<unknown>", "")
 
     # -- public API used by plugins -------------------------------------------------
@@ -101,6 +142,39 @@ class Registrar:
         ref = spec.fn if isinstance(spec.fn, str) else f"{spec.fn.__module__}:{spec.fn.__qualname__}"
         entry = PluginEntry("loss", spec.name, *self.source, spec.summary, spec.capabilities, ref, spec)
         self._store(entry)
+
+    def add_executor(self, cls: type[Executor] | str, *, name: str | None = None,
+                     options: type[BaseModel] | None = None, summary: str = "") -> None:
+        """Register an :class:`~tackroom.executors.Executor` subclass, or a lazy ``"module:Class"`` reference.
+
+        A lazy reference needs ``name`` and ``options``, the pydantic model of
+        its ``[runtime.<name>]`` table (config validation uses it without
+        importing the class; default: no options).
+        """
+        if isinstance(cls, str):
+            if ":" not in cls or name is None:
+                raise PluginDefinitionError(f"lazy executor reference {cls!r} must look like 'package.module:Class' "
+                                            "and come with name=")
+            entry = ExecutorEntry(check_name(name, cls), *self.source, summary, cls, options or NoOptions)
+        else:
+            if not (isinstance(cls, type) and issubclass(cls, Executor)):
+                raise PluginDefinitionError(f"{cls!r} is registered as an executor but is not an Executor subclass")
+            cls_name = check_name(getattr(cls, "name", None), cls.__qualname__)
+            if name not in (None, cls_name) or options not in (None, cls.Options):
+                raise PluginDefinitionError(f"{cls.__qualname__}: name= and options= must match its class attributes")
+            entry = ExecutorEntry(cls_name, *self.source, summary or first_line(cls.__doc__),
+                                  f"{cls.__module__}:{cls.__qualname__}", cls.Options, cls)
+        if not (isinstance(entry.options, type) and issubclass(entry.options, BaseModel)
+                and entry.options.model_config.get("extra") == "forbid"):
+            raise PluginDefinitionError(f"executor {entry.name!r}: its options must be a pydantic model that "
+                                        "forbids unknown fields (model_config = ConfigDict(extra='forbid'))")
+        existing = self.executors.get(entry.name)
+        if existing is not None:
+            raise PluginConflictError(
+                f"two plugins register the executor {entry.name!r}: {existing.distribution} ({existing.reference}) "
+                f"and {entry.distribution} ({entry.reference}). Uninstall one, or block one with "
+                "TACKROOM_BLOCK_PLUGINS=<entry-point name>")
+        self.executors[entry.name] = entry
 
     # -- internals ------------------------------------------------------------------
     def _add_class(self, kind: PluginKind, cls: type[Plugin] | str, name: str | None, summary: str,

@@ -158,7 +158,8 @@ class TrialRuntime:
         self.progress = progress
         self.console = console or Console(stderr=True)
         self.executor = make_executor(executor, executor_options)
-        """Where attempts run: ``asyncio`` (in-process) or ``ray`` (a Ray task each); see tackroom.executors."""
+        """Where attempts run: a registered executor (``asyncio``, in-process; ``ray`` from tackroom-ray); see
+        tackroom.executors."""
 
     # -- one attempt ----------------------------------------------------------------
     async def run_attempt(self, trial: Trial, task: Task, plugins: TrialPlugins, attempt: int,

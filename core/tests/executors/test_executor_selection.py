@@ -1,114 +1,153 @@
-"""Choosing an executor, its options, and what cannot be shipped to a worker: the errors a user can hit."""
+"""Choosing an executor through the ``tackroom_executors`` hook: names, options tables, the errors a user can hit.
 
+These run without tackroom-ray: each builds its own plugin manager, or asks only for what core registers.
+The ray executor's own selection tests live in packages/ray/tests.
+"""
+
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel, ConfigDict, Field
 
 import tackroom
-from tackroom.builtins.local_sandbox import LocalSandboxProvider
-from tackroom.builtins.oracle_harness import OracleHarness
-from tackroom.builtins.test_script_verifier import TestScriptVerifier
-from tackroom.config import load_run_config
+from tackroom.config import RuntimeConfig, load_run_config
 from tackroom.executors import (
     AsyncioExecutor,
+    Executor,
     ExecutorNotFoundError,
-    ExecutorUnavailableError,
-    PluginNotShippableError,
-    RayOptions,
+    NoOptions,
+    executor_class,
     make_executor,
 )
-from tackroom.executors.shipping import PluginRef, ShippedPlugins
-from tackroom.runtime import TrialPlugins, TrialRuntime
+from tackroom.runtime import TrialRuntime
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "tasks"
 
 
-def test_asyncio_is_the_default_and_unknown_names_list_the_executors(tmp_path):
-    assert isinstance(TrialRuntime(tmp_path).executor, AsyncioExecutor)
-    with pytest.raises(ExecutorNotFoundError, match=r"'dask' is not an executor; available: asyncio, ray"):
-        make_executor("dask")
+class CountingOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    slots: int = Field(default=1, ge=1)
 
 
-def test_runtime_ray_section_is_validated_with_dotted_paths(tmp_path):
+class CountingExecutor(AsyncioExecutor):
+    """In-process, with a cap of its own."""
+
+    name = "counting"
+    Options = CountingOptions
+
+    def max_in_flight(self, concurrency: int) -> int:
+        return self.options.slots
+
+
+class CountingPlugin:
+    @tackroom.hookimpl
+    def tackroom_executors(self, register):
+        register.add_executor(CountingExecutor)
+
+
+def core_only() -> tackroom.PluginManager:
+    """Core's built-ins only (asyncio), whatever else is installed."""
+    return tackroom.PluginManager(env={"TACKROOM_LOAD_PLUGINS": ""})
+
+
+def test_core_registers_asyncio_through_tackroom_executors_like_any_plugin():
+    manager = core_only()
+    entry = manager.registrar.executors["asyncio"]
+    assert entry.distribution == "tackroom" and entry.options is NoOptions
+    assert executor_class("asyncio", manager) is AsyncioExecutor
+    assert isinstance(TrialRuntime(".", manager=manager, progress=False).executor, AsyncioExecutor)
+    bare = tackroom.PluginManager(load_entry_points=False)
+    assert bare.registrar.executors == {}, "nothing is built in by hand: asyncio comes from core's entry point"
+
+
+def test_a_plugin_registers_an_executor_with_its_options_model_through_tackroom_executors():
+    manager = core_only()
+    manager.register(CountingPlugin())
+    assert sorted(manager.registrar.executors) == ["asyncio", "counting"]
+    executor = make_executor("counting", {"slots": 3}, manager=manager)
+    assert isinstance(executor, CountingExecutor) and executor.max_in_flight(10) == 3
+    assert make_executor("counting", manager=manager).options == CountingOptions()
+    assert make_executor("asyncio", CountingOptions(slots=9), manager=manager).max_in_flight(4) == 4, \
+        "another executor's options wait for it"
+    with pytest.raises(tackroom.ConfigError, match=r"runtime\.counting\.slots: Input should be greater"):
+        make_executor("counting", {"slots": 0}, manager=manager)
+    with pytest.raises(tackroom.ConfigError, match="pass executor options to the executor object itself"):
+        make_executor(AsyncioExecutor(), {"slots": 2}, manager=manager)
+
+
+def test_lazy_executor_registration_is_imported_only_when_built():
+    class Lazy:
+        @tackroom.hookimpl
+        def tackroom_executors(self, register):
+            register.add_executor("tackroom.executors.asyncio:AsyncioExecutor", name="later", options=NoOptions)
+
+    manager = tackroom.PluginManager(load_entry_points=False)
+    manager.register(Lazy())
+    entry = manager.registrar.executors["later"]
+    assert entry._target is None and entry.reference == "tackroom.executors.asyncio:AsyncioExecutor"
+    with pytest.raises(tackroom.PluginDefinitionError, match="not an Executor subclass with that name"):
+        entry.load()  # the class there says name = "asyncio"
+
+
+def test_bad_executor_registrations_are_refused():
+    class NoName(Executor):
+        name = "Bad Name"
+
+        async def run_attempt(self, *args, **kwargs):
+            raise NotImplementedError
+
+    class LooseOptions(BaseModel):
+        x: int = 1
+
+    register = tackroom.Registrar()
+    with pytest.raises(tackroom.PluginDefinitionError, match="plugin name 'Bad Name' is invalid"):
+        register.add_executor(NoName)
+    with pytest.raises(tackroom.PluginDefinitionError, match="forbids unknown fields"):
+        register.add_executor("pkg.mod:Cls", name="loose", options=LooseOptions)
+    with pytest.raises(tackroom.PluginDefinitionError, match="needs|come with name="):
+        register.add_executor("pkg.mod:Cls")
+    register.add_executor(AsyncioExecutor)
+    with pytest.raises(tackroom.PluginConflictError, match="two plugins register the executor 'asyncio'"):
+        register.add_executor(AsyncioExecutor)
+
+
+def test_unknown_names_list_the_executors_and_ray_says_how_to_install_it():
+    manager = core_only()
+    with pytest.raises(ExecutorNotFoundError,
+                       match=r"'dask' is not an executor; available: asyncio(\. Skipped plugins|$)"):
+        make_executor("dask", manager=manager)
+    with pytest.raises(ExecutorNotFoundError, match=r"available: asyncio\. .*pip install tackroom-ray"):
+        make_executor("ray", manager=manager)
+
+
+def test_runtime_tables_are_validated_by_the_registered_options_model(tmp_path):
     cfg = tmp_path / "run.toml"
-    cfg.write_text('[runtime]\nexecutor = "ray"\n[runtime.ray]\nnum_cpus_per_trial = 0.5\nmax_concurrency = 64\n'
-                   'resources = { sandbox_host = 1 }\n')
+    cfg.write_text('[runtime]\nexecutor = "asyncio"\n[runtime.asyncio]\n')
     config = load_run_config(cfg)
-    assert config.runtime.executor == "ray"
-    assert config.runtime.ray == RayOptions(num_cpus_per_trial=0.5, max_concurrency=64, resources={"sandbox_host": 1})
-    executor = make_executor(config.runtime.executor, config.runtime.ray)
-    assert executor.max_in_flight(4) == 64 and executor.options.num_cpus_per_trial == 0.5
-
+    assert config.runtime.executor_options() == NoOptions()
+    assert RuntimeConfig().executor_options() is None
     cfg.write_text('[runtime]\nexecutor = "dask"\n')
-    with pytest.raises(tackroom.ConfigError, match=r"runtime\.executor: Input should be 'asyncio' or 'ray'"):
+    with pytest.raises(tackroom.ConfigError, match=r"run\.toml: runtime\.executor: 'dask' is not an executor"):
         load_run_config(cfg)
-    cfg.write_text('[runtime.ray]\nnum_cpus_per_trial = 0\nnum_cpu = 1\n')
+    cfg.write_text('[runtime.asyncio]\nslots = 2\n[runtime.bogus]\nx = 1\n')
     with pytest.raises(tackroom.ConfigError) as err:
         load_run_config(cfg)
-    assert "runtime.ray.num_cpus_per_trial: Input should be greater than 0" in str(err.value)
-    assert "runtime.ray.num_cpu: unknown field" in str(err.value)
-    with pytest.raises(tackroom.ConfigError, match=r"runtime\.ray\.max_concurrency"):
-        make_executor("ray", {"max_concurrency": 0})
+    assert "runtime.asyncio.slots: unknown field" in str(err.value)
+    assert "runtime.bogus: a table of executor options, but 'bogus' is not an executor; available: asyncio" \
+        in str(err.value)
 
 
-def test_options_of_another_executor_wait_for_it(tmp_path):
-    """``[runtime.ray]`` in a config whose executor is asyncio is not an error."""
-    runtime = TrialRuntime(tmp_path, executor="asyncio", executor_options=RayOptions(max_concurrency=9))
-    assert isinstance(runtime.executor, AsyncioExecutor) and runtime.executor.max_in_flight(3) == 3
-
-
-def test_a_missing_ray_says_how_to_install_it(monkeypatch):
-    from tackroom.executors.ray import import_ray
-
-    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` sees when Ray is not installed
-    with pytest.raises(ExecutorUnavailableError, match=r"pip install 'tackroom\[ray\]'"):
-        import_ray()
-
-
-def test_tackroom_never_imports_ray_unless_the_ray_executor_runs():
+def test_importing_tackroom_and_running_under_asyncio_never_imports_ray():
     code = ("import sys, tackroom, tackroom.runtime, tackroom.executors, tackroom.cli.main\n"
             "from tackroom.executors import make_executor\n"
-            "make_executor('ray', {'num_cpus_per_trial': 1})\n"
+            "make_executor('asyncio')\n"
             "assert 'ray' not in sys.modules, 'ray was imported'\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-
-
-def test_plugins_a_worker_cannot_import_are_refused_before_anything_runs():
-    def local_class():
-        class Local(OracleHarness):
-            """Defined inside a function."""
-
-            name = "local-one"
-
-        return Local
-
-    with pytest.raises(PluginNotShippableError, match=r"cannot be imported by a worker process; define it at module"):
-        PluginRef.of(local_class(), {})
-    main_class = type("Main", (OracleHarness,), {"name": "main-one", "__module__": "__main__", "__doc__": "x"})
-    with pytest.raises(PluginNotShippableError, match="__main__"):
-        PluginRef.of(main_class, {})
-    elsewhere = type("Gone", (OracleHarness,), {"name": "gone", "__module__": "no_such_module_here", "__doc__": "x"})
-    with pytest.raises(PluginNotShippableError, match="no_such_module_here:Gone does not import back"):
-        PluginRef.of(elsewhere, {})
-
-
-def test_built_in_plugins_ship_by_reference_and_come_back_equal(manager):
-    provider = LocalSandboxProvider({"root_dir": "/tmp/somewhere", "output_limit_bytes": 4096})
-    plugins = TrialPlugins(OracleHarness, OracleHarness.Options(max_output_chars=10), provider,
-                           TestScriptVerifier, TestScriptVerifier.Options())
-    shipped = ShippedPlugins.of(plugins)
-    assert shipped.harness.reference == "tackroom.builtins.oracle_harness:OracleHarness"
-    assert shipped.sandbox.name == "local" and shipped.sandbox.options["output_limit_bytes"] == 4096
-    full = tackroom.PluginManager()
-    for ref, cls, options in ((shipped.harness, OracleHarness, plugins.harness_options),
-                              (shipped.sandbox, LocalSandboxProvider, provider.options),
-                              (shipped.verifier, TestScriptVerifier, plugins.verifier_options)):
-        assert ref.load(full) is cls, "resolved through the plugin manager"
-        assert ref.load(manager) is cls, "resolved by import when the manager does not know the name"
-        assert ref.build_options(cls) == options
 
 
 def test_tackroom_run_with_an_unknown_executor_names_the_ones_there_are(tmp_path):
@@ -116,4 +155,11 @@ def test_tackroom_run_with_an_unknown_executor_names_the_ones_there_are(tmp_path
                           "--executor", "dask", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     # the flag is checked like the config field it sets, before anything runs
-    assert "--executor (runtime.executor): Input should be 'asyncio' or 'ray'" in out.stderr, out.stderr
+    assert "--executor (runtime.executor): 'dask' is not an executor; available: asyncio" in out.stderr, out.stderr
+    without_ray = {**os.environ, "TACKROOM_BLOCK_PLUGINS": "tackroom-ray"}  # as if it were not installed
+    out = subprocess.run([sys.executable, "-m", "tackroom.cli.main", "run", str(EXAMPLES / "hello-file"),
+                          "--executor", "ray", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120,
+                         env=without_ray)
+    assert out.returncode == 2, out.stderr
+    assert "'ray' is not an executor; available: asyncio. The ray executor is a package of its own: " \
+        "pip install tackroom-ray" in out.stderr, out.stderr

@@ -134,7 +134,7 @@ async def run_config(config: RunConfig, *, progress: bool = True, run_id: str | 
         run_dir, attempts=config.runtime.attempts, concurrency=config.runtime.concurrency,
         teardown_timeout_sec=config.runtime.teardown_timeout_sec,
         retry_backoff_sec=config.runtime.retry_backoff_sec, progress=progress, console=err_console,
-        executor=config.runtime.executor, executor_options=config.runtime.ray,
+        executor=config.runtime.executor, executor_options=config.runtime.executor_options(),
     )
     async with policy_routing(config.policy, type(harness), plugins):
         results = await runtime.run_all(trials)
@@ -158,7 +158,8 @@ def run(
     verifier: str = typer.Option(None, "--verifier", help="Verifier name (default: test-script)."),
     attempts: int = typer.Option(None, "--attempts", help="Attempts per trial for infra failures (>= 1)."),
     concurrency: int = typer.Option(None, "--concurrency", help="Trials at once (>= 1)."),
-    executor: str = typer.Option(None, "--executor", help="Where trials run: asyncio (in-process, default) or ray."),
+    executor: str = typer.Option(None, "--executor", help="Where trials run: asyncio (in-process, default), "
+                                 "ray (tackroom-ray) or another registered executor."),
     out: str = typer.Option(None, "--out", help="Runs directory (default: runs)."),
     run_id: str = typer.Option(None, "--run-id", help="Resume (or name) a run: finished trials are reused when "
                                "the setup is the same. A plain name."),

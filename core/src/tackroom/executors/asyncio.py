@@ -1,13 +1,18 @@
-"""The ``asyncio`` executor: attempts run as coroutines on the caller's event loop (the default)."""
+"""The ``asyncio`` executor: attempts run as coroutines on the caller's event loop (the default).
+
+Registered through the ``tackroom_executors`` hook by core's entry point, like any executor.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from tackroom.executors.base import Executor
+from tackroom.markers import hookimpl
 
 if TYPE_CHECKING:
     from tackroom.policy import Policy
+    from tackroom.registrar import Registrar
     from tackroom.runtime import TrialPlugins, TrialRuntime
     from tackroom.task import Task
     from tackroom.trajectory import Trajectory
@@ -22,3 +27,8 @@ class AsyncioExecutor(Executor):
     async def run_attempt(self, runtime: TrialRuntime, trial: Trial, task: Task, plugins: TrialPlugins,
                           attempt: int, policy: Policy | None = None) -> tuple[TrialResult, Trajectory]:
         return await runtime.run_attempt(trial, task, plugins, attempt, policy=policy)
+
+
+@hookimpl
+def tackroom_executors(register: Registrar) -> None:
+    register.add_executor(AsyncioExecutor)

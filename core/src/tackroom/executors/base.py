@@ -29,7 +29,9 @@ class Executor(abc.ABC):
     resume, the run directory (it alone writes ``result.json`` and
     ``trajectory.json``, once per trial), per-trial policy sessions and the
     progress bar. An executor decides only where :meth:`run_attempt` happens:
-    in-process (``asyncio``) or in a worker process of a Ray cluster (``ray``).
+    in-process (``asyncio``, core's own) or elsewhere (``ray``, from
+    ``tackroom-ray``: a worker process of a Ray cluster). Executors are
+    registered through the ``tackroom_executors`` hook.
     Like :meth:`TrialRuntime.run_attempt`, :meth:`run_attempt` never raises
     for a failed attempt; it returns a result whose ``error`` is classified.
     """

@@ -197,7 +197,7 @@ def _order(cells: list[PlannedCell]) -> list[tuple[Trial, Task, TrialPlugins]]:
 def _executor_args(config: MatrixConfig) -> dict[str, Any]:
     """``executor``/``executor_options`` for the runtime, when this runtime has executors (asyncio always works)."""
     if "executor" in inspect.signature(TrialRuntime.__init__).parameters:
-        return {"executor": config.runtime.executor, "executor_options": getattr(config.runtime, "ray", None)}
+        return {"executor": config.runtime.executor, "executor_options": config.runtime.executor_options()}
     if config.runtime.executor != "asyncio":
         raise ConfigError(f"runtime.executor: {config.runtime.executor!r} is not available; use \"asyncio\"")
     return {}

@@ -29,7 +29,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tackroom import AGGREGATIONS, ConfigError, PluginSelection
 from tackroom.config import PolicyConfig, read_toml, validate
@@ -127,12 +127,23 @@ class RolloutRules(BaseModel):
     """Attempts per trial while it fails with ``infra``; after the last one the trial is masked."""
     timeout_group_threshold: int = Field(default=2, ge=1)
     """This many timed-out trials in a group mask the whole group; fewer mask only themselves."""
-    executor: Literal["asyncio", "ray"] = "asyncio"
-    """Where trials run: in the generator's process, or each as a Ray task on SkyRL's cluster."""
+    executor: str = "asyncio"
+    """Where trials run: ``asyncio`` (the generator's process), ``ray`` (each a Ray task on SkyRL's cluster;
+    tackroom-ray), or another registered executor."""
     out: str = "runs/train"
     """Run directory root: one folder per generate() call, with each trial's result and trajectory."""
     max_concurrency: int | None = Field(default=None, ge=1)
     """Cap on trials in flight; default: the derived rollout concurrency."""
+
+    @field_validator("executor")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        from tackroom.executors import unknown_executor_message
+
+        problem = unknown_executor_message(name)
+        if problem is not None:
+            raise ValueError(problem)
+        return name
 
 
 class TrainConfig(BaseModel):

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from tackroom.errors import PluginNotFoundError
-from tackroom.executors.errors import PluginNotShippableError
 from tackroom.plugin import PluginKind, check_plugin_class
 from tackroom.policy import Policy
 from tackroom.task import Task
 from tackroom.trial import Trial
+
+from tackroom_ray.errors import PluginNotShippableError
 
 if TYPE_CHECKING:
     from tackroom.manager import PluginManager

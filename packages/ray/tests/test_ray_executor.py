@@ -29,9 +29,11 @@ from misbehaving_harnesses import (
 from tackroom.builtins.local_sandbox import LocalSandboxProvider
 from tackroom.builtins.oracle_harness import OracleHarness
 from tackroom.builtins.test_script_verifier import TestScriptVerifier
-from tackroom.executors import ExecutorUnavailableError, RayOptions
+from tackroom.executors import ExecutorUnavailableError
 from tackroom.runtime import TrialPlugins, TrialRuntime
 from tackroom.trial import Trial
+
+from tackroom_ray import RayOptions
 
 pytestmark = pytest.mark.slow
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import tackroom
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # misbehaving_harnesses, importable by name here and in the workers
 
@@ -22,11 +24,17 @@ def ray_cluster():
     Workers get this folder on their PYTHONPATH, so the harnesses in
     ``misbehaving_harnesses`` ship by reference like any installed plugin.
     """
-    from tackroom.executors import RayOptions
-    from tackroom.executors.ray import connect
+    from tackroom_ray import RayOptions
+    from tackroom_ray.executor import connect
 
     pythonpath = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
     ray = connect(RayOptions(address="local", local_num_cpus=2, local_resources={"test_slot": 2},
                              runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}))
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def manager() -> tackroom.PluginManager:
+    """A plugin manager with no entry points loaded: register test plugins on it directly."""
+    return tackroom.PluginManager(load_entry_points=False)

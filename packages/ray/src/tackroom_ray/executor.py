@@ -26,12 +26,13 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from tackroom.executors.base import Executor
-from tackroom.executors.errors import AttemptDeadlineError, ExecutorUnavailableError, WorkerLostError
-from tackroom.executors.options import RayOptions
-from tackroom.executors.shipping import AttemptPayload, ShippedPlugins, run_payload
+from tackroom.executors import Executor, ExecutorUnavailableError
 from tackroom.trajectory import Trajectory
 from tackroom.trial import TrialErrorInfo, TrialResult
+
+from tackroom_ray.errors import AttemptDeadlineError, WorkerLostError
+from tackroom_ray.options import RayOptions
+from tackroom_ray.shipping import AttemptPayload, ShippedPlugins, run_payload
 
 if TYPE_CHECKING:
     from tackroom.policy import Policy
@@ -59,8 +60,8 @@ def import_ray() -> Any:
         import ray
     except ImportError as exc:
         raise ExecutorUnavailableError(
-            "the ray executor needs Ray, which is not installed: pip install 'tackroom[ray]' "
-            "(or uv add 'tackroom[ray]'), or use executor = \"asyncio\""
+            "the ray executor needs Ray, which is not installed: pip install tackroom-ray (it depends on "
+            "ray>=2.50), or use executor = \"asyncio\""
         ) from exc
     return ray
 

@@ -1,0 +1,104 @@
+"""Selecting the ray executor, its ``[runtime.ray]`` options, and what cannot be shipped to a worker (no cluster)."""
+
+import subprocess
+import sys
+
+import pytest
+
+import tackroom
+from tackroom.builtins.local_sandbox import LocalSandboxProvider
+from tackroom.builtins.oracle_harness import OracleHarness
+from tackroom.builtins.test_script_verifier import TestScriptVerifier
+from tackroom.config import load_run_config
+from tackroom.executors import AsyncioExecutor, ExecutorUnavailableError, make_executor
+from tackroom.runtime import TrialPlugins, TrialRuntime
+
+from tackroom_ray import PluginNotShippableError, RayOptions
+from tackroom_ray.executor import RayExecutor
+from tackroom_ray.shipping import PluginRef, ShippedPlugins
+
+
+def test_tackroom_ray_registers_ray_lazily_through_tackroom_executors():
+    entry = tackroom.PluginManager().registrar.executors["ray"]
+    assert (entry.distribution, entry.reference, entry.options) == (
+        "tackroom-ray", "tackroom_ray.executor:RayExecutor", RayOptions)
+    assert entry.load() is RayExecutor
+
+
+def test_runtime_ray_section_keeps_its_toml_shape_and_is_validated_with_dotted_paths(tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[runtime]\nexecutor = "ray"\n[runtime.ray]\nnum_cpus_per_trial = 0.5\nmax_concurrency = 64\n'
+                   'resources = { sandbox_host = 1 }\n')
+    config = load_run_config(cfg)
+    assert config.runtime.executor == "ray"
+    options = RayOptions(num_cpus_per_trial=0.5, max_concurrency=64, resources={"sandbox_host": 1})
+    assert config.runtime.ray == options == config.runtime.executor_options()
+    executor = make_executor(config.runtime.executor, config.runtime.executor_options())
+    assert isinstance(executor, RayExecutor)
+    assert executor.max_in_flight(4) == 64 and executor.options.num_cpus_per_trial == 0.5
+
+    cfg.write_text('[runtime.ray]\nnum_cpus_per_trial = 0\nnum_cpu = 1\n')
+    with pytest.raises(tackroom.ConfigError) as err:
+        load_run_config(cfg)
+    assert "runtime.ray.num_cpus_per_trial: Input should be greater than 0" in str(err.value)
+    assert "runtime.ray.num_cpu: unknown field" in str(err.value)
+    with pytest.raises(tackroom.ConfigError, match=r"runtime\.ray\.max_concurrency"):
+        make_executor("ray", {"max_concurrency": 0})
+
+
+def test_options_of_another_executor_wait_for_it(tmp_path):
+    """``[runtime.ray]`` in a config whose executor is asyncio is not an error."""
+    runtime = TrialRuntime(tmp_path, executor="asyncio", executor_options=RayOptions(max_concurrency=9))
+    assert isinstance(runtime.executor, AsyncioExecutor) and runtime.executor.max_in_flight(3) == 3
+
+
+def test_a_missing_ray_says_how_to_install_it(monkeypatch):
+    from tackroom_ray.executor import import_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` sees when Ray is not installed
+    with pytest.raises(ExecutorUnavailableError, match=r"pip install tackroom-ray"):
+        import_ray()
+
+
+def test_tackroom_never_imports_ray_unless_the_ray_executor_runs():
+    code = ("import sys, tackroom, tackroom.runtime, tackroom.executors, tackroom.cli.main\n"
+            "from tackroom.executors import make_executor\n"
+            "make_executor('ray', {'num_cpus_per_trial': 1})\n"
+            "assert 'ray' not in sys.modules, 'ray was imported'\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
+def test_plugins_a_worker_cannot_import_are_refused_before_anything_runs():
+    def local_class():
+        class Local(OracleHarness):
+            """Defined inside a function."""
+
+            name = "local-one"
+
+        return Local
+
+    with pytest.raises(PluginNotShippableError, match=r"cannot be imported by a worker process; define it at module"):
+        PluginRef.of(local_class(), {})
+    main_class = type("Main", (OracleHarness,), {"name": "main-one", "__module__": "__main__", "__doc__": "x"})
+    with pytest.raises(PluginNotShippableError, match="__main__"):
+        PluginRef.of(main_class, {})
+    elsewhere = type("Gone", (OracleHarness,), {"name": "gone", "__module__": "no_such_module_here", "__doc__": "x"})
+    with pytest.raises(PluginNotShippableError, match="no_such_module_here:Gone does not import back"):
+        PluginRef.of(elsewhere, {})
+
+
+def test_built_in_plugins_ship_by_reference_and_come_back_equal(manager):
+    provider = LocalSandboxProvider({"root_dir": "/tmp/somewhere", "output_limit_bytes": 4096})
+    plugins = TrialPlugins(OracleHarness, OracleHarness.Options(max_output_chars=10), provider,
+                           TestScriptVerifier, TestScriptVerifier.Options())
+    shipped = ShippedPlugins.of(plugins)
+    assert shipped.harness.reference == "tackroom.builtins.oracle_harness:OracleHarness"
+    assert shipped.sandbox.name == "local" and shipped.sandbox.options["output_limit_bytes"] == 4096
+    full = tackroom.PluginManager()
+    for ref, cls, options in ((shipped.harness, OracleHarness, plugins.harness_options),
+                              (shipped.sandbox, LocalSandboxProvider, provider.options),
+                              (shipped.verifier, TestScriptVerifier, plugins.verifier_options)):
+        assert ref.load(full) is cls, "resolved through the plugin manager"
+        assert ref.load(manager) is cls, "resolved by import when the manager does not know the name"
+        assert ref.build_options(cls) == options

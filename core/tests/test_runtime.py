@@ -231,3 +231,32 @@ async def test_concurrency_limit_is_respected(tmp_path):
     items = [(trial_for(task, pass_index=i), task, plugins(Counting)) for i in range(6)]
     results = await runtime(tmp_path, concurrency=2).run_all(items)
     assert peak == 2 and all(r.reward == 1.0 for r in results)
+
+
+async def test_outcomes_carry_the_written_trajectory_fresh_and_resumed(tmp_path):
+    class Says(tackroom.Harness):
+        name = "says"
+
+        async def run(self, instruction, sandbox, policy):
+            return tackroom.Trajectory(final_answer="sk-live-" + "x" * 24, stop_reason="completed")
+
+    tackroom.register_secret("sk-live-" + "x" * 24)
+    task = write_task(tmp_path, "t", "echo 1 > /logs/verifier/reward.txt")
+    items = [(trial_for(task, "says"), task, plugins(Says))]
+    rt = runtime(tmp_path)
+    (fresh,) = await rt.run_outcomes(items)
+    assert fresh.result.reward == 1.0 and fresh.trajectory.stop_reason == "completed"
+    on_disk = json.loads((rt.run_dir / fresh.result.trial_id / "trajectory.json").read_text())
+    assert fresh.trajectory.model_dump(mode="json") == on_disk and "x" * 24 not in fresh.trajectory.final_answer
+    (resumed,) = await runtime(tmp_path).run_outcomes(items)
+    assert resumed.trajectory == fresh.trajectory and resumed.result.trial_id == fresh.result.trial_id
+
+
+def test_the_attempt_time_limit_is_the_sum_of_the_phase_limits(tmp_path):
+    from tackroom.runtime import KILL_TIMEOUT_SEC, VERIFY_GRACE_SEC
+
+    task = write_task(tmp_path, "t", "true", toml="[agent]\ntimeout_sec = 10\n[verifier]\ntimeout_sec = 20\n")
+    rt = runtime(tmp_path, setup_timeout_sec=7, teardown_timeout_sec=3)
+    env = task.config.environment
+    assert rt.attempt_time_limit(task) == (env.build_timeout_sec + 120 + 2 * 7 + 10 + KILL_TIMEOUT_SEC + 5
+                                           + 20 + VERIFY_GRACE_SEC + 3)

@@ -27,9 +27,12 @@ from tackroom.markers import hookimpl, hookspec
 from tackroom.plugin import PLUGIN_KINDS, Plugin, PluginKind, PluginOptions
 from tackroom.policy import Policy, redact, redact_url, register_secret, register_url_secrets
 from tackroom.registrar import PluginEntry, Registrar
+from tackroom.openai_errors import error_message as openai_error_message
+from tackroom.process import ProcessOutput, run_process
 from tackroom.reward import Reward
 from tackroom.run_dirs import claim_run_dir
 from tackroom.sandbox import (
+    DEFAULT_EXEC_TIMEOUT,
     ExecResult,
     Sandbox,
     SandboxBuildError,
@@ -38,9 +41,11 @@ from tackroom.sandbox import (
     SandboxProvider,
     SandboxSpec,
     SandboxTimeoutError,
+    check_relative_inside,
 )
 from tackroom.tar_transfer import (
     CHECK_TRANSFER_PATH,
+    TarTransfer,
     extract_tar,
     transfer_check_error,
     transfer_check_stdin,
@@ -48,6 +53,7 @@ from tackroom.tar_transfer import (
 )
 from tackroom.task import Dataset, Task, TaskConfig, load_dataset, load_task
 from tackroom.trajectory import TokenTurn, Trajectory
+from tackroom.trial import Trial, TrialResult
 from tackroom.verifier import Verifier
 
 try:
@@ -56,6 +62,14 @@ except PackageNotFoundError:  # running from a source tree without installing
     __version__ = "0.0.0+unknown"
 
 __all__ = [
+    "DEFAULT_EXEC_TIMEOUT",
+    "ProcessOutput",
+    "TarTransfer",
+    "Trial",
+    "TrialResult",
+    "check_relative_inside",
+    "openai_error_message",
+    "run_process",
     "claim_run_dir",
     "extract_tar",
     "transfer_check_error",

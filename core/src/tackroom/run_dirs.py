@@ -24,6 +24,7 @@ def new_run_id(prefix: str | None = None) -> str:
 
 
 def validated_run_id(run_id: str, what: str = "--run-id") -> str:
+    """``run_id`` if it is a plain name (no path separators, no ``..``); a :class:`ConfigError` naming ``what``."""
     try:
         return check_run_id(run_id, what=what)
     except ValueError as exc:
@@ -60,6 +61,7 @@ def claim_run_dir(out: str | Path, run_id: str | None, *, force_new: bool = Fals
 
 
 def has_results(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds any trial's ``result.json`` (a run to resume, not a fresh one)."""
     return run_dir.is_dir() and any(run_dir.glob("*/result.json"))
 
 

@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 ERROR_CLASSES: tuple[ErrorClass, ...] = ("infra", "model", "task")
 KILL_TIMEOUT_SEC = 30.0
+VERIFY_GRACE_SEC = 120.0
+"""Beyond the task's verifier timeout: uploading the tests and reading the reward around ``test.sh``."""
 """How long a sandbox gets to kill and confirm gone every process the agent started."""
 
 
@@ -60,6 +62,14 @@ class PhaseTimeoutError(TackroomError, TimeoutError):
     """A runtime phase other than the agent run ran past its limit."""
 
     error_class = "infra"
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """A finished trial: its result and its trajectory (as written to disk)."""
+
+    result: TrialResult
+    trajectory: Trajectory
 
 
 @dataclass
@@ -216,7 +226,7 @@ class TrialRuntime:
             await timed("kill_agent", sandbox.kill_processes(timeout=KILL_TIMEOUT_SEC), KILL_TIMEOUT_SEC + 5)
             phase = "verify"
             reward = await timed("verify", verifier.verify(task, sandbox, trajectory),
-                                 task.config.verifier.timeout_sec + 120)
+                                 task.config.verifier.timeout_sec + VERIFY_GRACE_SEC)
             reward.check_range(*task.config.verifier.reward_range, where=f"verifier {verifier.name!r}")
             result.reward = reward.score
             result.components = reward.components
@@ -263,6 +273,10 @@ class TrialRuntime:
     # -- one trial, retried -----------------------------------------------------------
     async def run_trial(self, trial: Trial, task: Task, plugins: TrialPlugins) -> TrialResult:
         """Run a trial, retrying ``infra`` failures with exponential backoff; write its files."""
+        return (await self.run_trial_outcome(trial, task, plugins)).result
+
+    async def run_trial_outcome(self, trial: Trial, task: Task, plugins: TrialPlugins) -> TrialOutcome:
+        """:meth:`run_trial`, returning the trajectory (as written, secrets masked) beside the result."""
         history: list[AttemptRecord] = []
         final: tuple[TrialResult, Trajectory] | None = None
         attempt_no = 0
@@ -284,9 +298,10 @@ class TrialRuntime:
         result.previous_attempts = history
         out = self.run_dir / trial.id
         # A key an endpoint echoed back (say in a 400's message) must not reach disk either.
-        _atomic_write(out / "trajectory.json", redact(trajectory.model_dump(mode="json")))
+        written = redact(trajectory.model_dump(mode="json"))
+        _atomic_write(out / "trajectory.json", written)
         _atomic_write(out / "result.json", result.dump())
-        return result
+        return TrialOutcome(result, Trajectory.model_validate(written))
 
     async def _attempt_with_policy(self, trial: Trial, task: Task, plugins: TrialPlugins,
                                    attempt: int) -> tuple[TrialResult, Trajectory]:
@@ -310,6 +325,13 @@ class TrialRuntime:
                     result.reward = None
             return result, await session.complete(trajectory)
 
+    def attempt_time_limit(self, task: Task) -> float:
+        """The longest one attempt can legitimately take: the sum of its phase limits in :meth:`run_attempt`."""
+        spec = sandbox_spec(task, "limit")
+        return (spec.build_timeout_sec + spec.start_timeout_sec + 2 * self.setup_timeout_sec
+                + task.config.agent.timeout_sec + KILL_TIMEOUT_SEC + 5
+                + task.config.verifier.timeout_sec + VERIFY_GRACE_SEC + self.teardown_timeout_sec)
+
     # -- many trials ------------------------------------------------------------------
     def finished(self, trial: Trial) -> TrialResult | None:
         """A finished result of an earlier run of this trial (``infra`` failures are re-run)."""
@@ -327,14 +349,19 @@ class TrialRuntime:
     async def run_all(self, items: Iterable[tuple[Trial, Task, TrialPlugins]],
                       on_result: Callable[[TrialResult], None] | None = None) -> list[TrialResult]:
         """Run trials concurrently (at most ``concurrency`` at once), resuming finished ones."""
+        return [outcome.result for outcome in await self.run_outcomes(items, on_result)]
+
+    async def run_outcomes(self, items: Iterable[tuple[Trial, Task, TrialPlugins]],
+                           on_result: Callable[[TrialResult], None] | None = None) -> list[TrialOutcome]:
+        """:meth:`run_all` with each trial's trajectory beside its result (a trainer reads no file back)."""
         items = list(items)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        results: dict[str, TrialResult] = {}
+        results: dict[str, TrialOutcome] = {}
         todo = []
         for trial, task, plugins in items:
             done = self.finished(trial)
             if done is not None:
-                results[trial.id] = done
+                results[trial.id] = TrialOutcome(done, self._written_trajectory(trial))
             else:
                 todo.append((trial, task, plugins))
         if todo:
@@ -351,8 +378,9 @@ class TrialRuntime:
             async def one(trial: Trial, task: Task, plugins: TrialPlugins) -> None:
                 nonlocal errors
                 async with semaphore:
-                    result = await self.run_trial(trial, task, plugins)
-                results[trial.id] = result
+                    outcome = await self.run_trial_outcome(trial, task, plugins)
+                results[trial.id] = outcome
+                result = outcome.result
                 errors += result.error is not None and result.error.error_class != "model"
                 progress.update(bar, advance=1, status=f"{errors} errors" if errors else "")
                 if on_result is not None:
@@ -360,3 +388,10 @@ class TrialRuntime:
 
             await asyncio.gather(*(one(*item) for item in todo))
         return [results[trial.id] for trial, _, _ in items]
+
+    def _written_trajectory(self, trial: Trial) -> Trajectory:
+        path = self.run_dir / trial.id / "trajectory.json"
+        try:
+            return Trajectory.model_validate_json(path.read_text())
+        except (OSError, ValueError):
+            return Trajectory(stop_reason="missing")

@@ -79,6 +79,7 @@ def upload_directories(root: Path) -> list[str]:
 
 
 def transfer_check_stdin(tree: list[str] | None) -> bytes:
+    """What :data:`CHECK_TRANSFER_PATH` reads on stdin for a directory upload: the ``tree``, one a line."""
     return "".join(f"{rel}\n" for rel in tree or [] if "\n" not in rel).encode()
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 import tackroom
-
 from tackroom_engine.engine import (
     MODEL_NAME,
     SERVED_NAME,

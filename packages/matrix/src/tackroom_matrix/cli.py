@@ -23,7 +23,7 @@ def matrix(
     """Run every (model, harness, task, pass) trial and write matrix.json, matrix.csv and report.html."""
     from rich.console import Console
 
-    from tackroom.config import with_overrides
+    from tackroom.app import with_overrides
     from tackroom_matrix import build_report, load_matrix_config, run_matrix, write_reports
     from tackroom_matrix.report import print_report
 

@@ -40,10 +40,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-from tackroom.config import PluginSelection, PolicyConfig, RuntimeConfig, read_toml, resolve_api_key, validate
-from tackroom.errors import ConfigError, PluginNotFoundError
-from tackroom.policy import Policy, redact, redact_url, register_secret, register_secrets_in, register_url_secrets
-from tackroom.trial import slug
+from tackroom import (
+    ConfigError,
+    PluginNotFoundError,
+    PluginSelection,
+    Policy,
+    redact,
+    redact_url,
+    register_secret,
+    register_url_secrets,
+)
+from tackroom.app import PolicyConfig, RuntimeConfig, read_toml, register_secrets_in, resolve_api_key, slug, validate
 
 LITELLM_PROXY_ENV = "LITELLM_PROXY_URL"
 LITELLM_PROXY_DEFAULT = "http://127.0.0.1:4000/v1"
@@ -330,8 +337,7 @@ def resolve_plugins(config: MatrixConfig, manager: Any = None) -> tuple[list[Res
     Returns (rows, sandbox provider, verifier, notices); rows marked
     ``if_installed`` whose harness is missing are left out with a notice.
     """
-    from tackroom.config import instantiate
-    from tackroom.manager import get_plugin_manager
+    from tackroom import get_plugin_manager, instantiate
 
     manager = manager or get_plugin_manager()
     rows: list[ResolvedRow] = []

@@ -7,8 +7,7 @@ import asyncio
 import httpx
 from pydantic import BaseModel, Field
 
-from tackroom.errors import ConfigError, InfraError
-
+from tackroom import ConfigError, InfraError
 from tackroom_matrix.config import ModelConfig
 
 

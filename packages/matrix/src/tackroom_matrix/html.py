@@ -9,7 +9,6 @@ from jinja2 import Environment, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
 from tackroom import __version__
-
 from tackroom_matrix.charts import Bar, colour, grouped_hbars, hbars, nice_axis, transfer_chart
 from tackroom_matrix.report import MatrixReport, cell_id, fmt, fmt_pm, pct
 from tackroom_matrix.stats import RATIO_METRICS, CellStats

@@ -14,8 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tackroom.policy import redact
-
+from tackroom import redact
 from tackroom_matrix.stats import ERROR_CLASSES, CellStats
 
 REPORT_FILES = ("matrix.json", "matrix.csv", "report.html")

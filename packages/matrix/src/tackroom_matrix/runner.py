@@ -24,15 +24,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tackroom.config import PolicyConfig
-from tackroom.errors import ConfigError
-from tackroom.manager import PluginManager, get_plugin_manager
-from tackroom.policy import redact
-from tackroom.policy_routing import policy_routing
-from tackroom.runtime import TrialPlugins, TrialRuntime
-from tackroom.task import Task, TaskLoadFailure, load_dataset
-from tackroom.trial import Trial, TrialResult
-
+from tackroom import ConfigError, PluginManager, Task, Trial, TrialResult, get_plugin_manager, load_dataset, redact
+from tackroom.app import PolicyConfig, TaskLoadFailure, TrialPlugins, TrialRuntime, policy_routing
 from tackroom_matrix.config import MatrixConfig, ResolvedRow, resolve_plugins
 from tackroom_matrix.endpoints import EndpointStatus, EndpointUnreachableError, probe_all
 from tackroom_matrix.stats import CellStats, cell_stats
@@ -79,7 +72,7 @@ class MatrixOutcome:
 
 def _identity(config: MatrixConfig, rows: list[ResolvedRow], tasks: list[Task] | None = None) -> dict[str, Any]:
     """The matrix's fingerprint: what each label means, sandbox, verifier and every task's content hash."""
-    from tackroom.run_dirs import tasks_fingerprint
+    from tackroom.app import tasks_fingerprint
 
     return {
         "sandbox": redact({"name": config.sandbox.name, "options": config.sandbox.options}),
@@ -102,7 +95,7 @@ def _read_identity(run_dir: Path) -> dict[str, Any] | None:
 def check_resumable(run_dir: Path, identity: dict[str, Any]) -> None:
     """Refuse to resume ``run_dir`` when a label that already has results now means something else,
     or a task's content changed since its results were made."""
-    from tackroom.run_dirs import has_results, task_changes
+    from tackroom.app import has_results, task_changes
 
     old = _read_identity(run_dir)
     if old is None:
@@ -265,8 +258,8 @@ async def run_matrix(
 
     ``force_new``: never resume; when the run folder already holds a run, use a new one beside it.
     """
-    from tackroom.run_dirs import claim_run_dir, unique_trials, validated_run_id
-    from tackroom.config import with_overrides
+    from tackroom import claim_run_dir
+    from tackroom.app import unique_trials, validated_run_id, with_overrides
 
     config = with_overrides(config, {}, source="matrix config")  # values set in code get the file's checks too
     if run_id is not None:

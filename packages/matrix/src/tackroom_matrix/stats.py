@@ -26,7 +26,7 @@ from statistics import fmean, stdev
 
 from pydantic import BaseModel, Field
 
-from tackroom.trial import TrialResult
+from tackroom import TrialResult
 
 ERROR_CLASSES = ("infra", "model", "task")
 

@@ -8,7 +8,6 @@ both are imported when a run selects the ``ray`` executor.
 from __future__ import annotations
 
 from tackroom import Registrar, hookimpl
-
 from tackroom_ray.errors import AttemptDeadlineError, PluginNotShippableError, WorkerLostError
 from tackroom_ray.options import RayOptions
 

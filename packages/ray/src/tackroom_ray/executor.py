@@ -26,19 +26,16 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from tackroom import Trajectory, TrialResult
+from tackroom.app import TrialErrorInfo
 from tackroom.executors import Executor, ExecutorUnavailableError
-from tackroom.trajectory import Trajectory
-from tackroom.trial import TrialErrorInfo, TrialResult
-
 from tackroom_ray.errors import AttemptDeadlineError, WorkerLostError
 from tackroom_ray.options import RayOptions
 from tackroom_ray.shipping import AttemptPayload, ShippedPlugins, run_payload
 
 if TYPE_CHECKING:
-    from tackroom.policy import Policy
-    from tackroom.runtime import TrialPlugins, TrialRuntime
-    from tackroom.task import Task
-    from tackroom.trial import Trial
+    from tackroom import Policy, Task, Trial
+    from tackroom.app import TrialPlugins, TrialRuntime
 
 log = logging.getLogger(__name__)
 
@@ -163,12 +160,8 @@ def run_attempt_task(payload: AttemptPayload) -> Iterator[dict[str, Any]]:
 
 
 def attempt_time_limit(task: Task, runtime: TrialRuntime) -> float:
-    """The longest an attempt can legitimately take: the sum of its phase timeouts (see ``run_attempt``)."""
-    from tackroom.runtime import sandbox_spec
-
-    spec = sandbox_spec(task, "limit")
-    return (spec.build_timeout_sec + spec.start_timeout_sec + 2 * runtime.setup_timeout_sec
-            + task.config.agent.timeout_sec + task.config.verifier.timeout_sec + 120 + runtime.teardown_timeout_sec)
+    """The longest an attempt can legitimately take (the runtime sums its phase limits)."""
+    return runtime.attempt_time_limit(task)
 
 
 class RayExecutor(Executor):

@@ -15,18 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from tackroom.errors import PluginNotFoundError
-from tackroom.plugin import PluginKind, check_plugin_class
-from tackroom.policy import Policy
-from tackroom.task import Task
-from tackroom.trial import Trial
-
+from tackroom import PluginKind, PluginNotFoundError, Policy, Task, Trial
+from tackroom.app import check_plugin_class
 from tackroom_ray.errors import PluginNotShippableError
 
 if TYPE_CHECKING:
-    from tackroom.manager import PluginManager
-    from tackroom.runtime import TrialPlugins
-    from tackroom.sandbox import SandboxProvider
+    from tackroom import PluginManager, SandboxProvider
+    from tackroom.app import TrialPlugins
 
 
 def _resolve(reference: str) -> Any:
@@ -80,7 +75,7 @@ class PluginRef(BaseModel):
             entry = None
         if entry is not None and entry.reference == self.reference:
             return entry.load()
-        from tackroom.registrar import BASES
+        from tackroom.app import BASES
 
         return check_plugin_class(_resolve(self.reference), self.kind, BASES[self.kind])
 
@@ -136,8 +131,8 @@ async def run_payload(payload: AttemptPayload) -> dict[str, Any]:
     Lifecycle hooks are left to the driver, which fires them around the
     attempt; error classification runs here, where the exception is.
     """
-    from tackroom.manager import get_plugin_manager
-    from tackroom.runtime import TrialPlugins, TrialRuntime
+    from tackroom import get_plugin_manager
+    from tackroom.app import TrialPlugins, TrialRuntime
 
     class WorkerRuntime(TrialRuntime):
         def _notify(self, hook: str, **kwargs: Any) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tackroom
-
 from tackroom_archipelago.harness import ArchipelagoHarness, ArchipelagoOptions
 from tackroom_archipelago.world import WorldSpec, load_world
 

@@ -16,10 +16,11 @@ from typing import Any
 
 import httpx
 from pydantic import BaseModel, Field
+
 from tackroom import Policy, TokenTurn
 from tackroom.gateway.chat_template import ChatTemplate
 from tackroom.gateway.engine_client import EngineClient, EngineSettings
-from tackroom.gateway.errors import classify_engine_rejection, EngineUnavailableError
+from tackroom.gateway.errors import EngineUnavailableError, classify_engine_rejection
 from tackroom.gateway.protocol import forced_tool_call_tag
 from tackroom.gateway.tool_parsers import ToolCall, ToolParser
 

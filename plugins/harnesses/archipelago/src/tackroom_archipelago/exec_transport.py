@@ -13,6 +13,7 @@ import base64
 import json
 
 import httpx2
+
 from tackroom import Sandbox, SandboxError
 
 

@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from tackroom import Sandbox
-from tackroom import cache_root
 
+from tackroom import Sandbox, cache_root
 from tackroom_archipelago.errors import WorldBuildError, WorldFormatError, WorldRuntimeError
 
 SANDBOX_SIDE = Path(__file__).with_name("sandbox_side")

@@ -23,9 +23,8 @@ from urllib.parse import urlsplit
 
 import httpx
 from pydantic import Field
-from tackroom import ConfigError, Harness, InfraError, PluginOptions, Policy, Sandbox, Task, Trajectory
-from tackroom.sandbox import SandboxError
 
+from tackroom import ConfigError, Harness, InfraError, PluginOptions, Policy, Sandbox, SandboxError, Task, Trajectory
 from tackroom_opencode.config import (
     COMPACT_PROMPT,
     COMPACT_TOOLS,

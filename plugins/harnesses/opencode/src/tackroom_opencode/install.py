@@ -21,8 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from tackroom import InfraError, cache_root
-from tackroom.process import run_process
+from tackroom import InfraError, cache_root, run_process
 
 DEFAULT_VERSION = "1.18.33"
 """The OpenCode release this plugin is tested with."""

@@ -6,7 +6,6 @@ Registered through the ``tackroom`` entry-point group like any third-party plugi
 from __future__ import annotations
 
 import tackroom
-
 from tackroom_terminus.harness import TerminusHarness, TerminusOptions
 
 __all__ = ["TerminusHarness", "TerminusOptions"]

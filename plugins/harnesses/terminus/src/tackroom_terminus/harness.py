@@ -13,15 +13,14 @@ from tackroom import (
     ConfigError,
     Harness,
     ModelError,
-    Policy,
     PluginOptions,
+    Policy,
     Sandbox,
     SandboxError,
     TackroomError,
     Task,
     Trajectory,
 )
-
 from tackroom_terminus import prompts
 from tackroom_terminus.chat_client import ChatClient, ChatReply, ContextExhaustedError
 from tackroom_terminus.protocol import parse_reply, reply_schema, response_format

@@ -8,7 +8,6 @@ import os
 from typing import Any, ClassVar
 
 from tackroom import SandboxError, SandboxProvider, SandboxSpec
-
 from tackroom_daytona.calls import bounded
 from tackroom_daytona.options import DaytonaOptions
 from tackroom_daytona.sandbox import DaytonaSandbox

@@ -10,10 +10,17 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
-from tackroom import ExecResult, Sandbox, SandboxBuildError, SandboxError, SandboxSpec, SandboxTimeoutError
-from tackroom.sandbox import DEFAULT_EXEC_TIMEOUT, check_relative_inside
-from tackroom.tar_transfer import TarTransfer
-
+from tackroom import (
+    DEFAULT_EXEC_TIMEOUT,
+    ExecResult,
+    Sandbox,
+    SandboxBuildError,
+    SandboxError,
+    SandboxSpec,
+    SandboxTimeoutError,
+    TarTransfer,
+    check_relative_inside,
+)
 from tackroom_daytona.calls import bounded, retried
 
 if TYPE_CHECKING:

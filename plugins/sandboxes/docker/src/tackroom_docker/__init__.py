@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 import tackroom
-
 from tackroom_docker.provider import DockerProvider
 
 __all__ = ["DockerProvider"]

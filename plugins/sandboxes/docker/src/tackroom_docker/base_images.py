@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
-from tackroom import SandboxError, cache_root
 
+from tackroom import SandboxError, cache_root
 from tackroom_docker.engine import DockerCLI
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"

@@ -8,6 +8,7 @@ import json
 import typer
 from rich.console import Console
 from rich.table import Table
+
 from tackroom import TackroomError
 
 images_app = typer.Typer(help="Docker images tackroom builds: offline base images and cached task images.", no_args_is_help=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+
 from tackroom import SandboxError, SandboxTimeoutError
 
 ENGINE_DOWN_MARKERS = (

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from tackroom import SandboxBuildError, SandboxError, SandboxSpec, SandboxTimeoutError
-
 from tackroom_docker.engine import DockerCLI
 from tackroom_docker.options import DockerOptions
 

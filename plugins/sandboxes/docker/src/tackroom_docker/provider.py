@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 from tackroom import SandboxError, SandboxProvider, SandboxSpec
-
 from tackroom_docker.engine import DockerCLI
 from tackroom_docker.options import DockerOptions
 from tackroom_docker.ownership import is_orphan

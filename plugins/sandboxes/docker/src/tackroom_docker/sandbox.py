@@ -15,6 +15,7 @@ from typing import Any
 
 from tackroom import (
     CHECK_TRANSFER_PATH,
+    DEFAULT_EXEC_TIMEOUT,
     ConfigError,
     ExecResult,
     HostPortForward,
@@ -23,13 +24,12 @@ from tackroom import (
     SandboxPathError,
     SandboxSpec,
     SandboxTimeoutError,
+    check_relative_inside,
     forward_into_namespace,
     transfer_check_error,
     transfer_check_stdin,
     upload_directories,
 )
-from tackroom.sandbox import DEFAULT_EXEC_TIMEOUT, check_relative_inside
-
 from tackroom_docker.engine import CallResult, DockerCLI
 from tackroom_docker.images import ImageResolver, ResolvedImage
 from tackroom_docker.options import DockerOptions

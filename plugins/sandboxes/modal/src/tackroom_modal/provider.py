@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tackroom import SandboxBuildError, SandboxError, SandboxProvider, SandboxSpec
-
 from tackroom_modal.calls import bounded, retried
 from tackroom_modal.options import ModalOptions
 from tackroom_modal.sandbox import ModalSandbox

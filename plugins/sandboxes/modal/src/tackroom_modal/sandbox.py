@@ -8,10 +8,16 @@ import posixpath
 import time
 from typing import TYPE_CHECKING, Any
 
-from tackroom import ExecResult, Sandbox, SandboxError, SandboxSpec, SandboxTimeoutError
-from tackroom.sandbox import DEFAULT_EXEC_TIMEOUT, check_relative_inside
-from tackroom.tar_transfer import TarTransfer
-
+from tackroom import (
+    DEFAULT_EXEC_TIMEOUT,
+    ExecResult,
+    Sandbox,
+    SandboxError,
+    SandboxSpec,
+    SandboxTimeoutError,
+    TarTransfer,
+    check_relative_inside,
+)
 from tackroom_modal.calls import bounded, retried
 
 if TYPE_CHECKING:

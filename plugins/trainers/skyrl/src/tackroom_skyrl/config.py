@@ -32,8 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tackroom import AGGREGATIONS, ConfigError, PluginSelection
-from tackroom.config import PolicyConfig, read_toml, validate
-
+from tackroom.app import PolicyConfig, read_toml, validate
 from tackroom_skyrl.tinker.server import TinkerSettings
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from tackroom import ConfigError, load_dataset
-
 from tackroom_skyrl.skyrl_config import ENV_CLASS
 
 

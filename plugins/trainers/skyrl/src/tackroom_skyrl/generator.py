@@ -22,11 +22,8 @@ from typing import Any
 
 from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, GeneratorOutput, TrajectoryID
 
-from tackroom import ConfigError, Policy, Task, Trajectory, instantiate, load_task
-from tackroom.policy_routing import policy_gateway, wants_gateway
-from tackroom.runtime import TrialPlugins, TrialRuntime
-from tackroom.trial import Trial, TrialResult
-
+from tackroom import ConfigError, Policy, Task, Trajectory, Trial, TrialResult, instantiate, load_task
+from tackroom.app import TrialPlugins, TrialRuntime, policy_gateway, wants_gateway
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.masking import RowOutcome, decide_group
 
@@ -177,14 +174,9 @@ class TackroomGenerator(GeneratorInterface):
         runtime = TrialRuntime(run_dir, attempts=self.config.rollout.infra_attempts,
                                concurrency=min(n, self.concurrency or n), retry_backoff_sec=self.retry_backoff_sec,
                                progress=False, manager=self.manager, executor=self.config.rollout.executor)
-        results = await runtime.run_all(items)
-        rows = [RolloutRow(r, self._trajectory(run_dir, trial)) for r, (trial, _, _) in zip(results, items)]
+        outcomes = await runtime.run_outcomes(items)
+        rows = [RolloutRow(o.result, o.trajectory) for o in outcomes]
         return self._output(rows, ids, input_batch["prompts"])
-
-    @staticmethod
-    def _trajectory(run_dir: Path, trial: Trial) -> Trajectory:
-        path = run_dir / trial.id / "trajectory.json"
-        return Trajectory.model_validate_json(path.read_text()) if path.is_file() else Trajectory(stop_reason="missing")
 
     def _placeholder(self, prompt: Any) -> tuple[list[int], list[int]]:
         """Prompt ids and a one-token response for a row that left no tokens (fully masked)."""

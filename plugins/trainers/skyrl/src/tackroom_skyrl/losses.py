@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from tackroom import LossSpec, get_plugin_manager
-
 from tackroom_skyrl.skyrl_config import LOSS_PREFIX
 
 

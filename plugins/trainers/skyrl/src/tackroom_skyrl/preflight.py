@@ -10,7 +10,6 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from tackroom import TackroomError
-
 from tackroom_skyrl.config import TrainConfig
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from tackroom import ConfigError, PluginSelection, instantiate
-
 from tackroom_skyrl.ceilings import Ceilings, derive_ceilings
 from tackroom_skyrl.config import TrainConfig
 

@@ -7,9 +7,9 @@ import difflib
 from tackroom_file_diff.documents import (
     Cell,
     ReaderOptions,
-    cell_order,
     TableDocument,
     TextDocument,
+    cell_order,
     read_document,
 )
 from tackroom_file_diff.formats import detect_format

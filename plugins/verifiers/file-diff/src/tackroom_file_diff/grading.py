@@ -6,9 +6,9 @@ import difflib
 import json
 from typing import Any, Literal
 
-import tackroom
 from pydantic import BaseModel, Field
 
+import tackroom
 from tackroom_file_diff.documents import (
     BinaryDocument,
     Cell,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tackroom
-
 from tackroom_file_diff.verifier import FileDiffVerifier
 
 

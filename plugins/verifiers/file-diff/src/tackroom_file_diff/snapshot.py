@@ -7,8 +7,9 @@ import io
 import tarfile
 import time
 
-import tackroom
 from pydantic import BaseModel, Field
+
+import tackroom
 
 DEFAULT_MAX_FILE_BYTES = 25_000_000
 DEFAULT_MAX_FILES = 5_000

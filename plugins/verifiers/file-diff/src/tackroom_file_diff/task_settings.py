@@ -19,9 +19,9 @@ import posixpath
 from pathlib import Path
 from typing import Any
 
-import tackroom
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+import tackroom
 from tackroom_file_diff.formats import FileFormat
 from tackroom_file_diff.tolerance import ToleranceRules
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tackroom
-
 from tackroom_file_diff.diff import changes_report
 from tackroom_file_diff.documents import ReaderOptions
 from tackroom_file_diff.report import ChangesReport, ReportLimits

@@ -6,9 +6,9 @@ import hashlib
 from pathlib import Path
 from typing import Literal
 
-import tackroom
 from pydantic import BaseModel, ConfigDict, Field
 
+import tackroom
 from tackroom_file_diff.diff import changes_report
 from tackroom_file_diff.documents import ReaderOptions
 from tackroom_file_diff.formats import FileFormat, detect_format

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tackroom
-
 from tackroom_rubric_judge.verifier import RubricJudgeVerifier
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import tackroom
 from pydantic import BaseModel, Field
 
+import tackroom
 from tackroom_rubric_judge.client import CallRecord
 
 

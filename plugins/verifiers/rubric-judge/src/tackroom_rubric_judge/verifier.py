@@ -6,11 +6,11 @@ import asyncio
 import os
 from typing import Any, Literal
 
-import tackroom
 from pydantic import ConfigDict, Field, SecretStr, model_validator
+
+import tackroom
 from tackroom import register_secret, register_url_secrets
 from tackroom_file_diff import ChangesReport, FileChangeTracker, ReportLimits, expected_files
-
 from tackroom_rubric_judge.client import JudgeClient, JudgeEndpoint, RetryPolicy, shared_client
 from tackroom_rubric_judge.errors import JudgeAuthError, JudgeContextTooLongError
 from tackroom_rubric_judge.prompt import build_messages, final_answer

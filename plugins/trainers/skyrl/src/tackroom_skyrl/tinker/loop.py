@@ -40,12 +40,19 @@ from typing import Any, Callable
 from pydantic import BaseModel
 
 from tackroom import ConfigError, get_plugin_manager
-
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.dataset import prompt_rows
 from tackroom_skyrl.mismatch import mismatch_warning
 from tackroom_skyrl.tinker import curve
-from tackroom_skyrl.tinker.datums import TackroomLoss, reduced_loss, server_loss, batch_from_output, datums, grpo_advantages, mismatch
+from tackroom_skyrl.tinker.datums import (
+    TackroomLoss,
+    batch_from_output,
+    datums,
+    grpo_advantages,
+    mismatch,
+    reduced_loss,
+    server_loss,
+)
 from tackroom_skyrl.tinker.sampling_endpoint import SamplingEndpoint
 from tackroom_skyrl.tinker.server import TinkerCalls, TinkerServer, check_reachable
 

@@ -1,0 +1,72 @@
+"""The API for applications built on the trial runtime: the matrix, the trainers, your own driver.
+
+Plugin authors need only :mod:`tackroom` (and :mod:`tackroom.testing` in their
+tests); executor authors :mod:`tackroom.executors`. An application that runs
+trials itself (builds a :class:`TrialRuntime`, claims run folders, routes a
+policy through the gateway, reads run configs) imports from here. Everything
+else under ``tackroom.`` is private: ``tests/test_public_api.py`` fails when a
+plugin or package imports it.
+"""
+
+from tackroom.config import (
+    PolicyConfig,
+    RuntimeConfig,
+    check_run_id,
+    format_validation_error,
+    read_toml,
+    resolve_api_key,
+    validate,
+    with_overrides,
+)
+from tackroom.manager import PluginManager, get_plugin_manager
+from tackroom.plugin import check_plugin_class
+from tackroom.policy import register_secrets_in
+from tackroom.policy_routing import policy_gateway, policy_routing, wants_gateway
+from tackroom.registrar import BASES
+from tackroom.run_dirs import (
+    claim_run_dir,
+    has_results,
+    new_run_id,
+    task_changes,
+    tasks_fingerprint,
+    unique_trials,
+    validated_run_id,
+)
+from tackroom.runtime import TrialOutcome, TrialPlugins, TrialRuntime, sandbox_spec
+from tackroom.task import TaskLoadFailure
+from tackroom.trial import Trial, TrialErrorInfo, TrialResult, slug
+
+__all__ = [
+    "BASES",
+    "PluginManager",
+    "PolicyConfig",
+    "RuntimeConfig",
+    "TaskLoadFailure",
+    "Trial",
+    "TrialErrorInfo",
+    "TrialOutcome",
+    "TrialPlugins",
+    "TrialResult",
+    "TrialRuntime",
+    "check_plugin_class",
+    "check_run_id",
+    "claim_run_dir",
+    "format_validation_error",
+    "get_plugin_manager",
+    "has_results",
+    "new_run_id",
+    "policy_gateway",
+    "policy_routing",
+    "read_toml",
+    "register_secrets_in",
+    "resolve_api_key",
+    "sandbox_spec",
+    "slug",
+    "task_changes",
+    "tasks_fingerprint",
+    "unique_trials",
+    "validate",
+    "validated_run_id",
+    "wants_gateway",
+    "with_overrides",
+]

@@ -172,3 +172,33 @@ def test_loss_spec_validates_name_and_reference():
         tackroom.LossSpec(name="ok", fn="math.fsum")
     with pytest.raises(ValueError):
         tackroom.LossSpec(name="ok", fn="math:fsum", aggregation="median")
+
+
+def test_a_hook_implementation_that_matches_no_hook_is_rejected_with_a_hint(manager):
+    class Typo:
+        @tackroom.hookimpl
+        def tackroom_harness(self, register):  # the hook is tackroom_harnesses
+            raise AssertionError("never called")
+
+    with pytest.raises(tackroom.PluginDefinitionError, match=r"tackroom_harness \(did you mean tackroom_harnesses"):
+        manager.register(Typo(), name="typo")
+    assert manager.pm.get_plugin("typo") is None, "a rejected plugin is not left half-registered"
+
+    class Optional:
+        @tackroom.hookimpl(optionalhook=True)
+        def tackroom_someday(self):
+            pass
+
+    manager.register(Optional(), name="optional")  # declared optional: allowed, as pluggy allows it
+
+
+def test_an_entry_point_plugin_with_an_unknown_hook_is_reported_as_broken(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    module = types.ModuleType("tackroom_typo_plugin")
+    module.tackroom_trial_start = tackroom.hookimpl(lambda trial: None)
+    monkeypatch.setitem(sys.modules, "tackroom_typo_plugin", module)
+    ep = EntryPoint(name="typo", value="tackroom_typo_plugin", group="tackroom")
+    pm = tackroom.PluginManager(load_entry_points=False)
+    pm._load_entry_point(ep)
+    assert len(pm.broken) == 1 and "tackroom_trial_start" in pm.broken[0] and "tackroom_trial_started" in pm.broken[0]

@@ -16,6 +16,7 @@ from tackroom.markers import hookspec
 if TYPE_CHECKING:
     from tackroom.errors import ErrorClass
     from tackroom.registrar import Registrar
+    from tackroom.trial import Trial, TrialResult
 
 
 @hookspec
@@ -90,7 +91,7 @@ def tackroom_commands(app: Any) -> None:
 
 
 @hookspec
-def tackroom_trial_started(trial: Any) -> None:
+def tackroom_trial_started(trial: Trial) -> None:
     """Observe a trial attempt as it starts.
 
     Called by the trial runtime right before the sandbox starts, once per
@@ -100,7 +101,7 @@ def tackroom_trial_started(trial: Any) -> None:
 
 
 @hookspec
-def tackroom_trial_finished(trial: Any, result: Any) -> None:
+def tackroom_trial_finished(trial: Trial, result: TrialResult) -> None:
     """Observe a finished trial attempt.
 
     Called by the trial runtime after teardown with the

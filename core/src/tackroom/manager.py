@@ -11,6 +11,7 @@ Environment variables (read when the manager is created):
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 from importlib.metadata import EntryPoint, entry_points
@@ -19,7 +20,7 @@ from typing import Any
 import pluggy
 
 from tackroom import hookspecs
-from tackroom.errors import PluginNotFoundError
+from tackroom.errors import PluginDefinitionError, PluginNotFoundError
 from tackroom.markers import PROJECT_NAME
 from tackroom.plugin import PluginKind
 from tackroom.registrar import PluginEntry, Registrar
@@ -83,12 +84,31 @@ class PluginManager:
             self.broken.append(message)
             log.warning("tackroom plugin %s; it is skipped", message)
             return
-        self.register(plugin, name=f"{dist}:{ep.name}", distribution=dist, version=version)
+        try:
+            self.register(plugin, name=f"{dist}:{ep.name}", distribution=dist, version=version)
+        except PluginDefinitionError as exc:
+            self.broken.append(str(exc))
+            log.warning("tackroom plugin %s; it is skipped", exc)
 
     def register(self, plugin: Any, *, name: str | None = None, distribution: str = "<local>",
                  version: str = "") -> None:
-        """Register a plugin object directly (tests, notebooks); same rules as entry points."""
+        """Register a plugin object directly (tests, notebooks); same rules as entry points.
+
+        A ``@hookimpl`` whose name matches no tackroom hook (a typo that would otherwise never be called)
+        raises :class:`PluginDefinitionError` naming it and the hooks that exist.
+        """
         self.pm.register(plugin, name=name)
+        unknown = sorted(
+            caller.name for caller in self.pm.get_hookcallers(plugin) or []
+            if not caller.has_spec() and any(i.plugin is plugin and not i.optionalhook for i in caller.get_hookimpls())
+        )
+        if unknown:
+            self.pm.unregister(plugin)
+            known = sorted(n for n in dir(hookspecs) if n.startswith("tackroom_"))
+            hints = [f"{n} (did you mean {', '.join(close)}?)" if (close := difflib.get_close_matches(n, known, 2))
+                     else n for n in unknown]
+            raise PluginDefinitionError(f"plugin {name or plugin!r} implements hooks that do not exist: "
+                                        f"{'; '.join(hints)}. tackroom's hooks: {', '.join(known)}")
         self._sources[id(plugin)] = (distribution, version)
         self._registrar = None
 

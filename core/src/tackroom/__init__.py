@@ -24,11 +24,11 @@ from tackroom.host_forward import HostPortForward, forward_into_namespace
 from tackroom.loss import AGGREGATIONS, Aggregation, LossSpec
 from tackroom.manager import PluginManager, get_plugin_manager, reset_plugin_manager
 from tackroom.markers import hookimpl, hookspec
+from tackroom.openai_errors import error_message as openai_error_message
 from tackroom.plugin import PLUGIN_KINDS, Plugin, PluginKind, PluginOptions
 from tackroom.policy import Policy, redact, redact_url, register_secret, register_url_secrets
-from tackroom.registrar import PluginEntry, Registrar
-from tackroom.openai_errors import error_message as openai_error_message
 from tackroom.process import ProcessOutput, run_process
+from tackroom.registrar import PluginEntry, Registrar, import_ref
 from tackroom.reward import Reward
 from tackroom.run_dirs import claim_run_dir
 from tackroom.sandbox import (
@@ -62,6 +62,7 @@ except PackageNotFoundError:  # running from a source tree without installing
     __version__ = "0.0.0+unknown"
 
 __all__ = [
+    "import_ref",
     "DEFAULT_EXEC_TIMEOUT",
     "ProcessOutput",
     "TarTransfer",

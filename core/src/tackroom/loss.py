@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -54,9 +53,7 @@ class LossSpec(BaseModel):
         if callable(self.fn):
             return self.fn
         if self._loaded is None:
-            module, _, attr = self.fn.partition(":")
-            obj: Any = importlib.import_module(module)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-            self._loaded = obj
+            from tackroom.registrar import import_ref
+
+            self._loaded = import_ref(self.fn)
         return self._loaded

@@ -41,7 +41,7 @@ class PluginEntry:
         """The plugin class (or :class:`LossSpec`), importing a lazy reference now."""
         if self._target is None:
             try:
-                obj = _resolve(self.reference)
+                obj = import_ref(self.reference)
             except ImportError as exc:
                 raise PluginDefinitionError(
                     f"{self.kind} {self.name!r} from {self.distribution} could not be imported "
@@ -84,7 +84,7 @@ class ExecutorEntry:
         """The executor class, importing a lazy reference now."""
         if self._target is None:
             try:
-                cls = _resolve(self.reference)
+                cls = import_ref(self.reference)
             except ImportError as exc:
                 raise PluginDefinitionError(
                     f"executor {self.name!r} from {self.distribution} could not be imported ({self.reference}): "
@@ -99,12 +99,17 @@ class ExecutorEntry:
         return self._target
 
 
-def _resolve(reference: str) -> Any:
-    module, _, qualname = reference.partition(":")
+def import_ref(reference: str) -> Any:
+    """The object a ``"package.module:Qual.name"`` reference names (imports the module)."""
+    module, sep, qualname = reference.partition(":")
+    if not sep or not module or not qualname:
+        raise ValueError(f"reference {reference!r} must look like 'package.module:name'")
     obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj
+
+
 
 
 class Registrar:

@@ -9,13 +9,12 @@ fresh instances there.
 
 from __future__ import annotations
 
-import importlib
 import json
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from tackroom import PluginKind, PluginNotFoundError, Policy, Task, Trial
+from tackroom import PluginKind, PluginNotFoundError, Policy, Task, Trial, import_ref
 from tackroom.app import check_plugin_class
 from tackroom_ray.errors import PluginNotShippableError
 
@@ -24,12 +23,6 @@ if TYPE_CHECKING:
     from tackroom.app import TrialPlugins
 
 
-def _resolve(reference: str) -> Any:
-    module, _, qualname = reference.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 class PluginRef(BaseModel):
@@ -56,7 +49,7 @@ class PluginRef(BaseModel):
             raise PluginNotShippableError(f"{plugin_cls.__qualname__} ({reference}) cannot be imported by a worker "
                                           f"process; {fix}")
         try:
-            same = _resolve(reference) is plugin_cls
+            same = import_ref(reference) is plugin_cls
         except (ImportError, AttributeError):
             same = False
         if not same:
@@ -77,7 +70,7 @@ class PluginRef(BaseModel):
             return entry.load()
         from tackroom.app import BASES
 
-        return check_plugin_class(_resolve(self.reference), self.kind, BASES[self.kind])
+        return check_plugin_class(import_ref(self.reference), self.kind, BASES[self.kind])
 
     def build_options(self, cls: type) -> BaseModel:
         return cls.Options.model_validate(self.options)

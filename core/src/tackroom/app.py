@@ -9,9 +9,11 @@ plugin or package imports it.
 """
 
 from tackroom.config import (
+    FieldError,
     PolicyConfig,
     RuntimeConfig,
     check_run_id,
+    dotted,
     format_validation_error,
     read_toml,
     resolve_api_key,
@@ -38,6 +40,7 @@ from tackroom.trial import Trial, TrialErrorInfo, TrialResult, slug
 
 __all__ = [
     "BASES",
+    "FieldError",
     "PluginManager",
     "PolicyConfig",
     "RuntimeConfig",
@@ -51,6 +54,7 @@ __all__ = [
     "check_plugin_class",
     "check_run_id",
     "claim_run_dir",
+    "dotted",
     "format_validation_error",
     "get_plugin_manager",
     "has_results",

@@ -92,16 +92,40 @@ class PluginSelection(BaseModel):
         return dict(self.model_extra or {})
 
 
-def format_validation_error(exc: ValidationError, prefix: str = "", source: str = "") -> str:
-    """One line per problem: ``source: dotted.path: message``."""
+class FieldError(ValueError):
+    """A cross-field problem raised in a validator, reported under its own dotted ``path``."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def dotted(loc: tuple[Any, ...] | list[Any]) -> str:
+    """``("models", 1, "label")`` → ``models[1].label``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def format_validation_error(exc: ValidationError, prefix: str = "", source: str = "", *, sep: str = "\n") -> str:
+    """One entry per problem: ``source: dotted.path[i]: message`` (unknown fields say so; a
+    :class:`FieldError` raised in a validator keeps its own path)."""
     lines = []
     for err in exc.errors():
-        path = ".".join(str(p) for p in (prefix.split(".") if prefix else []) + list(err["loc"]))
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
+        ctx_error = (err.get("ctx") or {}).get("error")
+        if isinstance(ctx_error, FieldError):
+            path, msg = ctx_error.path, ctx_error.message
+        else:
+            loc = [p for p in err["loc"] if p != "function-after"]
+            path = dotted([*(prefix.split(".") if prefix else []), *loc])
+            msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
         lines.append(f"{source + ': ' if source else ''}{path or '(top level)'}: {msg}")
-    return "\n".join(lines)
+    return sep.join(lines)
 
 
 def validate(model: type[M], data: Any, *, prefix: str = "", source: str = "") -> M:

@@ -314,10 +314,9 @@ def load_task(path: str | Path, task_id: str | None = None) -> Task:
 
 
 def _describe(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg'].removeprefix('Value error, ')}"
-        for err in exc.errors()
-    )
+    from tackroom.config import format_validation_error  # config imports this module
+
+    return format_validation_error(exc, sep="; ")
 
 
 class TaskLoadFailure(BaseModel):

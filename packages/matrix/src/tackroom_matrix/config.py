@@ -50,7 +50,17 @@ from tackroom import (
     register_secret,
     register_url_secrets,
 )
-from tackroom.app import PolicyConfig, RuntimeConfig, read_toml, register_secrets_in, resolve_api_key, slug, validate
+from tackroom.app import (
+    FieldError,
+    PolicyConfig,
+    RuntimeConfig,
+    format_validation_error,
+    read_toml,
+    register_secrets_in,
+    resolve_api_key,
+    slug,
+    validate,
+)
 
 LITELLM_PROXY_ENV = "LITELLM_PROXY_URL"
 LITELLM_PROXY_DEFAULT = "http://127.0.0.1:4000/v1"
@@ -208,18 +218,18 @@ class MatrixConfig(BaseModel):
         if self.k is None:
             self.k = self.passes
         elif self.k > self.passes:
-            raise _FieldError("k", f"pass@{self.k} needs at least {self.k} passes; passes is {self.passes}")
+            raise FieldError("k", f"pass@{self.k} needs at least {self.k} passes; passes is {self.passes}")
         _unique([m.label for m in self.models], "models", "label", "model")
         _unique([h.row_label for h in self.harnesses], "harnesses", "label", "harness row",
                 hint="give each row of the same harness a distinct label")
         if not self.harnesses:
-            raise _FieldError("harnesses", "list at least one harness (e.g. [[harnesses]] name = \"oracle\")")
+            raise FieldError("harnesses", "list at least one harness (e.g. [[harnesses]] name = \"oracle\")")
         labels = [m.label for m in self.models]
         t = self.transfer
         for field, names in (("baseline", [t.baseline] if t.baseline else []), ("candidates", t.candidates)):
             for name in names:
                 if name not in labels:
-                    raise _FieldError(f"transfer.{field}", f"{name!r} is not a model label; "
+                    raise FieldError(f"transfer.{field}", f"{name!r} is not a model label; "
                                       f"model labels: {', '.join(map(str, labels)) or '(none)'}")
         return self
 
@@ -233,13 +243,6 @@ class MatrixConfig(BaseModel):
         return [(base, c) for c in cands if c != base]
 
 
-class _FieldError(ValueError):
-    """A cross-field problem, reported under its dotted path."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
 
 
 def _unique(values: list[Any], section: str, field: str, what: str, hint: str = "") -> None:
@@ -247,35 +250,16 @@ def _unique(values: list[Any], section: str, field: str, what: str, hint: str = 
     for i, v in enumerate(values):
         if v in seen:
             extra = f"; {hint}" if hint else ""
-            raise _FieldError(f"{section}[{i}].{field}",
+            raise FieldError(f"{section}[{i}].{field}",
                               f"{what} label {v!r} is already used by {section}[{seen[v]}]{extra}")
         seen[v] = i
 
 
-def dotted(loc: tuple[Any, ...] | list[Any]) -> str:
-    """``("models", 1, "label")`` → ``models[1].label``."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
 def _format(exc: ValidationError, source: str) -> str:
-    lines = []
-    for err in exc.errors():
-        ctx_error = (err.get("ctx") or {}).get("error")
-        if isinstance(ctx_error, _FieldError):
-            lines.append(f"{source}: {ctx_error.path}: {ctx_error.message}")
-            continue
-        loc = [p for p in err["loc"] if p not in ("function-after",)]
-        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden" and len(loc) == 3 and loc[0] == "harnesses":
-            msg += " (a harness's own options go in its `options` table, e.g. options = { max_turns = 20 })"
-        lines.append(f"{source}: {dotted(loc) or '(top level)'}: {msg}")
-    return "\n".join(lines)
+    message = format_validation_error(exc, source=source)
+    if any(e["type"] == "extra_forbidden" and len(e["loc"]) == 3 and e["loc"][0] == "harnesses" for e in exc.errors()):
+        message += "\n(a harness's own options go in its `options` table, e.g. options = { max_turns = 20 })"
+    return message
 
 
 def parse_matrix_config(data: dict[str, Any], *, source: str = "matrix config", base_dir: Path | None = None

@@ -44,7 +44,7 @@ def _local_engine_url() -> str | None:
         return None
     try:
         return running_engine_url()
-    except Exception:  # noqa: BLE001  a hint only; never fail the probe over it
+    except Exception:
         return None
 
 

@@ -57,3 +57,16 @@ def test_missing_file_and_bad_toml(tmp_path):
 def test_validate_returns_the_model():
     cfg = validate(tackroom.RunConfig, {"harness": {"name": "nop"}})
     assert cfg.harness.name == "nop" and cfg.harness.options == {}
+
+
+def test_plugin_options_may_sit_in_an_options_table_as_in_the_matrix(tmp_path):
+    from tackroom import ConfigError, PluginSelection
+    from tackroom.app import validate
+
+    flat = validate(PluginSelection, {"name": "terminus", "max_turns": 4})
+    table = validate(PluginSelection, {"name": "terminus", "options": {"max_turns": 4}})
+    assert flat.options == table.options == {"max_turns": 4} and table.name == "terminus"
+    with pytest.raises(ConfigError, match=r"harness\.options: max_turns given both"):
+        validate(PluginSelection, {"name": "t", "max_turns": 4, "options": {"max_turns": 5}}, prefix="harness")
+    with pytest.raises(ConfigError, match="must be a table"):
+        validate(PluginSelection, {"name": "t", "options": 3})

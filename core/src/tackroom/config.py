@@ -71,8 +71,18 @@ def _finite_non_negative(value: float) -> float:
     return value
 
 
+class FieldError(ValueError):
+    """A cross-field problem raised in a validator, reported under its own dotted ``path``."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
 class PluginSelection(BaseModel):
-    """``[harness]`` / ``[sandbox]`` / ``[verifier]``: a ``name`` plus that plugin's options, flat.
+    """``[harness]`` / ``[sandbox]`` / ``[verifier]``: a ``name`` plus that plugin's options, either in an
+    ``options = {…}`` table (the shape the matrix's ``[[harnesses]]`` rows use) or flat beside ``name``.
 
     Credentials among the options (secret-named keys such as ``api_keys``, URL userinfo)
     are remembered so that nothing a run writes carries them (see :mod:`tackroom.policy`).
@@ -82,6 +92,21 @@ class PluginSelection(BaseModel):
 
     name: str
 
+    @model_validator(mode="before")
+    @classmethod
+    def _options_table(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "options" not in data:
+            return data
+        table = data["options"]
+        if not isinstance(table, dict):
+            raise FieldError("options", f"must be a table of the plugin's options, got {type(table).__name__}")
+        flat = {k: v for k, v in data.items() if k != "options"}
+        if twice := sorted(set(flat) & set(table) - {"name"}):
+            raise FieldError("options", f"{', '.join(twice)} given both in `options` and beside `name`; keep one")
+        if "name" in table:
+            raise FieldError("options.name", "the plugin's name goes beside `options`, not in it")
+        return {**flat, **table}
+
     @model_validator(mode="after")
     def _remember_secrets(self) -> PluginSelection:
         register_secrets_in(self.model_extra or {})
@@ -90,15 +115,6 @@ class PluginSelection(BaseModel):
     @property
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
-
-
-class FieldError(ValueError):
-    """A cross-field problem raised in a validator, reported under its own dotted ``path``."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
 
 
 def dotted(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -119,7 +135,7 @@ def format_validation_error(exc: ValidationError, prefix: str = "", source: str 
     for err in exc.errors():
         ctx_error = (err.get("ctx") or {}).get("error")
         if isinstance(ctx_error, FieldError):
-            path, msg = ctx_error.path, ctx_error.message
+            path, msg = ".".join(p for p in (prefix, ctx_error.path) if p), ctx_error.message
         else:
             loc = [p for p in err["loc"] if p != "function-after"]
             path = dotted([*(prefix.split(".") if prefix else []), *loc])

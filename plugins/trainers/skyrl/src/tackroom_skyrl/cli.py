@@ -17,6 +17,8 @@ def add_train_command(app: Any) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Map the config and print it with the ceilings; train nothing."),
         run_id: str = typer.Option(None, "--run-id", help="Run directory name (default: a timestamp)."),
         as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+        preflight_only: bool = typer.Option(False, "--preflight", help="Run only the error-rate pass over the "
+                                            "training tasks (tinker backend) and report it; train nothing."),
     ) -> None:
         """Train with SkyRL's fully-async trainer, any harness as the rollout engine."""
         from rich.console import Console
@@ -61,12 +63,20 @@ def add_train_command(app: Any) -> None:
                         console.print(f"  {key} = {json.dumps(value)}")
             if dry_run:
                 return
+            if preflight_only and config.backend != "tinker":
+                from tackroom import ConfigError
+
+                raise ConfigError("--preflight runs on the tinker backend; on the SkyRL backend run the error-rate "
+                                  "pass as a matrix over the training tasks (tackroom matrix --passes N)")
             if config.backend == "tinker":
                 import asyncio
 
                 from tackroom_skyrl.tinker.loop import run_tinker
 
-                summary = asyncio.run(run_tinker(config, run_dir, log=lambda s: console.print(s, markup=False, highlight=False)))
+                summary = asyncio.run(run_tinker(config, run_dir, preflight_only=preflight_only,
+                                                 log=lambda s: console.print(s, markup=False, highlight=False)))
+                if preflight_only:
+                    return
                 console.print(f"reward {summary.first_reward:.3f} → {summary.last_reward:.3f} (best {summary.best_reward:.3f}); "
                               f"curve: {summary.curve_csv}, {summary.curve_png}; LoRA: {summary.final_weights}")
                 return

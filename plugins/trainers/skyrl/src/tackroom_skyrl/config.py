@@ -85,6 +85,11 @@ class TrainKnobs(BaseModel):
     strategy: Literal["fsdp", "megatron"] = "fsdp"
     logprob_mismatch_warn: float = Field(default=0.03, ge=0)
     """Warn when a step's mean |trainer − rollout| logprob over trained tokens is above this (both backends)."""
+    preflight_passes: int = Field(default=1, ge=0)
+    """Before training (tinker backend), run every task this many times and measure the non-model error rate;
+    0 skips the pass (see tackroom_skyrl.error_rate)."""
+    max_error_rate: float = Field(default=0.05, ge=0, le=1)
+    """Refuse to train when more than this share of the error-rate pass failed as ``infra`` or ``task``."""
     logger: str = "console"
     run_name: str = "tackroom"
     seed: int = 42

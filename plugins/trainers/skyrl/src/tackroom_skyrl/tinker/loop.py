@@ -42,6 +42,7 @@ from pydantic import BaseModel
 from tackroom import ConfigError, get_plugin_manager
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.dataset import prompt_rows
+from tackroom_skyrl.error_rate import PreflightRefusedError, PreflightReport, error_rate_pass
 from tackroom_skyrl.mismatch import mismatch_warning
 from tackroom_skyrl.tinker import curve
 from tackroom_skyrl.tinker.datums import (
@@ -69,6 +70,8 @@ class TinkerRunSummary(BaseModel):
     curve_png: str
     final_weights: str | None = None
     """The trained LoRA as a ``tinker://`` path (its files under ``<run>/tinker/checkpoints``)."""
+    preflight: PreflightReport | None = None
+    """The error-rate pass before training (``[train] preflight_passes``)."""
 
 
 async def _result(submitted: Any) -> Any:
@@ -133,8 +136,11 @@ def total_steps(config: TrainConfig, n_tasks: int) -> int:
 
 
 async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any = None,
-                     log: Callable[[str], None] = print) -> TinkerRunSummary:
-    """Train (blocks until done); starts and stops a Tinker server unless ``[tinker] url`` is set."""
+                     log: Callable[[str], None] = print, preflight_only: bool = False) -> TinkerRunSummary:
+    """Train (blocks until done); starts and stops a Tinker server unless ``[tinker] url`` is set.
+
+    The error-rate pass (``[train] preflight_passes``) runs first and raises :class:`PreflightRefusedError`
+    above ``[train] max_error_rate``; ``preflight_only`` stops after it (no step is trained)."""
     from tackroom.model.tokenizers import load_tokenizer
 
     run_dir = Path(run_dir)
@@ -163,7 +169,7 @@ async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any =
         await asyncio.to_thread(check_reachable, url)
     try:
         return await _train(config, run_dir, TinkerCalls(settings, server), url, base_model, rows, tokenizer, loss,
-                            manager, log)
+                            manager, log, preflight_only)
     finally:
         if server is not None:
             await asyncio.to_thread(server.stop)
@@ -171,7 +177,7 @@ async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any =
 
 async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str, base_model: str,
                  rows: list[dict[str, Any]], tokenizer: Any, loss: tuple[Any, ...], manager: Any,
-                 log: Callable[[str], None]) -> TinkerRunSummary:
+                 log: Callable[[str], None], preflight_only: bool = False) -> TinkerRunSummary:
     import tinker
     from skyrl.train.generators.base import TrajectoryID
     from tinker import types
@@ -197,6 +203,25 @@ async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str
 
     async with SamplingEndpoint(sampler, tokenizer, model_name, max_model_len=config.gpus.context_length,
                                 timeout_s=settings.request_timeout_s) as endpoint:
+        preflight = None
+        if knobs.preflight_passes or preflight_only:
+            checker = TackroomGenerator(config, base_url=endpoint.base_url, tokenizer=tokenizer, model=model_name,
+                                        run_root=run_dir / "preflight", manager=manager)
+            try:
+                preflight = await error_rate_pass(
+                    checker, rows, passes=knobs.preflight_passes or 1, max_error_rate=knobs.max_error_rate,
+                    temperature=knobs.temperature, max_generate_length=knobs.max_generate_length, run_dir=run_dir,
+                    log=log)
+            finally:
+                await checker.aclose()
+            if not preflight.passed:
+                raise PreflightRefusedError(
+                    f"{preflight.describe()}\nnot training: fix what fails (the trials are under {preflight.folder}) "
+                    "or raise [train] max_error_rate knowingly")
+            if preflight_only:
+                return TinkerRunSummary(run_dir=str(run_dir), steps=0, first_reward=0.0, last_reward=0.0,
+                                        best_reward=0.0, mismatch_mean=None, mismatch_warnings=0, curve_csv="",
+                                        curve_png="", preflight=preflight)
         generator = TackroomGenerator(config, base_url=endpoint.base_url, tokenizer=tokenizer, model=model_name,
                                       run_root=run_dir / "rollouts", manager=manager)
         try:
@@ -272,6 +297,7 @@ async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str
         run_dir=str(run_dir), steps=len(records), first_reward=rewards[0] if rewards else 0.0,
         last_reward=rewards[-1] if rewards else 0.0, best_reward=max(rewards, default=0.0),
         mismatch_mean=mean(mismatches) if mismatches else None, mismatch_warnings=warnings,
-        curve_csv=str(run_dir / "reward_curve.csv"), curve_png=str(png), final_weights=final_weights)
+        curve_csv=str(run_dir / "reward_curve.csv"), curve_png=str(png), final_weights=final_weights,
+        preflight=preflight)
     (run_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
     return summary

@@ -23,7 +23,9 @@ async def test_oracle_passes_the_kit_on_local():
     report = await harness_self_check(OracleHarness, sandbox=LocalSandboxProvider())
     assert {r.name for r in report.results} == {"plugin", "solves_task", "max_turns", "malformed_reply",
                                                "agent_timeout", "engine_errors"}
-    assert "skipped" in next(r for r in report.results if r.name == "engine_errors").message
+    skipped = {r.name: r for r in report.skipped}
+    assert set(skipped) == {"max_turns", "malformed_reply", "engine_errors"}, "the model checks cannot apply to oracle"
+    assert not any(r.passed for r in skipped.values()) and "calls no model" in skipped["engine_errors"].message
 
 
 async def test_nop_passes_the_kit_on_local_and_scores_zero():

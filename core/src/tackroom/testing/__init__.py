@@ -11,8 +11,10 @@ def test_conforms():
 ```
 
 Each check raises ``AssertionError`` with a message saying what to fix.
-Kind-specific suites (sandbox, harness, verifier, loss) live in the
-sub-modules and are re-exported here.
+Kind-specific suites live in the sub-modules and are re-exported here:
+``sandbox_self_check``, ``harness_self_check``, ``verifier_self_check`` (and their
+``run_*_checks`` forms returning a report), ``check_loss_spec`` for losses. A check
+that cannot apply is reported skipped, with the reason, never passed.
 
 Test doubles for what a plugin talks to: ``ScriptedChatServerForTests`` (a chat
 endpoint that replays fixed replies) and ``MisbehavingEngine`` (an OpenAI-compatible
@@ -44,6 +46,17 @@ from tackroom.testing.sandbox_checks import (
     run_sandbox_checks,
     sandbox_self_check,
 )
+from tackroom.testing.verifier_checks import ALL_CHECKS as VERIFIER_CHECKS
+from tackroom.testing.verifier_checks import (
+    KIT_BAD,
+    KIT_GOOD,
+    VerifierCheckReport,
+    VerifierCheckResult,
+    VerifierScenario,
+    run_verifier_checks,
+    verifier_self_check,
+    write_verifier_kit_task,
+)
 
 __all__ = [
     "EngineReply",
@@ -69,4 +82,13 @@ __all__ = [
     "run_sandbox_checks",
     "sandbox_self_check",
     "write_kit_task",
+    "KIT_BAD",
+    "KIT_GOOD",
+    "VERIFIER_CHECKS",
+    "VerifierCheckReport",
+    "VerifierCheckResult",
+    "VerifierScenario",
+    "run_verifier_checks",
+    "verifier_self_check",
+    "write_verifier_kit_task",
 ]

@@ -18,7 +18,7 @@ the sandbox provider given. Harnesses that call a model (capability
 ``needs_policy``) talk to a :class:`ScriptedChatServerForTests` that replays
 what the :class:`HarnessScript` says (or to what ``model_server`` starts, e.g.
 a scripted engine behind the real policy gateway for a harness whose client
-streams and needs tool calls parsed); the model checks are skipped for the rest.
+streams and needs tool calls parsed); the model checks are reported skipped (never passed) for the rest.
 
 Checks (names in :data:`ALL_CHECKS`):
 
@@ -102,12 +102,14 @@ class HarnessScript(BaseModel):
 
 
 class HarnessCheckResult(BaseModel):
-    """One check: its name, whether it passed, why not, and how long it took."""
+    """One check: its name, whether it passed (or was skipped: it cannot apply), why not, and how long it took."""
 
     name: str
     passed: bool
     message: str = ""
     duration_s: float = 0.0
+    skipped: bool = False
+    """The check cannot apply to this harness (``message`` says why); neither passed nor failed."""
 
 
 class HarnessCheckReport(BaseModel):
@@ -119,7 +121,11 @@ class HarnessCheckReport(BaseModel):
 
     @property
     def failures(self) -> list[HarnessCheckResult]:
-        return [r for r in self.results if not r.passed]
+        return [r for r in self.results if not r.passed and not r.skipped]
+
+    @property
+    def skipped(self) -> list[HarnessCheckResult]:
+        return [r for r in self.results if r.skipped]
 
     def assert_ok(self) -> None:
         """Raise ``AssertionError`` naming every failed check and its reason."""
@@ -366,7 +372,7 @@ async def run_harness_checks(
     check_timeout_s: float = 300.0,
     model_server: ModelServer | None = None,
 ) -> HarnessCheckReport:
-    """Run every check (but ``skip``) and return the report; see the module docstring.
+    """Run every check (those in ``skip`` are reported skipped) and return the report; see the module docstring.
 
     ``agent_timeout_sec`` is the kit task's agent timeout (all checks but
     ``agent_timeout``, which uses 3 s); ``check_timeout_s`` bounds each check;
@@ -377,7 +383,9 @@ async def run_harness_checks(
     if unknown:
         raise ValueError(f"unknown harness checks {sorted(unknown)}; known: {', '.join(ALL_CHECKS)}")
     results: list[HarnessCheckResult] = []
-    if "plugin" not in skip:
+    if "plugin" in skip:
+        results.append(HarnessCheckResult(name="plugin", passed=False, skipped=True, message="skipped by skip="))
+    else:
         t0 = time.monotonic()
         try:
             check_plugin(harness_cls)
@@ -389,9 +397,11 @@ async def run_harness_checks(
                    model_server)
         for name, check in _CHECKS.items():
             if name in skip:
+                results.append(HarnessCheckResult(name=name, passed=False, skipped=True, message="skipped by skip="))
                 continue
             if name in _MODEL_CHECKS and not kit.needs_policy:
-                results.append(HarnessCheckResult(name=name, passed=True, message="skipped: the harness calls no model"))
+                results.append(HarnessCheckResult(name=name, passed=False, skipped=True,
+                                                  message="the harness calls no model (no needs_policy capability)"))
                 continue
             t0 = time.monotonic()
             try:

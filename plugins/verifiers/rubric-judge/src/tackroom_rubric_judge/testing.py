@@ -26,6 +26,9 @@ Each request takes the next behaviour of ``script`` (then ``default``):
 ``400``                HTTP 400 for another reason
 
 API keys listed in ``rejected_keys`` get HTTP 401 whatever the script says.
+``decide(prompt)``, when given, decides each ``ok`` verdict from the judge prompt
+(the first user message), e.g. ``decide=lambda prompt: "kit-ok" in evidence(prompt)``:
+a scripted judge that still tells a good episode from a bad one.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +78,7 @@ class MisbehavingJudgeServerForTests:
     default: str = "ok"
     rejected_keys: set[str] = field(default_factory=set)
     verdicts: dict[str, bool] = field(default_factory=dict)
+    decide: Callable[[str], bool] | None = None
     retry_after: float = 0.0
     slow_sec: float = 0.2
     model: str = "misbehaving-judge"
@@ -204,6 +209,8 @@ class MisbehavingJudgeServerForTests:
         if behaviour == "truncated":
             return self._completion(body, '{"rationale": "The answer names Paris and then goes on', "length")
         passed = behaviour == "ok"
+        if passed and self.decide is not None:
+            passed = bool(self.decide(_prompt(body)))
         criterion = _criterion(body)
         for needle, value in self.verdicts.items():
             if needle in criterion:
@@ -219,9 +226,20 @@ class MisbehavingJudgeServerForTests:
         })
 
 
-def _criterion(body: dict[str, Any]) -> str:
+def _prompt(body: dict[str, Any]) -> str:
     users = [m.get("content", "") for m in body.get("messages", []) if m.get("role") == "user"]
-    text = users[0] if users else ""
+    return users[0] if users else ""
+
+
+def evidence(prompt: str) -> str:
+    """What a judge prompt shows of the agent's work: its final answer and the files report (not the task, not the
+    criterion)."""
+    work = prompt.split("# The agent's final answer", 1)[-1]
+    return work.split("\n# Criterion\n", 1)[0]
+
+
+def _criterion(body: dict[str, Any]) -> str:
+    text = _prompt(body)
     marker = "# Criterion\n"
     if marker in text:
         return text.split(marker, 1)[1].split("\n\n", 1)[0].strip()

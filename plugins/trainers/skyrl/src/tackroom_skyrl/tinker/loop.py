@@ -128,7 +128,7 @@ def total_steps(config: TrainConfig, n_tasks: int) -> int:
 async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any = None,
                      log: Callable[[str], None] = print) -> TinkerRunSummary:
     """Train (blocks until done); starts and stops a Tinker server unless ``[tinker] url`` is set."""
-    from tackroom.model.tokenizers import load_tokenizer
+    from tackroom_gateway import load_tokenizer
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

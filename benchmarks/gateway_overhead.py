@@ -168,7 +168,7 @@ async def open_sessions(client, gateway_url: str, admin_token: str, ids: list[st
 
 async def measure(engine_url: str, gateway_url: str, gateway_pid: int, admin_token: str,
                   args: argparse.Namespace) -> list[dict[str, Any]]:
-    from tackroom.gateway import ChatTemplate
+    from tackroom_gateway import ChatTemplate
 
     tmpl = ChatTemplate.from_path(args.tokenizer)
     topics = ["horses", "saddles", "bridles", "stables", "oats", "hay", "spurs", "reins", "ponies", "foals", "mules", "carts"]
@@ -232,7 +232,7 @@ def main() -> None:
             raise SystemExit("give --engine URL (or set TACKROOM_ENGINE_URL), or use --instant-engine")
         gport = free_port()
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "tackroom.gateway", "--engine", args.engine, "--port", str(gport), "--tokenizer", args.tokenizer],
+            [sys.executable, "-m", "tackroom_gateway", "--engine", args.engine, "--port", str(gport), "--tokenizer", args.tokenizer],
             start_new_session=True, stdout=subprocess.PIPE, text=True,
         ))
         gateway_url = f"http://127.0.0.1:{gport}"

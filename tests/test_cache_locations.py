@@ -23,7 +23,7 @@ def test_every_first_party_cache_follows_tackroom_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("TACKROOM_CACHE", str(tmp_path))
     monkeypatch.delenv("TACKROOM_TINKER_SERVER_DIR", raising=False)
     found = {}
-    from tackroom.model.tokenizers import tokenizers_dir
+    from tackroom_gateway import tokenizers_dir
 
     found["tokenizers"] = tokenizers_dir()
     for label, module, attr in (

@@ -5,8 +5,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse
 
 import tackroom
 from tackroom.builtins.answer_harness import AnswerEndpointError, AnswerHarness, AnswerModelError
@@ -18,6 +16,8 @@ from tackroom.runtime import TrialPlugins, TrialRuntime
 from tackroom.sandbox import SandboxSpec
 from tackroom.testing import (
     HarnessScript,
+    RequestForTests,
+    ResponseForTests,
     ScriptedChatServerForTests,
     ScriptedReply,
     check_plugin,
@@ -59,11 +59,11 @@ class OddAnswers(ScriptedChatServerForTests):
         super().__init__(["unused"])
         self.body = body
 
-    async def _chat(self, request: Request):
-        self.requests.append(await request.json())
+    async def _chat(self, request: RequestForTests):
+        self.requests.append(request.json())
         if isinstance(self.body, str):
-            return PlainTextResponse(self.body)
-        return JSONResponse(self.body)
+            return ResponseForTests(body=self.body.encode(), content_type="text/plain; charset=utf-8")
+        return ResponseForTests.json(self.body)
 
 
 # -- registration and options ------------------------------------------------------------------------

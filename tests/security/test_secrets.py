@@ -27,13 +27,11 @@ from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
-from starlette.requests import Request
-from starlette.responses import JSONResponse
 
 from tackroom.config import PolicyConfig, RunConfig
 from tackroom_matrix.config import ModelConfig
 from tackroom.policy import Policy, redact, redact_url
-from tackroom.testing import ScriptedChatServerForTests, ScriptedReply
+from tackroom.testing import RequestForTests, ResponseForTests, ScriptedChatServerForTests, ScriptedReply
 from tackroom_rubric_judge.testing import MisbehavingJudgeServerForTests
 
 USER = "trk-user-4d1c"
@@ -84,11 +82,11 @@ class KeyEchoingModelServer(ScriptedChatServerForTests):
         super().__init__(["unused"])
         self.auth: list[str] = []
 
-    async def _chat(self, request: Request) -> JSONResponse:
+    async def _chat(self, request: RequestForTests) -> ResponseForTests:
         auth = request.headers.get("authorization", "")
         self.auth.append(auth)
-        return JSONResponse({"error": {"message": f"Incorrect API key provided: {auth}",
-                                       "type": "invalid_request_error", "code": "invalid_api_key"}}, status_code=401)
+        return ResponseForTests.json({"error": {"message": f"Incorrect API key provided: {auth}",
+                                                "type": "invalid_request_error", "code": "invalid_api_key"}}, 401)
 
 
 class KeyEchoingJudge(MisbehavingJudgeServerForTests):

@@ -23,7 +23,7 @@ from tackroom.config import (
 from tackroom.manager import PluginManager, get_plugin_manager
 from tackroom.plugin import check_plugin_class
 from tackroom.policy import register_secrets_in
-from tackroom.policy_routing import policy_gateway, policy_routing, wants_gateway
+from tackroom.policy_routing import gateway_sessions, policy_gateway, policy_routing, wants_gateway
 from tackroom.registrar import BASES
 from tackroom.run_dirs import (
     claim_run_dir,
@@ -56,6 +56,7 @@ __all__ = [
     "claim_run_dir",
     "dotted",
     "format_validation_error",
+    "gateway_sessions",
     "get_plugin_manager",
     "has_results",
     "new_run_id",

@@ -90,6 +90,25 @@ def tackroom_commands(app: Any) -> None:
     """
 
 
+@hookspec(firstresult=True)
+def tackroom_policy_gateway(base_url: str, model: str | None, api_key: str, tokenizer: str) -> Any:
+    """Provide the policy gateway that chat-only harnesses reach their model through.
+
+    Called by :mod:`tackroom.policy_routing` (``tackroom run``, the matrix, the
+    trainer) when a harness speaks only chat (capability ``chat``, or
+    ``[policy] gateway = true``) and a policy endpoint is set: ``base_url`` is the
+    engine's OpenAI base URL, ``model`` the served model (``None``: the engine's
+    first), ``tokenizer`` a tokenizer folder or name that must match the engine.
+    Return an async context manager, not yet entered, that serves a gateway in
+    front of that engine; entered, it yields an object whose
+    ``trial_sessions(sampling=..., label=...)`` returns a
+    :attr:`~tackroom.runtime.TrialPlugins.policy_for`: a fresh session per trial
+    attempt, with exact token ids merged into the trajectory. The first
+    non-``None`` answer wins; ``tackroom-gateway`` implements it. With no
+    implementation, routing a chat-only harness is a :class:`~tackroom.errors.ConfigError`.
+    """
+
+
 @hookspec
 def tackroom_trial_started(trial: Trial) -> None:
     """Observe a trial attempt as it starts.

@@ -7,7 +7,6 @@ import typer
 from tackroom import __version__
 from tackroom.cli import plugins_cmd, run_cmd  # noqa: F401  (register their commands)
 from tackroom.cli import sandbox_cmd  # noqa: F401  (registers `tackroom sandbox`)
-from tackroom.cli import gateway_cmd  # noqa: F401  (registers `tackroom gateway`)
 from tackroom.cli.app import app, fail
 from tackroom.errors import TackroomError
 

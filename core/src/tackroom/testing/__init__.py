@@ -16,12 +16,12 @@ Kind-specific suites live in the sub-modules and are re-exported here:
 ``run_*_checks`` forms returning a report), ``check_loss_spec`` for losses. A check
 that cannot apply is reported skipped, with the reason, never passed.
 
-Test doubles for what a plugin talks to: ``ScriptedChatServerForTests`` (a chat
-endpoint that replays fixed replies) and ``MisbehavingEngine`` (an OpenAI-compatible
-engine, ``/v1/completions`` with token ids and ``/v1/chat/completions``, scripted
-with ``EngineReply`` to answer 429 with ``Retry-After``, 503, an HTML 500, hang,
-drop the connection, send non-JSON or truncated JSON, or succeed after N failures),
-so a harness's or gateway's handling of infra faults can be tested.
+A test double for what a plugin talks to: ``ScriptedChatServerForTests`` (a chat
+endpoint that replays fixed replies, errors and delays; a subclass may override its
+``_chat(RequestForTests) -> ResponseForTests`` route). Everything here needs only
+core's own dependencies; the engine double that misbehaves at the connection level
+(``MisbehavingEngine``: 429 with ``Retry-After``, hangs, dropped connections, token-id
+completions) is ``tackroom_gateway.testing``, in the tackroom-gateway distribution.
 """
 
 from tackroom.testing.harness_checks import (
@@ -35,7 +35,7 @@ from tackroom.testing.harness_checks import (
     run_harness_checks,
     write_kit_task,
 )
-from tackroom.testing.misbehaving_engine import EngineReply, EngineRequest, MisbehavingEngine
+from tackroom.testing._served import RequestForTests, ResponseForTests
 from tackroom.testing.plugin_checks import check_loss_spec, check_plugin, check_registered
 from tackroom.testing.scripted_chat import ScriptedChatServerForTests, ScriptedReply
 from tackroom.testing.sandbox_checks import (
@@ -59,15 +59,14 @@ from tackroom.testing.verifier_checks import (
 )
 
 __all__ = [
-    "EngineReply",
-    "EngineRequest",
     "HARNESS_CHECKS",
     "KIT_INSTRUCTION",
     "KIT_SOLUTION",
-    "MisbehavingEngine",
     "HarnessCheckReport",
     "HarnessCheckResult",
     "HarnessScript",
+    "RequestForTests",
+    "ResponseForTests",
     "ScriptedChatServerForTests",
     "ScriptedReply",
     "SANDBOX_CHECKS",

@@ -21,12 +21,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
-from tackroom.testing._served import ServedForTests
+from tackroom.testing._served import ServedForTests, RequestForTests, ResponseForTests
 
 
 class ScriptedReply(BaseModel):
@@ -69,11 +65,8 @@ class ScriptedChatServerForTests(ServedForTests):
         self.then = then
         self.max_model_len = max_model_len
         self.requests: list[dict[str, Any]] = []
-        app = Starlette(routes=[
-            Route("/v1/chat/completions", self._chat, methods=["POST"]),
-            Route("/v1/models", self._models, methods=["GET"]),
-        ])
-        self._serve(app, model=model, what="scripted chat server", graceful_timeout_s=1)
+        routes = {("POST", "/v1/chat/completions"): self._chat, ("GET", "/v1/models"): self._models}
+        self._serve(routes, model=model, what="scripted chat server", graceful_timeout_s=1)
 
     # -- routes ---------------------------------------------------------------------
     def _next(self) -> ScriptedReply:
@@ -84,13 +77,13 @@ class ScriptedChatServerForTests(ServedForTests):
             return self.replies[-1]
         return ScriptedReply(status=500, error_message=f"the script has no reply number {index + 1}")
 
-    async def _models(self, request: Request) -> JSONResponse:
+    async def _models(self, request: RequestForTests) -> ResponseForTests:
         entry = {"id": self.model, "object": "model", "owned_by": "tests", "max_model_len": self.max_model_len}
-        return JSONResponse({"object": "list", "data": [entry]})
+        return ResponseForTests.json({"object": "list", "data": [entry]})
 
-    async def _chat(self, request: Request) -> JSONResponse:
+    async def _chat(self, request: RequestForTests) -> ResponseForTests:
         try:
-            body = await request.json()
+            body = request.json()
         except ValueError:
             body = {}
         self.requests.append(body if isinstance(body, dict) else {"body": body})
@@ -98,15 +91,15 @@ class ScriptedChatServerForTests(ServedForTests):
         if reply.delay_s:
             try:
                 await asyncio.wait_for(self._closing.wait(), reply.delay_s)
-                return JSONResponse({"error": {"message": "the scripted server is stopping"}}, status_code=503)
+                return ResponseForTests.json({"error": {"message": "the scripted server is stopping"}}, 503)
             except TimeoutError:
                 pass
         if reply.status >= 400:
             error = {"message": reply.error_message, "type": "scripted_error", "param": None, "code": reply.error_code}
-            return JSONResponse({"error": error}, status_code=reply.status)
+            return ResponseForTests.json({"error": error}, reply.status)
         prompt = reply.prompt_tokens if reply.prompt_tokens is not None else _chars(body.get("messages")) // 4 + 1
         completion = reply.completion_tokens if reply.completion_tokens is not None else len(reply.content) // 4 + 1
-        return JSONResponse({
+        return ResponseForTests.json({
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": int(time.time()),

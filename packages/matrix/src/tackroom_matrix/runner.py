@@ -301,7 +301,7 @@ async def run_matrix(
     async with contextlib.AsyncExitStack() as stack:
         for cell in cells:  # chat-only harnesses talk to their model through a policy gateway, as in `tackroom run`
             if cell.status == "ok" and cell.routing is not None:
-                await stack.enter_async_context(policy_routing(cell.routing, cell.row.cls, cell.plugins))
+                await stack.enter_async_context(policy_routing(cell.routing, cell.row.cls, cell.plugins, manager))
         with MatrixProgress(cells, runtime, console, progress) as display:
             results = await runtime.run_all(_order(cells), on_result=display.on_result)
     by_id = {r.trial_id: r for r in results}

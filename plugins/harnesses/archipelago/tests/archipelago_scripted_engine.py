@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from tackroom.gateway.chat_template import ChatTemplate
+from tackroom_gateway import ChatTemplate
 
 
 FILL = "<fill the context>"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from tackroom import Policy
-from tackroom.gateway.chat_template import ChatTemplate
+from tackroom_gateway import ChatTemplate
 
 from tackroom_archipelago import ArchipelagoHarness
 

@@ -25,7 +25,7 @@ def opencode_install():
 
 @pytest.fixture(scope="session")
 def smollm2_tokenizer():
-    from tackroom.model import load_tokenizer
+    from tackroom_gateway import load_tokenizer
 
     return load_tokenizer("smollm2")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
-from tackroom.gateway.engine_client import PROBE_USER
+from tackroom_gateway import PROBE_USER
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -150,8 +150,8 @@ async def serve(app: Any) -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def scripted_gateway(engine: ScriptedEngineForTests) -> AsyncIterator[Any]:
-    """The real :class:`~tackroom.gateway.PolicyGateway` in front of a scripted engine."""
-    from tackroom.gateway import ChatTemplate, EngineSettings, GatewaySettings, PolicyGateway
+    """The real :class:`~tackroom_gateway.PolicyGateway` in front of a scripted engine."""
+    from tackroom_gateway import ChatTemplate, EngineSettings, GatewaySettings, PolicyGateway
 
     async with serve(engine.app()) as url:
         settings = GatewaySettings(engine=EngineSettings(base_url=url, backoff_s=0.01, retries=0))

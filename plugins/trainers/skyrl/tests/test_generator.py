@@ -17,7 +17,7 @@ import pytest
 from skyrl.train.generators.base import BatchMetadata, GeneratorOutput, TrajectoryID
 
 from tackroom import SandboxError, Trajectory
-from tackroom.model.tokenizers import load_tokenizer
+from tackroom_gateway import load_tokenizer
 from tackroom.trial import TrialResult
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.generator import TackroomGenerator

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from tackroom import ConfigError, get_plugin_manager
-from tackroom.gateway.engine_client import EngineClient, EngineSettings
-from tackroom.gateway.errors import ContextLengthExceededError, EngineRequestError, EngineUnavailableError
-from tackroom.model.tokenizers import load_tokenizer
+from tackroom_gateway import EngineClient, EngineSettings
+from tackroom_gateway import ContextLengthExceededError, EngineRequestError, EngineUnavailableError
+from tackroom_gateway import load_tokenizer
 from tackroom_skyrl.config import TrainConfig, load_train_config
 from tackroom_skyrl.tinker import curve
 from tackroom_skyrl.tinker.datums import (

@@ -18,11 +18,17 @@ import httpx
 from pydantic import BaseModel, Field
 
 from tackroom import Policy, TokenTurn
-from tackroom.gateway.chat_template import ChatTemplate
-from tackroom.gateway.engine_client import EngineClient, EngineSettings
-from tackroom.gateway.errors import EngineUnavailableError, classify_engine_rejection
-from tackroom.gateway.protocol import forced_tool_call_tag
-from tackroom.gateway.tool_parsers import ToolCall, ToolParser
+from tackroom_gateway import (
+    ChatTemplate,
+    EngineClient,
+    EngineSettings,
+    EngineTimeouts,
+    EngineUnavailableError,
+    ToolCall,
+    ToolParser,
+    classify_engine_rejection,
+    forced_tool_call_tag,
+)
 
 
 class Generation(BaseModel):
@@ -50,8 +56,6 @@ class CompletionsBackend:
 
     def __init__(self, policy: Policy, template: ChatTemplate, parser: ToolParser, *, context_length: int | None,
                  sampling: dict[str, Any], max_tokens_per_turn: int | None, timeout: float) -> None:
-        from tackroom.gateway.engine_client import EngineTimeouts
-
         self.engine = EngineClient(EngineSettings(base_url=policy.base_url, model=None if policy.model == "default" else policy.model,
                                                   api_key=policy.api_key, timeouts=EngineTimeouts(read=timeout)))
         self.template = template

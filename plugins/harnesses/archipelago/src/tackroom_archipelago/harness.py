@@ -12,10 +12,9 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import Field
+from tackroom import Harness, Policy, PluginOptions, Sandbox, Task, TaskError, Trajectory
+from tackroom_gateway import ChatTemplate, get_tool_parser
 
-from tackroom import Harness, PluginOptions, Policy, Sandbox, Task, TaskError, Trajectory
-from tackroom.gateway.chat_template import ChatTemplate
-from tackroom.gateway.tool_parsers import get_tool_parser
 from tackroom_archipelago.backends import ChatBackend, CompletionsBackend, Generation
 from tackroom_archipelago.errors import ContextExhaustedError
 from tackroom_archipelago.exec_transport import SandboxExecTransport

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tackroom.asgi_server import InLoopServer
+from tackroom_gateway import InLoopServer
 
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 TURN_LIMIT_CODE = "tackroom_turn_limit"

@@ -23,7 +23,7 @@ from typing import Any
 from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, GeneratorOutput, TrajectoryID
 
 from tackroom import ConfigError, Policy, Task, Trajectory, Trial, TrialResult, instantiate, load_task
-from tackroom.app import TrialPlugins, TrialRuntime, policy_gateway, wants_gateway
+from tackroom.app import TrialPlugins, TrialRuntime, gateway_sessions, policy_gateway, wants_gateway
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.masking import RowOutcome, decide_group
 
@@ -121,7 +121,8 @@ class TackroomGenerator(GeneratorInterface):
         # never a default vocabulary: the wrong tokenizer would corrupt every token id silently
         tokenizer = self.config.policy.tokenizer or self.config.model.tokenizer or self.config.model.path
         gateway = policy_gateway(base_url=self.base_url, model=self.model,
-                                 api_key=self.config.policy.resolved_api_key(), tokenizer=tokenizer)
+                                 api_key=self.config.policy.resolved_api_key(), tokenizer=tokenizer,
+                                 manager=self.manager)
         stack = contextlib.AsyncExitStack()
         self._gateway = await stack.enter_async_context(gateway)
         self._gateway_stack = stack
@@ -139,9 +140,7 @@ class TackroomGenerator(GeneratorInterface):
                         tokenizer=p.tokenizer or self.config.model.tokenizer, sampling=merged, label=p.label)
         plugins = TrialPlugins.from_instances(self.harness, self.sandbox, self.verifier, policy)
         if self._gateway is not None:
-            from tackroom.gateway.trial_sessions import GatewaySessions
-
-            plugins.policy_for = GatewaySessions(self._gateway, sampling=merged, label=p.label)
+            plugins.policy_for = gateway_sessions(self._gateway, sampling=merged, label=p.label)
         return plugins
 
     def _task(self, extras: dict[str, Any]) -> Task:

@@ -141,7 +141,7 @@ async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any =
 
     The error-rate pass (``[train] preflight_passes``) runs first and raises :class:`PreflightRefusedError`
     above ``[train] max_error_rate``; ``preflight_only`` stops after it (no step is trained)."""
-    from tackroom.model.tokenizers import load_tokenizer
+    from tackroom_gateway import load_tokenizer
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tackroom.asgi_server import InLoopServer
+from tackroom_gateway import InLoopServer
 
 
 def _error(status: int, message: str) -> JSONResponse:

@@ -1,0 +1,82 @@
+"""One gateway session per trial attempt: how the trial runtime gives chat-only harnesses exact tokens.
+
+``TrialPlugins.policy_for = GatewaySessions(gateway)``: each attempt gets a
+fresh session (its own base URL, with the session's secret token in the path,
+so the agent reaches only this session, and only while the attempt lasts), the
+harness talks to it like any OpenAI endpoint, and afterwards the session's token
+trajectory (prompt/completion ids, loss mask, logprobs) is merged into the
+harness's trajectory. An engine error the session saw (context exceeded →
+``model``; engine down, 429/5xx past the retries, a timeout, an engine request
+still open when the agent's turn ended while the engine was not answering the
+gateway's liveness probes → ``infra``) decides the class of a failed harness
+run, so a dead or overloaded engine is retried rather than blamed on the model.
+A request still open on an engine that answers its probes is the policy's own
+long generation: no error, and the harness's (an agent timeout: ``model``) stands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from tackroom import Policy, TackroomError, Trajectory
+from tackroom_gateway.server import PolicyGateway
+
+
+class GatewayTrialSession:
+    """The policy of one attempt and how to finish its trajectory."""
+
+    def __init__(self, gateway: PolicyGateway, session_id: str, sampling: dict[str, Any], label: str | None) -> None:
+        self.gateway = gateway
+        self.session_id = session_id
+        self.policy: Policy = gateway.policy(session_id, sampling=sampling, label=label, token_ids=False)
+
+    def error(self) -> TackroomError | None:
+        """The session's deciding error (``PolicyGateway.session_error``); ask before ``complete()``, which
+        closes the session: an engine request still open now counts as an infra error when the engine is
+        not answering its liveness probes, and as nothing (the model's own generation) when it is."""
+        return self.gateway.session_error(self.session_id)
+
+    def unrecovered_error(self) -> TackroomError | None:
+        """The infra error the session ended on (an engine request open now, or the last one failed on infra
+        with no turn after it), or None; see ``TitoSession.unrecovered_error``. For an attempt whose harness
+        finished normally: its episode may have been cut short by the engine."""
+        s = self.gateway.sessions.get(self.session_id)
+        return s.unrecovered_error() if s else None
+
+    async def complete(self, trajectory: Trajectory) -> Trajectory:
+        """Merge the session's exact tokens into the harness's trajectory (the harness's own tokens win)."""
+        recorded = self.gateway.close_session(self.session_id)
+        if recorded is None or trajectory.turns:
+            return trajectory
+        merged = trajectory.model_copy(update={
+            "turns": recorded.turns,
+            "token_ids": recorded.token_ids,
+            "loss_mask": recorded.loss_mask,
+            "logprobs": recorded.logprobs,
+            "messages": trajectory.messages or recorded.messages,
+        })
+        merged.metrics.setdefault("turns", float(len(recorded.turns)))
+        completion_tokens = sum(len(t.completion_ids) for t in recorded.turns)
+        merged.metrics.setdefault("assistant_tokens_per_turn", completion_tokens / max(1, len(recorded.turns)))
+        return merged
+
+
+class GatewaySessions:
+    """``policy_for`` for :class:`~tackroom.runtime.TrialPlugins`: a fresh gateway session per attempt."""
+
+    def __init__(self, gateway: PolicyGateway, *, sampling: dict[str, Any] | None = None,
+                 label: str | None = None) -> None:
+        self.gateway = gateway
+        self.sampling = sampling or {}
+        self.label = label
+
+    @contextlib.asynccontextmanager
+    async def __call__(self, trial: Any) -> AsyncIterator[GatewayTrialSession]:
+        session = GatewayTrialSession(self.gateway, f"{trial.id}-{uuid.uuid4().hex[:8]}", self.sampling, self.label)
+        try:
+            yield session
+        finally:
+            self.gateway.close_session(session.session_id)

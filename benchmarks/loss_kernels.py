@@ -56,10 +56,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "core" / "src"), str(REPO / "plugins" / "losses" / "losses" / "src")]
 
-from tackroom_losses import DppoOptions, Glm5Options, PpoClipOptions  # noqa: E402
-from tackroom_losses.dppo import dppo  # noqa: E402
-from tackroom_losses.glm5 import glm5  # noqa: E402
-from tackroom_losses.ppo_clip import ppo_clip  # noqa: E402
+from tackroom_losses import DppoOptions, Glm5Options, PpoClipOptions
+from tackroom_losses.dppo import dppo
+from tackroom_losses.glm5 import glm5
+from tackroom_losses.ppo_clip import ppo_clip
 
 LOSSES = {
     # ours, its options class, SkyRL's name for the same loss

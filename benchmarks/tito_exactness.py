@@ -40,8 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tackroom_gateway import ChatTemplate, EngineSettings, GatewaySettings, PolicyGateway
-from tackroom_gateway import load_tokenizer
+from tackroom_gateway import ChatTemplate, EngineSettings, GatewaySettings, PolicyGateway, load_tokenizer
 
 CORPUS = Path(__file__).parent / "data" / "tito_transcripts.json"
 

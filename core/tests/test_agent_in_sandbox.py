@@ -71,7 +71,7 @@ async def test_an_in_sandbox_agent_reaches_its_policy_port_and_nothing_else_of_t
         policy.close()
         engine.close()
     assert result.error is None, result.error
-    answers = eval(trajectory.final_answer)  # noqa: S307  our own repr
+    answers = eval(trajectory.final_answer)
     assert answers["policy"] == "policy", answers
     assert answers["engine"] == "refused" and answers["nets"] == "lo", answers
     assert answers.get("policy_by_host_number", "refused") == "refused", answers

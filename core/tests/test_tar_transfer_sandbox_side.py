@@ -9,6 +9,7 @@ import base64
 import shlex
 
 import pytest
+
 from tackroom import SandboxPathError, SandboxSpec
 from tackroom.builtins.local_sandbox import LocalSandbox, LocalSandboxOptions
 from tackroom.tar_transfer import TarTransfer

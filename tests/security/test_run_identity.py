@@ -21,9 +21,9 @@ import pytest
 
 from tackroom import ConfigError, RunConfig, load_dataset, load_task
 from tackroom.cli.run_cmd import claim_run_dir, run_config
-from tackroom_matrix import parse_matrix_config, run_matrix
 from tackroom.task import task_source_hash
 from tackroom.trial import Trial, label_part
+from tackroom_matrix import parse_matrix_config, run_matrix
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 

@@ -29,9 +29,9 @@ import pytest
 from pydantic import SecretStr
 
 from tackroom.config import PolicyConfig, RunConfig
-from tackroom_matrix.config import ModelConfig
 from tackroom.policy import Policy, redact, redact_url
 from tackroom.testing import RequestForTests, ResponseForTests, ScriptedChatServerForTests, ScriptedReply
+from tackroom_matrix.config import ModelConfig
 from tackroom_rubric_judge.testing import MisbehavingJudgeServerForTests
 
 USER = "trk-user-4d1c"
@@ -92,7 +92,7 @@ class KeyEchoingModelServer(ScriptedChatServerForTests):
 class KeyEchoingJudge(MisbehavingJudgeServerForTests):
     """A hostile judge: its verdict's rationale quotes the credential it was sent."""
 
-    async def _respond(self, behaviour, body):  # noqa: ANN001
+    async def _respond(self, behaviour, body):
         with self._lock:
             key = self.requests[-1].api_key if self.requests else None
         return self._completion(body, json.dumps({"rationale": f"you sent me {key}", "passed": True}))

@@ -247,7 +247,7 @@ class TrialRuntime:
             t0 = time.monotonic()
             try:
                 await asyncio.shield(asyncio.wait_for(sandbox.stop(), self.teardown_timeout_sec))
-            except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001  teardown must not mask the trial
+            except (Exception, asyncio.CancelledError) as exc:
                 result.notes.append(f"teardown failed: {type(exc).__name__}: {exc}")
             result.timings["teardown"] = round(time.monotonic() - t0, 4)
             result.timings["total"] = round(time.monotonic() - started, 4)

@@ -25,6 +25,9 @@ import pytest
 
 import tackroom
 from tackroom import InfraError, ModelError
+from tackroom.runtime import TrialPlugins, TrialRuntime
+from tackroom.sandbox import ExecResult, Sandbox, SandboxProvider
+from tackroom.trial import Trial
 from tackroom_gateway import (
     ChatTemplate,
     EngineBadResponseError,
@@ -38,11 +41,8 @@ from tackroom_gateway import (
     PolicyGateway,
 )
 from tackroom_gateway.engine_client import parse_retry_after
-from tackroom_gateway.trial_sessions import GatewaySessions
-from tackroom.runtime import TrialPlugins, TrialRuntime
-from tackroom.sandbox import ExecResult, Sandbox, SandboxProvider
 from tackroom_gateway.testing import EngineReply, MisbehavingEngine
-from tackroom.trial import Trial
+from tackroom_gateway.trial_sessions import GatewaySessions
 
 HI = {"messages": [{"role": "user", "content": "hi"}]}
 FAST_PROBES = {"probe_interval_s": 0.2, "probe_timeout_s": 0.5}

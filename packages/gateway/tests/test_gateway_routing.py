@@ -8,11 +8,10 @@ import httpx
 import pytest
 
 import tackroom
+import tackroom_gateway
 from tackroom.cli.run_cmd import run_config
 from tackroom.config import RunConfig
 from tackroom.policy_routing import policy_gateway
-
-import tackroom_gateway
 from tackroom_gateway import GatewaySessions, PolicyGateway
 
 

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from tackroom_gateway import ChatTemplate, EngineSettings, GatewaySettings, PolicyGateway
-from tackroom_gateway.trial_sessions import GatewaySessions
 from tackroom_gateway.testing import EngineReply, MisbehavingEngine
+from tackroom_gateway.trial_sessions import GatewaySessions
 
 HI = {"messages": [{"role": "user", "content": "hi"}]}
 TOKEN = r"[A-Za-z0-9_-]{32}"

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from tackroom.errors import ConfigError
-from tackroom_gateway import TokenizerFetchError, qwen3_tokenizer_dir, smollm2_gguf, smollm2_tokenizer_dir, tokenizer_dir
+from tackroom_gateway import (
+    TokenizerFetchError,
+    qwen3_tokenizer_dir,
+    smollm2_gguf,
+    smollm2_tokenizer_dir,
+    tokenizer_dir,
+)
 from tackroom_gateway import tokenizers as tk
 
 

@@ -6,7 +6,6 @@ import pytest
 
 import tackroom
 from tackroom.errors import ConfigError, PluginNotFoundError
-
 from tackroom_matrix.config import LITELLM_PROXY_ENV, load_matrix_config, resolve_plugins
 
 from .conftest import EXAMPLES

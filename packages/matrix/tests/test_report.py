@@ -16,6 +16,7 @@ from tackroom_matrix.report import print_report
 
 from .conftest import painted, sample_outcome, screenshot
 
+
 def test_matrix_json_has_the_promised_fields(tmp_path):
     report = build_report(sample_outcome(tmp_path))
     paths = write_reports(report, tmp_path / "out")

@@ -10,7 +10,6 @@ import pytest
 from tackroom.errors import ConfigError
 from tackroom.task import load_task
 from tackroom.trial import Trial
-
 from tackroom_matrix import EndpointUnreachableError, build_report, parse_matrix_config, run_matrix
 
 from .conftest import EXAMPLES, closed_port, write_task
@@ -130,7 +129,7 @@ async def test_a_real_model_under_two_labels_gives_a_transfer_view(tmp_path, mat
     cells = {(c.model, c.harness): c for c in outcome.cells}
     assert set(cells) == {(m, h) for m in ("greedy", "hot") for h in ("chat-once", "chat-once-gw")} | {
         (None, "oracle")}
-    for (model, harness), c in cells.items():
+    for (model, _harness), c in cells.items():
         if model is None:
             continue
         assert c.errors == {"infra": 0, "model": 0, "task": 0}, c.error_types

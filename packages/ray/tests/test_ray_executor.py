@@ -15,9 +15,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-
-import tackroom
-import tackroom.runtime
 from misbehaving_harnesses import (
     BlocksItsLoop,
     KillsItsWorker,
@@ -26,13 +23,15 @@ from misbehaving_harnesses import (
     harness_checks_here,
     sandbox_checks_here,
 )
+
+import tackroom
+import tackroom.runtime
 from tackroom.builtins.local_sandbox import LocalSandboxProvider
 from tackroom.builtins.oracle_harness import OracleHarness
 from tackroom.builtins.test_script_verifier import TestScriptVerifier
 from tackroom.executors import ExecutorUnavailableError
 from tackroom.runtime import TrialPlugins, TrialRuntime
 from tackroom.trial import Trial
-
 from tackroom_ray import RayOptions
 
 pytestmark = pytest.mark.slow

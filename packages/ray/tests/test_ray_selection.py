@@ -12,7 +12,6 @@ from tackroom.builtins.test_script_verifier import TestScriptVerifier
 from tackroom.config import load_run_config
 from tackroom.executors import AsyncioExecutor, ExecutorUnavailableError, make_executor
 from tackroom.runtime import TrialPlugins, TrialRuntime
-
 from tackroom_ray import PluginNotShippableError, RayOptions
 from tackroom_ray.executor import RayExecutor
 from tackroom_ray.shipping import PluginRef, ShippedPlugins

@@ -254,7 +254,7 @@ def _write_json(path: Path, data: dict) -> None:
 def _rmtree(path: Path) -> None:
     """``shutil.rmtree`` (fd-based: never follows a link) that also gets through ``chmod 000`` folders."""
 
-    def onexc(func, p, exc):  # noqa: ANN001
+    def onexc(func, p, exc):
         if isinstance(exc, FileNotFoundError):
             return
         if isinstance(exc, PermissionError) and os.geteuid() != 0:
@@ -1455,7 +1455,7 @@ class LocalSandbox(Sandbox):
             finally:
                 os.close(fd)
 
-    async def _transfer(self, what: str, fn, *args, timeout: float) -> None:  # noqa: ANN001
+    async def _transfer(self, what: str, fn, *args, timeout: float) -> None:
         await self._wait_ready(timeout)
         self._alive()
         try:

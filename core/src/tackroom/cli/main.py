@@ -5,8 +5,11 @@ from __future__ import annotations
 import typer
 
 from tackroom import __version__
-from tackroom.cli import plugins_cmd, run_cmd  # noqa: F401  (register their commands)
-from tackroom.cli import sandbox_cmd  # noqa: F401  (registers `tackroom sandbox`)
+from tackroom.cli import (  # noqa: F401  (register their commands)
+    plugins_cmd,
+    run_cmd,
+    sandbox_cmd,
+)
 from tackroom.cli.app import app, fail
 from tackroom.errors import TackroomError
 
@@ -35,7 +38,7 @@ def load_plugin_commands() -> None:
     for impl in get_plugin_manager().hook.tackroom_commands.get_hookimpls():
         try:
             impl.function(app=app)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             logging.getLogger("tackroom").warning(
                 "plugin %s failed to add its commands: %s: %s", impl.plugin_name, type(exc).__name__, exc)
 

@@ -44,6 +44,7 @@ class Executor(abc.ABC):
 
     async def start(self, items: list[tuple[Trial, Task, TrialPlugins]]) -> None:
         """Called by ``run_all`` before the first trial: connect, and refuse what cannot run here."""
+        return None
 
     def max_in_flight(self, concurrency: int) -> int:
         """How many trials ``run_all`` keeps in flight, given the runtime's ``concurrency``."""

@@ -24,8 +24,11 @@ core's own dependencies; the engine double that misbehaves at the connection lev
 completions) is ``tackroom_gateway.testing``, in the tackroom-gateway distribution.
 """
 
+from tackroom.testing._served import RequestForTests, ResponseForTests
 from tackroom.testing.harness_checks import (
     ALL_CHECKS as HARNESS_CHECKS,
+)
+from tackroom.testing.harness_checks import (
     KIT_INSTRUCTION,
     KIT_SOLUTION,
     HarnessCheckReport,
@@ -35,17 +38,18 @@ from tackroom.testing.harness_checks import (
     run_harness_checks,
     write_kit_task,
 )
-from tackroom.testing._served import RequestForTests, ResponseForTests
 from tackroom.testing.plugin_checks import check_loss_spec, check_plugin, check_registered
-from tackroom.testing.scripted_chat import ScriptedChatServerForTests, ScriptedReply
 from tackroom.testing.sandbox_checks import (
     ALL_CHECKS as SANDBOX_CHECKS,
+)
+from tackroom.testing.sandbox_checks import (
     SandboxCheckReport,
     SandboxCheckResult,
     SkipCheck,
     run_sandbox_checks,
     sandbox_self_check,
 )
+from tackroom.testing.scripted_chat import ScriptedChatServerForTests, ScriptedReply
 from tackroom.testing.verifier_checks import ALL_CHECKS as VERIFIER_CHECKS
 from tackroom.testing.verifier_checks import (
     KIT_BAD,

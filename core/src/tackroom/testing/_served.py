@@ -170,7 +170,7 @@ class ServedForTests:
                                                 f"{http.HTTPStatus(status).phrase}"}}, status)
         try:
             return await route(request)
-        except Exception as exc:  # noqa: BLE001  (a broken double answers 500, like a real server)
+        except Exception as exc:
             return ResponseForTests.json({"error": {"message": f"{type(exc).__name__}: {exc}"}}, 500)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

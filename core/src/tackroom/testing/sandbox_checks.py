@@ -623,7 +623,7 @@ async def _timed(name: str, coro: Awaitable[None], limit: float) -> SandboxCheck
     except TimeoutError as exc:
         message = f"did not finish within {limit:g}s" if not str(exc) else f"{type(exc).__name__}: {exc}"
         return SandboxCheckResult(name=name, passed=False, message=message, duration_s=time.monotonic() - started)
-    except Exception as exc:  # noqa: BLE001  every failure is reported, none stops the suite
+    except Exception as exc:
         return SandboxCheckResult(name=name, passed=False, message=f"{type(exc).__name__}: {exc}", duration_s=time.monotonic() - started)
     return SandboxCheckResult(name=name, passed=True, duration_s=time.monotonic() - started)
 

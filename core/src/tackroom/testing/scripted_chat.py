@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from tackroom.testing._served import ServedForTests, RequestForTests, ResponseForTests
+from tackroom.testing._served import RequestForTests, ResponseForTests, ServedForTests
 
 
 class ScriptedReply(BaseModel):

@@ -116,5 +116,5 @@ class EngineLiveness:
                 await self.probe(engine, prompt_ids)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.error("gateway: the engine liveness watch failed: %s: %s", type(exc).__name__, exc)

@@ -111,7 +111,7 @@ async def _pump(chunks: AsyncIterator[EngineChunk], queue: asyncio.Queue[Any]) -
     except asyncio.CancelledError:
         queue.put_nowait(_CANCELLED)
         raise
-    except Exception as exc:  # noqa: BLE001  handed to the consumer, which answers it
+    except Exception as exc:
         queue.put_nowait(exc)
     else:
         queue.put_nowait(_END)
@@ -393,7 +393,7 @@ class PolicyGateway:
                 # The request's task itself was cancelled (a hard server stop). Answer rather than let
                 # uvicorn log a CancelledError traceback: nothing awaits this task's result.
                 return _error_response(EngineRequestInterruptedError("the gateway is stopping"))
-            except Exception as exc:  # noqa: BLE001  a bug: one line in the log, an OpenAI error to the client
+            except Exception as exc:
                 log.error("gateway: %s failed: %s: %s", handler.__name__, type(exc).__name__, exc)
                 log.debug("gateway: %s failed", handler.__name__, exc_info=True)
                 return _error_response(GatewayInternalError(
@@ -774,7 +774,7 @@ class PolicyGateway:
                 session.record_error(exc)
             yield _sse(exc.openai())
             yield b"data: [DONE]\n\n"
-        except Exception as exc:  # noqa: BLE001  a bug: one line in the log, an error event to the client
+        except Exception as exc:
             log.error("gateway: a streamed chat completion failed: %s: %s", type(exc).__name__, exc)
             log.debug("gateway: a streamed chat completion failed", exc_info=True)
             err = GatewayInternalError(f"the gateway failed mid-stream ({type(exc).__name__}: {exc})")

@@ -200,7 +200,7 @@ def build_tokenizer_from_gguf(gguf_path: Path, out_dir: Path, chat_template: str
     return out_dir
 
 
-def _materialise(name: str, build) -> Path:  # noqa: ANN001
+def _materialise(name: str, build) -> Path:
     """Build into a temp folder beside the target, then rename: concurrent callers never see half a folder."""
     target = tokenizers_dir() / name
     if (target / MARKER).is_file():

@@ -17,8 +17,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from tackroom_gateway import ChatTemplate
 
+from tackroom_gateway import ChatTemplate
 
 FILL = "<fill the context>"
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tackroom.builtins.local_sandbox import LocalSandboxProvider
 from tackroom.runtime import sandbox_spec
 from tackroom.task import Task, load_task

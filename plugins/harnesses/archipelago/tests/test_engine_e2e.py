@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from tackroom import Policy
-from tackroom_gateway import ChatTemplate
 
+from tackroom import Policy
 from tackroom_archipelago import ArchipelagoHarness
+from tackroom_gateway import ChatTemplate
 
 pytestmark = pytest.mark.engine
 

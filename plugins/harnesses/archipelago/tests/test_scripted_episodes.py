@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from tackroom import Policy
-from tackroom.builtins.test_script_verifier import TestScriptVerifier
-
 import pytest
 from archipelago_scripted_engine import FILL, ScriptedEngine, call
+
+from tackroom import Policy
+from tackroom.builtins.test_script_verifier import TestScriptVerifier
 from tackroom_archipelago import ArchipelagoHarness
 from tackroom_archipelago.errors import ContextExhaustedError
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from tackroom import TaskError
-from tackroom.testing import check_registered
 
 from conftest import WORLD
+from tackroom import TaskError
+from tackroom.testing import check_registered
 from tackroom_archipelago import ArchipelagoHarness, load_world
 from tackroom_archipelago.errors import WorldFormatError, WorldRuntimeError
 from tackroom_archipelago.tools import call_arguments, hoist

@@ -8,10 +8,10 @@ import shutil
 import sys
 
 import pytest
+from acme_mcp import chat, code, documents, filesystem, mail, pdfs, spreadsheets
 from mcp import Client, StdioServerParameters
 from openpyxl import load_workbook
 
-from acme_mcp import chat, code, documents, filesystem, mail, pdfs, spreadsheets
 from conftest import WORLD
 
 

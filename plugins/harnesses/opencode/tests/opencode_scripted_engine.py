@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
-from tackroom_gateway import PROBE_USER
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tackroom_gateway import PROBE_USER
 
 Reply = str | Callable[[str], str]
 """What the "model" says next: fixed text, or a function of the decoded prompt."""

@@ -11,9 +11,9 @@ import contextlib
 import time
 
 import pytest
-from conftest import write_task
 from opencode_scripted_engine import Later, ScriptedEngineForTests, scripted_gateway, tool_call
 
+from conftest import write_task
 from tackroom import SandboxSpec, load_task
 from tackroom.builtins.local_sandbox import LocalSandbox, LocalSandboxOptions, LocalSandboxProvider
 from tackroom_opencode.errors import (

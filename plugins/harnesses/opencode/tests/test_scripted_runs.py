@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import EXAMPLES
 from opencode_scripted_engine import ScriptedEngineForTests, serve, tool_call
 
+from conftest import EXAMPLES
 from tackroom.cli.run_cmd import run_config
 from tackroom.config import RunConfig
 

@@ -56,7 +56,7 @@ def make_batch(
     group_ids = torch.tensor([g for g, group in enumerate(lengths) for _ in group])
     adv = torch.empty(batch)
     boundaries, start = [], 0
-    for g, group in enumerate(lengths):
+    for group in lengths:
         end = start + len(group)
         r = rewards[start:end]
         adv[start:end] = (r - r.mean()) / (r.std(unbiased=False) + 1e-6) if len(group) > 1 else r - 0.5

@@ -9,12 +9,11 @@ from unittest import mock
 
 import daytona
 import pytest
+
 from tackroom import SandboxBuildError, SandboxError, SandboxPathError, SandboxSpec, SandboxTimeoutError
 from tackroom.testing import check_registered
-
 from tackroom_daytona.provider import DaytonaProvider
 from tackroom_daytona.sandbox import KILLED
-
 
 FAST = {"retry_wait_sec": 0, "api_timeout_sec": 5}
 

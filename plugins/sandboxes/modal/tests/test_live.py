@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from tackroom.testing import sandbox_self_check
 
+from tackroom.testing import sandbox_self_check
 from tackroom_modal.provider import ModalProvider, have_credentials
 
 pytestmark = [

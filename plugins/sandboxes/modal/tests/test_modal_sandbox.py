@@ -11,11 +11,10 @@ from typing import Any
 import modal
 import modal.exception as me
 import pytest
+
 from tackroom import SandboxBuildError, SandboxError, SandboxPathError, SandboxSpec, SandboxTimeoutError
 from tackroom.testing import check_registered
-
 from tackroom_modal.provider import ModalProvider
-
 
 FAST = {"retry_wait_sec": 0, "api_timeout_sec": 5}
 

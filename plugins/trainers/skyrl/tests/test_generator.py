@@ -17,8 +17,8 @@ import pytest
 from skyrl.train.generators.base import BatchMetadata, GeneratorOutput, TrajectoryID
 
 from tackroom import SandboxError, Trajectory
-from tackroom_gateway import load_tokenizer
 from tackroom.trial import TrialResult
+from tackroom_gateway import load_tokenizer
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.generator import TackroomGenerator
 from tackroom_skyrl.masking import RowOutcome, decide_group

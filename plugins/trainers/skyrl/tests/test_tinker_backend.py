@@ -11,18 +11,30 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import httpx
 import pytest
 import torch
 
 from tackroom import ConfigError, get_plugin_manager
-from tackroom_gateway import EngineClient, EngineSettings
-from tackroom_gateway import ContextLengthExceededError, EngineRequestError, EngineUnavailableError
-from tackroom_gateway import load_tokenizer
+from tackroom_gateway import (
+    ContextLengthExceededError,
+    EngineClient,
+    EngineRequestError,
+    EngineSettings,
+    EngineUnavailableError,
+    load_tokenizer,
+)
 from tackroom_skyrl.config import TrainConfig, load_train_config
 from tackroom_skyrl.tinker import curve
 from tackroom_skyrl.tinker.datums import (
-    TackroomLoss, aggregation_factors, batch_from_output, datums, grpo_advantages, mismatch, reduced_loss, server_loss)
+    TackroomLoss,
+    aggregation_factors,
+    batch_from_output,
+    datums,
+    grpo_advantages,
+    mismatch,
+    reduced_loss,
+    server_loss,
+)
 from tackroom_skyrl.tinker.loop import resolve_base_model, run_tinker, total_steps
 from tackroom_skyrl.tinker.sampling_endpoint import SamplingEndpoint
 from tackroom_skyrl.tinker.server import TinkerServer, TinkerServerError, TinkerSettings
@@ -159,7 +171,7 @@ class ScriptedSampler:
         self.tokens, self.logprobs, self.stop_reason, self.fail = tokens, logprobs, stop_reason, fail
         self.calls: list[tuple[list[int], object]] = []
 
-    async def sample_async(self, prompt, num_samples, sampling_params):  # noqa: ANN001
+    async def sample_async(self, prompt, num_samples, sampling_params):
         self.calls.append((prompt.to_ints(), sampling_params))
         if self.fail:
             raise RuntimeError("engine process died")
@@ -365,7 +377,7 @@ async def test_calls_fail_on_errors_timeouts_and_a_dead_server(tmp_path: Path) -
 
 async def test_endpoint_answers_503_when_the_sampler_hangs(tokenizer) -> None:
     class Hanging:
-        async def sample_async(self, **kwargs):  # noqa: ANN003
+        async def sample_async(self, **kwargs):
             await asyncio.sleep(3600)
 
     async with SamplingEndpoint(Hanging(), tokenizer, "tiny", timeout_s=0.2) as ep:

@@ -43,7 +43,7 @@ def xlsx_bytes(sheets: dict[str, dict[str, object]], cached: dict[str, object] |
                     if s != sheet:
                         continue
                     pattern = re.compile(rf'(<c r="{coordinate}"[^>]*>)(<f>.*?</f>)(<v\s*/>|<v></v>)?')
-                    xml, n = pattern.subn(lambda m: f"{m.group(1)}{m.group(2)}<v>{value}</v>", xml)
+                    xml, n = pattern.subn(lambda m, value=value: f"{m.group(1)}{m.group(2)}<v>{value}</v>", xml)
                     assert n == 1, f"no formula cell {key} in {item.filename}"
                 content = xml.encode()
             dst.writestr(item, content)

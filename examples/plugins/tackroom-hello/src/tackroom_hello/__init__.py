@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import tackroom
 from pydantic import Field
+
+import tackroom
 
 
 class HelloHarness(tackroom.Harness):

@@ -12,9 +12,8 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import Field
-from tackroom import Harness, Policy, PluginOptions, Sandbox, Task, TaskError, Trajectory
-from tackroom_gateway import ChatTemplate, get_tool_parser
 
+from tackroom import Harness, PluginOptions, Policy, Sandbox, Task, TaskError, Trajectory
 from tackroom_archipelago.backends import ChatBackend, CompletionsBackend, Generation
 from tackroom_archipelago.errors import ContextExhaustedError
 from tackroom_archipelago.exec_transport import SandboxExecTransport
@@ -29,6 +28,7 @@ from tackroom_archipelago.observations import (
 )
 from tackroom_archipelago.tools import FINAL_ANSWER_TOOL, call_arguments, final_answer_tool, openai_tools
 from tackroom_archipelago.world import GatewayHandle, WorldSpec, install_world, load_world, start_gateway
+from tackroom_gateway import ChatTemplate, get_tool_parser
 
 DEFAULT_SYSTEM_PROMPT = """You are an assistant that completes office tasks with the tools you are given.
 

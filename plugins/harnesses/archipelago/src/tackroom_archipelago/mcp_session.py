@@ -103,7 +103,7 @@ class WorldMcp:
         try:
             with anyio.fail_after(self.connect_timeout):
                 return list((await self.client.list_tools()).tools)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if not is_fatal(exc) and not isinstance(exc, TimeoutError):
                 raise
             await self.reconnect()
@@ -120,7 +120,7 @@ class WorldMcp:
             except TimeoutError:
                 return ToolOutcome(text=f"Tool {name} timed out after {timeout:g}s", ok=False, kind="timeout",
                                    duration_s=time.monotonic() - started)
-            except Exception as exc:  # noqa: BLE001  classified just below
+            except Exception as exc:
                 if is_fatal(exc):
                     if attempt == 2:
                         raise McpGatewayError(

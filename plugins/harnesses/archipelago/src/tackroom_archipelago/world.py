@@ -279,7 +279,7 @@ async def start_gateway(sandbox: Sandbox, world: WorldSpec, python: SandboxPytho
     if transport in ("auto", "http"):
         try:
             handle.url = (await sandbox.expose(port)).rstrip("/")
-        except Exception as exc:  # noqa: BLE001  NotImplementedError / SandboxError: relay through exec instead
+        except Exception as exc:
             if transport == "http":
                 raise WorldRuntimeError(f"transport = 'http' but the sandbox cannot expose port {port}: {exc}") from exc
     deadline = started + timeout

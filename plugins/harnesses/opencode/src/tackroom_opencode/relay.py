@@ -113,7 +113,7 @@ class ModelRelay:
         return StreamingResponse(self._relay(reply), status_code=reply.status_code, headers=out_headers,
                                  background=BackgroundTask(self._close, reply))
 
-    async def _relay(self, reply: httpx.Response):  # noqa: ANN202  an async iterator of bytes
+    async def _relay(self, reply: httpx.Response):
         try:
             async for chunk in reply.aiter_raw():
                 self.last_activity = time.monotonic()

@@ -95,7 +95,7 @@ class DaytonaSandbox(TarTransfer, Sandbox):
             except asyncio.CancelledError:
                 try:  # the create may still land: wait for it (bounded) and delete what it made
                     self.sandbox = await asyncio.wait_for(asyncio.shield(create), limit + 10)
-                except BaseException:  # noqa: BLE001  nothing was made, or it failed: nothing to delete
+                except BaseException:
                     create.cancel()
                 await self.stop()
                 raise
@@ -137,7 +137,7 @@ class DaytonaSandbox(TarTransfer, Sandbox):
                 except asyncio.CancelledError:
                     await asyncio.wait([task], timeout=t + 5)
                     raise
-                except Exception as exc:  # noqa: BLE001  a leak is reaped by cleanup()
+                except Exception as exc:
                     self.notes.append(f"delete failed ({exc}); `cleanup` removes sandboxes labelled {self.options.cleanup_label}")
         finally:
             self._release()

@@ -136,8 +136,8 @@ class DockerCLI:
         """
         argv = [self.binary, *args]
         started = time.monotonic()
-        stdin_file = open(stdin, "rb") if isinstance(stdin, Path) else None  # noqa: SIM115
-        stdout_file = open(stdout_path, "wb") if stdout_path is not None else None  # noqa: SIM115
+        stdin_file = open(stdin, "rb") if isinstance(stdin, Path) else None
+        stdout_file = open(stdout_path, "wb") if stdout_path is not None else None
         try:
             try:
                 proc = await asyncio.create_subprocess_exec(

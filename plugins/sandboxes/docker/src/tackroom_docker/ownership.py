@@ -14,7 +14,7 @@ from functools import cache
 
 def _start_ticks(pid: int) -> str | None:
     try:
-        stat = open(f"/proc/{pid}/stat", encoding="ascii", errors="replace").read()  # noqa: SIM115
+        stat = open(f"/proc/{pid}/stat", encoding="ascii", errors="replace").read()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses; fields after the last ')' are plain.

@@ -77,7 +77,7 @@ class ModalSandbox(TarTransfer, Sandbox):
                 # The create may still land: wait for it (bounded) and terminate what it made.
                 try:
                     self.sandbox = await asyncio.wait_for(asyncio.shield(create), self.spec.start_timeout_sec)
-                except BaseException:  # noqa: BLE001  nothing was made, or it failed: nothing to terminate
+                except BaseException:
                     create.cancel()
                 await self.stop()
                 raise
@@ -105,7 +105,7 @@ class ModalSandbox(TarTransfer, Sandbox):
                 except asyncio.CancelledError:
                     await asyncio.wait([task], timeout=self.options.api_timeout_sec)
                     raise
-                except Exception as exc:  # noqa: BLE001  already gone is fine; a leak is reaped by cleanup()
+                except Exception as exc:
                     self.notes.append(f"terminate failed ({exc}); `cleanup` removes sandboxes tagged {self.options.cleanup_tag}")
         finally:
             self._release()

@@ -165,7 +165,7 @@ class TackroomGenerator(GeneratorInterface):
         await self._ensure_gateway()
         plugins = self._plugins(skyrl_sampling(input_batch.get("sampling_params")))
         items = []
-        for i, (tid, extra) in enumerate(zip(ids, extras)):
+        for i, extra in enumerate(extras):
             task = self._task(extra)
             trial = Trial.for_task(task, harness=plugins.label, sandbox=self.sandbox.name,
                                    verifier=self.verifier.name, model=self.model, pass_index=i)

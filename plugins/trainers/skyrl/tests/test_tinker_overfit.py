@@ -64,6 +64,13 @@ def test_overfit_reward_rises_and_the_curve_is_written(tmp_path: Path) -> None:
     assert Path(summary.curve_png).read_bytes()[:4] == b"\x89PNG"
     assert summary.final_weights and summary.final_weights.startswith("tinker://")
 
+    # the trained policy: the final LoRA as a PEFT adapter and merged into SmolLM2, a folder an engine serves
+    policy = tmp_path / "run" / "policy"
+    assert summary.policy == str(policy) and summary.adapter == str(tmp_path / "run" / "adapter")
+    assert {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"} <= {p.name for p in policy.iterdir()}
+    assert summary.serve_command == f"tackroom model up --model {policy} --port 8012 --name run"
+    assert summary.policy_error is None and any(line.startswith("trained policy: ") for line in lines)
+
     # rollouts went through the trial runtime and the gateway: exact tokens with logprobs for every trial
     trajectories = sorted((tmp_path / "run" / "rollouts").glob("*/*/trajectory.json"))
     assert len(trajectories) == len(steps) * config.train.mini_batch_size * config.train.samples_per_prompt

@@ -78,7 +78,13 @@ def add_train_command(app: Any) -> None:
                 if preflight_only:
                     return
                 console.print(f"reward {summary.first_reward:.3f} → {summary.last_reward:.3f} (best {summary.best_reward:.3f}); "
-                              f"curve: {summary.curve_csv}, {summary.curve_png}; LoRA: {summary.final_weights}")
+                              f"curve: {summary.curve_csv}, {summary.curve_png}; LoRA: {summary.final_weights}",
+                              markup=False, highlight=False)
+                if summary.policy is None:
+                    err.print(f"[red]error:[/] no servable policy was written: {summary.policy_error}", highlight=False)
+                    raise typer.Exit(1)
+                console.print(f"trained policy: {summary.policy}; serve it beside the base model with", highlight=False)
+                console.print(f"  {summary.serve_command}", markup=False, highlight=False, soft_wrap=True)  # copy-paste whole
                 return
             check_machine(config)
             launch(config, train_plan)

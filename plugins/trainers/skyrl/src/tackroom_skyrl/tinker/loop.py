@@ -17,6 +17,11 @@ as the GPU backend does. So each step is:
 4. ``save_weights_and_get_sampling_client``: the next step samples from the
    new weights (on-policy: no staleness on this backend).
 
+After the last step the final LoRA is saved (``save_weights_for_sampler``) and
+:mod:`.policy` turns it into ``<run>/adapter/`` (the PEFT adapter) and
+``<run>/policy/``: the LoRA merged into the base, an HF folder ``tackroom model
+up --model`` serves; ``summary.json`` records both and the command.
+
 Each step records mean reward (and per task), trained/masked trials, the
 trainer-vs-rollout logprob mismatch (warned above ``[train] logprob_mismatch_warn``),
 the loss and timings into ``steps.jsonl``; at the end (and after every step)
@@ -39,7 +44,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
-from tackroom import ConfigError, get_plugin_manager
+from tackroom import ConfigError, InfraError, get_plugin_manager
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.dataset import prompt_rows
 from tackroom_skyrl.error_rate import PreflightRefusedError, PreflightReport, error_rate_pass
@@ -54,6 +59,7 @@ from tackroom_skyrl.tinker.datums import (
     reduced_loss,
     server_loss,
 )
+from tackroom_skyrl.tinker.policy import PolicyExportError, PolicyFolder, export_policy, serve_command
 from tackroom_skyrl.tinker.sampling_endpoint import SamplingEndpoint
 from tackroom_skyrl.tinker.server import TinkerCalls, TinkerServer, check_reachable
 
@@ -72,6 +78,15 @@ class TinkerRunSummary(BaseModel):
     """The trained LoRA as a ``tinker://`` path (its files under ``<run>/tinker/checkpoints``)."""
     preflight: PreflightReport | None = None
     """The error-rate pass before training (``[train] preflight_passes``)."""
+    adapter: str | None = None
+    """The final LoRA as a PEFT adapter folder (``<run>/adapter``)."""
+    policy: str | None = None
+    """The trained policy: the base with the final LoRA merged, an HF folder an engine serves (``<run>/policy``)."""
+    served_name: str | None = None
+    serve_command: str | None = None
+    """The command that serves :attr:`policy` beside the default engine."""
+    policy_error: str | None = None
+    """Why no :attr:`policy` was written, when that failed (the LoRA itself is still in :attr:`final_weights`)."""
 
 
 async def _result(submitted: Any) -> Any:
@@ -289,6 +304,8 @@ async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str
         finally:
             await generator.aclose()
 
+    exported, policy_error = await _export(final_weights, run_dir, base_model, tokenizer, call, service, log)
+
     png = curve.write_png(records, run_dir / "reward_curve.png", title=f"{run_dir.name}: {loss_label}")
     log(curve.render_table(records))
     rewards = [r["mean_reward"] for r in records]
@@ -298,6 +315,27 @@ async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str
         last_reward=rewards[-1] if rewards else 0.0, best_reward=max(rewards, default=0.0),
         mismatch_mean=mean(mismatches) if mismatches else None, mismatch_warnings=warnings,
         curve_csv=str(run_dir / "reward_curve.csv"), curve_png=str(png), final_weights=final_weights,
-        preflight=preflight)
+        adapter=exported.adapter if exported else None, policy=exported.path if exported else None,
+        served_name=run_dir.name if exported else None,
+        serve_command=serve_command(exported.path, name=run_dir.name) if exported else None,
+        policy_error=policy_error, preflight=preflight)
     (run_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
     return summary
+
+
+async def _export(final_weights: str | None, run_dir: Path, base_model: str, tokenizer: Any, call: TinkerCalls,
+                  service: Any, log: Callable[[str], None]) -> tuple[PolicyFolder | None, str | None]:
+    """The final LoRA as ``<run>/adapter`` and, merged into the base, ``<run>/policy``; (folder, None) or (None, why)."""
+    if not final_weights:
+        return None, "the server answered the final save with no checkpoint path"
+    checkpoints = call.server.state_dir / "checkpoints" if call.server is not None else None
+    try:
+        exported = await call("export the trained policy", export_policy(
+            final_weights, run_dir, base_model, chat_template=getattr(tokenizer, "chat_template", None),
+            checkpoints=checkpoints, service=service))
+    except (PolicyExportError, InfraError) as exc:
+        log(f"ERROR: the trained policy could not be written to {run_dir / 'policy'}: {exc}")
+        return None, str(exc)
+    log(f"trained policy: {exported.path} (base {exported.base_model} + LoRA rank {exported.rank}, "
+        f"scale {exported.scale:g}, {exported.merged_modules} layers merged)")
+    return exported, None

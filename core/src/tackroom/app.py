@@ -9,6 +9,7 @@ plugin or package imports it.
 """
 
 from tackroom.config import (
+    ExecutorName,
     FieldError,
     PolicyConfig,
     RuntimeConfig,
@@ -40,6 +41,7 @@ from tackroom.trial import Trial, TrialErrorInfo, TrialResult, slug
 
 __all__ = [
     "BASES",
+    "ExecutorName",
     "FieldError",
     "PluginManager",
     "PolicyConfig",

@@ -15,7 +15,6 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
-    field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -255,6 +254,19 @@ def resolve_api_key(api_key: SecretStr | None, api_key_env: str | None, *, where
     return api_key.get_secret_value() if api_key is not None else "EMPTY"
 
 
+def _registered_executor(name: str) -> str:
+    from tackroom.executors import unknown_executor_message  # the executors package reads configs
+
+    problem = unknown_executor_message(name)
+    if problem is not None:
+        raise ValueError(problem)
+    return name
+
+
+ExecutorName = Annotated[str, AfterValidator(_registered_executor)]
+"""An executor's name, checked against those registered (``tackroom_executors``); the error lists them."""
+
+
 class RuntimeConfig(BaseModel):
     """``[runtime]``: how trials are run.
 
@@ -271,20 +283,10 @@ class RuntimeConfig(BaseModel):
     out: str = "runs"
     run_id: RunId | None = None
     """A plain folder name under ``out`` (no path separators, no ``..``); default: a fresh, unique one."""
-    executor: str = "asyncio"
+    executor: ExecutorName = "asyncio"
     """Where attempts run: ``asyncio`` (in this process), ``ray`` (tackroom-ray), or any registered executor."""
     teardown_timeout_sec: Annotated[float, AfterValidator(_finite_positive)] = 60.0
     retry_backoff_sec: Annotated[float, AfterValidator(_finite_non_negative)] = 1.0
-
-    @field_validator("executor")
-    @classmethod
-    def _registered(cls, name: str) -> str:
-        from tackroom.executors import unknown_executor_message
-
-        problem = unknown_executor_message(name)
-        if problem is not None:
-            raise ValueError(problem)
-        return name
 
     @model_validator(mode="after")
     def _executor_tables(self) -> RuntimeConfig:

@@ -29,10 +29,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tackroom import AGGREGATIONS, ConfigError, PluginSelection
-from tackroom.app import PolicyConfig, read_toml, validate
+from tackroom.app import ExecutorName, PolicyConfig, read_toml, validate
 from tackroom_skyrl.tinker.server import TinkerSettings
 
 
@@ -131,23 +131,13 @@ class RolloutRules(BaseModel):
     """Attempts per trial while it fails with ``infra``; after the last one the trial is masked."""
     timeout_group_threshold: int = Field(default=2, ge=1)
     """This many timed-out trials in a group mask the whole group; fewer mask only themselves."""
-    executor: str = "asyncio"
+    executor: ExecutorName = "asyncio"
     """Where trials run: ``asyncio`` (the generator's process), ``ray`` (each a Ray task on SkyRL's cluster;
     tackroom-ray), or another registered executor."""
     out: str = "runs/train"
     """Run directory root: one folder per generate() call, with each trial's result and trajectory."""
     max_concurrency: int | None = Field(default=None, ge=1)
     """Cap on trials in flight; default: the derived rollout concurrency."""
-
-    @field_validator("executor")
-    @classmethod
-    def _registered(cls, name: str) -> str:
-        from tackroom.executors import unknown_executor_message
-
-        problem = unknown_executor_message(name)
-        if problem is not None:
-            raise ValueError(problem)
-        return name
 
 
 class TrainConfig(BaseModel):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -117,6 +117,7 @@ class Sandbox(abc.ABC):
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
         self.notes = []
+        self._forwards: list[Any] = []
 
     @abc.abstractmethod
     async def start(self) -> None:
@@ -183,6 +184,20 @@ class Sandbox(abc.ABC):
         of the agent's turn) or :meth:`stop`. Sandboxes that cannot do it raise ``NotImplementedError``.
         """
         raise NotImplementedError(f"{type(self).__name__} cannot forward a host port into the sandbox")
+
+    async def _open_forward(self, pid: int, port: int, *, enter_user: bool) -> str:
+        """:meth:`forward_host_port` for a sandbox whose network namespace is that of host process ``pid``
+        (see :mod:`tackroom.host_forward`); :meth:`_close_forwards` ends every forward opened so."""
+        from tackroom.host_forward import forward_into_namespace  # it raises this module's SandboxError
+
+        forward = await forward_into_namespace(pid, port, enter_user=enter_user)
+        self._forwards.append(forward)
+        return f"http://127.0.0.1:{forward.port}"
+
+    async def _close_forwards(self) -> None:
+        forwards, self._forwards = self._forwards, []
+        for forward in forwards:
+            await forward.close()
 
     async def snapshot(self, paths: list[str], *, timeout: float = 120.0) -> bytes:
         """Return a tar archive (bytes) of ``paths``; paths that do not exist are skipped."""

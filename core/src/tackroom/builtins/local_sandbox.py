@@ -105,7 +105,6 @@ from pydantic import Field
 
 from tackroom.dockerfile import parse_copy, parse_dockerfile, parse_env
 from tackroom.errors import TaskError
-from tackroom.host_forward import HostPortForward, forward_into_namespace
 from tackroom.markers import hookimpl
 from tackroom.plugin import PluginOptions
 from tackroom.process import run_process
@@ -980,7 +979,6 @@ class LocalSandbox(Sandbox):
         self._ready = asyncio.Event()
         self._ready.set()
         self._lock = asyncio.Lock()
-        self._forwards: list[HostPortForward] = []
 
     @property
     def marker(self) -> Path:
@@ -1482,14 +1480,7 @@ class LocalSandbox(Sandbox):
         await self._wait_ready(30)
         self._alive()
         assert self._child_pid is not None
-        forward = await forward_into_namespace(self._child_pid, port, enter_user=True)
-        self._forwards.append(forward)
-        return f"http://127.0.0.1:{forward.port}"
-
-    async def _close_forwards(self) -> None:
-        forwards, self._forwards = self._forwards, []
-        for forward in forwards:
-            await forward.close()
+        return await self._open_forward(self._child_pid, port, enter_user=True)
 
     async def expose(self, port: int) -> str:
         if not self.spec.allow_internet:

@@ -18,14 +18,12 @@ from tackroom import (
     DEFAULT_EXEC_TIMEOUT,
     ConfigError,
     ExecResult,
-    HostPortForward,
     Sandbox,
     SandboxError,
     SandboxPathError,
     SandboxSpec,
     SandboxTimeoutError,
     check_relative_inside,
-    forward_into_namespace,
     transfer_check_error,
     transfer_check_stdin,
     upload_directories,
@@ -147,7 +145,6 @@ class DockerSandbox(Sandbox):
         self._stopped = False
         self._stop_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
-        self._forwards: list[HostPortForward] = []
 
     # -- lifecycle ------------------------------------------------------------------
     async def start(self) -> None:
@@ -531,14 +528,7 @@ class DockerSandbox(Sandbox):
         pid = result.out.strip()
         if not result.ok or not pid.isdigit() or pid == "0":
             raise SandboxError(f"could not find the process of container {self.name}: {result.describe()}")
-        forward = await forward_into_namespace(int(pid), port, enter_user=False)
-        self._forwards.append(forward)
-        return f"http://127.0.0.1:{forward.port}"
-
-    async def _close_forwards(self) -> None:
-        forwards, self._forwards = self._forwards, []
-        for forward in forwards:
-            await forward.close()
+        return await self._open_forward(int(pid), port, enter_user=False)
 
     async def expose(self, port: int) -> str:
         """``http://127.0.0.1:PORT`` with host networking; unreachable under ``--network none``."""

@@ -237,6 +237,6 @@ async def test_a_long_generation_past_the_agent_timeout_is_the_models_failure(en
     async with build_gateway(engine_url, tokenizer="smollm2", probe_interval_s=0.3) as gw:
         result = await run_one_trial(tmp_path, gw, agent_timeout_s=3, harness=LongAnswerHarness)
         probes, last = gw.liveness.probes, gw.liveness.last_probe
-    assert result.error is not None and result.error.error_class == "model", result.error
+    assert result.error is not None and result.error.error_class == "model", (result.error, result.timings)
     assert result.error.type == "AgentTimeoutError" and result.reward == 0.0
     assert probes >= 1 and last is not None and last.error is None, last

@@ -41,6 +41,7 @@ from tackroom_gateway import (
     PolicyGateway,
 )
 from tackroom_gateway.engine_client import parse_retry_after
+from tackroom_gateway.liveness import EngineLiveness
 from tackroom_gateway.testing import EngineReply, MisbehavingEngine
 from tackroom_gateway.trial_sessions import GatewaySessions
 
@@ -566,6 +567,39 @@ async def test_a_long_generation_on_a_healthy_engine_past_the_agent_timeout_stay
     assert result.error.type == "AgentTimeoutError" and result.reward == 0.0
     assert went_away == [True]  # the agent's request was open when its turn ended
     assert answered_probes  # and the engine answered the gateway's probes meanwhile
+
+
+class LoopStallingHarness(tackroom.Harness):
+    """A harness whose own code stalls this process's event loop (a long synchronous call) while its request
+    waits on a healthy engine: the liveness probe in flight then comes back long past its limit."""
+
+    name = "loop-staller"
+    capabilities = frozenset({"chat", "needs_policy"})
+    liveness: EngineLiveness | None = None
+    """The gateway's liveness watch, so that the stall begins while a probe is on its way."""
+
+    async def run(self, instruction, sandbox, policy):
+        async with httpx.AsyncClient(timeout=120) as client:
+            ask = asyncio.create_task(client.post(f"{policy.base_url}/chat/completions", json={
+                "model": policy.model, "messages": [{"role": "user", "content": instruction}]}))
+            while self.liveness is None or self.liveness.probe_sent_at is None:
+                await asyncio.sleep(0.005)
+            time.sleep(2.5)  # the stall: nothing in this process runs, the probe's 0.5 s deadline passes unseen
+            await ask
+        raise ModelError("not expected to finish")
+
+
+async def test_a_stall_of_our_own_event_loop_is_not_taken_for_a_silent_engine(tmp_path, smollm2_tokenizer):
+    """A probe whose deadline passed while this process stood still says nothing about the engine: counting it
+    would make the trial infra (retried, never trained on), and code inside the trial could cause it."""
+    async with engine_and_gateway(smollm2_tokenizer, [EngineReply.ok("solved, eventually", delay_s=60)],
+                                  probe=EngineReply.ok("ok", delay_s=0.2), **FAST_PROBES) as (engine, gw):
+        LoopStallingHarness.liveness = gw.liveness
+        result = await run_one_trial(tmp_path, gw, agent_timeout_s=2, harness=LoopStallingHarness)
+        stalls = gw.liveness.stalls
+    assert stalls >= 1, result.error  # the stall was seen, and the probe it spoiled was set aside
+    assert result.error is not None and result.error.error_class == "model", result.error
+    assert result.error.type == "AgentTimeoutError" and result.reward == 0.0
 
 
 async def test_an_engine_hanging_past_its_read_timeout_ends_the_trial_infra(tmp_path, smollm2_tokenizer):

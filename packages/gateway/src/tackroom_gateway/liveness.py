@@ -17,7 +17,9 @@ The evidence is gathered *before* the turn ends, not after: the runtime asks a
 session for its error synchronously, right after the harness stops and often
 before the gateway has even seen the agent's connection close, so a probe sent
 at that moment could not be answered in time, and waiting for it would block the
-event loop every trial shares. A hang that begins less than about
+event loop every trial shares. A failed probe that comes back long past its limit
+(:meth:`EngineLiveness.stall_limit_s`) saw this process's own event loop stand
+still, not the engine; it is set aside (counted in ``stalls``). A hang that begins less than about
 ``probe_interval_s + probe_timeout_s`` before the turn ends is therefore not seen.
 """
 
@@ -56,6 +58,12 @@ class EngineLiveness:
         self.probe_sent_at: float | None = None
         """When the probe in flight (if any) was sent."""
         self.probes = 0
+        self.stalls = 0
+        """Probes that came back so far past their limit that they say nothing about the engine."""
+
+    def stall_limit_s(self) -> float:
+        """A failed probe that took longer than this saw this process stall, not the engine."""
+        return 2 * self.timeout_s + 1.0
 
     def answered(self) -> None:
         """The engine just produced output."""
@@ -90,6 +98,16 @@ class EngineLiveness:
             self.probe_sent_at = None
         was_failing = self.failure() is not None
         outcome = ProbeOutcome(sent_at=sent, finished_at=time.monotonic(), error=error)
+        took = outcome.finished_at - sent
+        if error is not None and took > self.stall_limit_s():
+            # A probe's deadline is checked by this process's event loop: one that comes back this late means
+            # the loop itself stood still (a long synchronous call somewhere, the host paused), not that the
+            # engine was silent, so it is no evidence either way. Counting it would turn the stall of our own
+            # process (which code in the trial can cause) into infra for every trial waiting at that moment.
+            self.stalls += 1
+            log.warning("gateway: a liveness probe came back after %.1fs, past its %gs limit: this process's "
+                        "event loop stalled; the probe does not count", took, self.timeout_s)
+            return outcome
         self.last_probe = outcome
         if error is None:
             self.answered()

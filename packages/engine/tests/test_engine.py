@@ -180,6 +180,20 @@ def test_up_checks_the_model_folder_and_names_it(cache, tmp_path):
         engine.up(engine.EngineSettings(port=free_port(), model=str(folder), chat_template=str(tmp_path / "none.jinja")))
 
 
+def test_a_trained_policy_is_served_under_its_runs_name_through_the_latest_link(tmp_path):
+    """Two trainings write the same ``<run>/policy`` path through ``latest``: the served name says which run it is,
+    so a matrix resumed against the newer policy sees a changed model and refuses to mix results."""
+    runs = tmp_path / "runs"
+    for run in ("20261201-100000-aaaaaa", "20261201-110000-bbbbbb"):
+        policy = model_folder(runs / run / "policy")
+        (policy / engine.TRAINED_POLICY_MARK).write_text("{}")
+        (runs / "latest").unlink(missing_ok=True)
+        (runs / "latest").symlink_to(run)
+        assert engine.EngineSettings(model=str(runs / "latest" / "policy")).name() == run
+    plain = model_folder(tmp_path / "elsewhere" / "policy")  # a folder named policy that no training wrote
+    assert engine.EngineSettings(model=str(plain)).name() == "policy"
+
+
 @pytest.mark.engine
 def test_the_real_engine_serves_token_ids(engine_url):
     body = {"model": "smollm2", "prompt": [1, 4093, 28, 253], "max_tokens": 8, "temperature": 0,

@@ -57,6 +57,10 @@ TOOLS_TEMPLATE = TEMPLATES_DIR / "smollm2_tools.jinja"
 UNWANTED = ("torchvision", "torchaudio", "torchcodec")
 
 
+TRAINED_POLICY_MARK = "tackroom-policy.json"
+"""The provenance file ``tackroom train`` writes into ``<run>/policy``."""
+
+
 class EngineError(InfraError):
     """The local engine could not be set up, started or reached."""
 
@@ -69,7 +73,9 @@ class EngineSettings(BaseModel):
     model: str | None = None
     """A local HF folder (config.json + safetensors), e.g. a trained policy; None: the converted SmolLM2."""
     served_name: str | None = None
-    """The model name clients send; default ``smollm2`` for SmolLM2, else the folder's name."""
+    """The model name clients send; default ``smollm2`` for SmolLM2, a trained policy's run name for
+    ``<run>/policy`` (what ``tackroom train`` writes, links such as ``latest`` followed), else the folder's name.
+    A served name that says which run it is lets a matrix refuse to resume results of another policy."""
     chat_template: str | None = None
     """A Jinja file; default: tackroom's tools template for SmolLM2, else the folder's ``chat_template.jinja``
     (when it has none, vLLM uses the tokenizer config's)."""
@@ -90,7 +96,12 @@ class EngineSettings(BaseModel):
     def name(self) -> str:
         if self.served_name:
             return self.served_name
-        return Path(self.model).expanduser().resolve().name if self.model else SERVED_NAME
+        if not self.model:
+            return SERVED_NAME
+        folder = Path(self.model).expanduser().resolve()
+        if folder.name == "policy" and (folder / TRAINED_POLICY_MARK).is_file():
+            return folder.parent.name
+        return folder.name
 
     def template(self) -> Path | None:
         if self.chat_template:

@@ -149,3 +149,21 @@ def test_the_sampler_archive_is_found_and_unpacked(tmp_path):
 def test_the_serve_command():
     assert policy.serve_command("runs/train/x/policy", name="x") == \
         "tackroom model up --model runs/train/x/policy --port 8012 --name x"
+
+
+def test_latest_points_at_the_newest_run_and_never_replaces_a_real_folder(tmp_path):
+    first, second = tmp_path / "20261201-100000-aaaaaa", tmp_path / "20261201-110000-bbbbbb"
+    for d in (first, second):
+        (d / "policy").mkdir(parents=True)
+        (d / "policy" / "config.json").write_text(d.name)
+    assert policy.mark_latest(first) == tmp_path / "latest"
+    assert (tmp_path / "latest" / "policy" / "config.json").read_text() == first.name
+    policy.mark_latest(second)
+    assert (tmp_path / "latest" / "policy" / "config.json").read_text() == second.name
+    assert (tmp_path / "latest").readlink() == Path(second.name)  # relative: the runs folder can move
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, second.name, "latest"])  # no temp links left
+    other = tmp_path / "elsewhere"
+    (other / "latest").mkdir(parents=True)  # a run folder someone named "latest"
+    (other / "run").mkdir()
+    assert policy.mark_latest(other / "run") is None
+    assert (other / "latest").is_dir() and not (other / "latest").is_symlink()

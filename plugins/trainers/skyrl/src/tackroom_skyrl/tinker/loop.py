@@ -59,7 +59,7 @@ from tackroom_skyrl.tinker.datums import (
     reduced_loss,
     server_loss,
 )
-from tackroom_skyrl.tinker.policy import PolicyExportError, PolicyFolder, export_policy, serve_command
+from tackroom_skyrl.tinker.policy import PolicyExportError, PolicyFolder, export_policy, mark_latest, serve_command
 from tackroom_skyrl.tinker.sampling_endpoint import SamplingEndpoint
 from tackroom_skyrl.tinker.server import TinkerCalls, TinkerServer, check_reachable
 
@@ -320,6 +320,10 @@ async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str
         serve_command=serve_command(exported.path, name=run_dir.name) if exported else None,
         policy_error=policy_error, preflight=preflight)
     (run_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
+    if exported is not None:
+        latest = mark_latest(run_dir)
+        if latest is not None:
+            log(f"{latest} -> {run_dir.name}")
     return summary
 
 

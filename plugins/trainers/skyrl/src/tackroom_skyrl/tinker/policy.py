@@ -232,6 +232,21 @@ def _set_chat_template(folder: Path, template: str) -> None:
         path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
+def mark_latest(run_dir: str | Path) -> Path | None:
+    """Point ``<out>/latest`` at ``run_dir`` (a relative symlink, swapped atomically), so a documented command
+    (``tackroom model up --model runs/train/latest/policy``) finds the newest trained policy; the link, or None
+    when ``latest`` is something else (a run folder named so) that is left alone."""
+    run_dir = Path(run_dir)
+    link = run_dir.parent / "latest"
+    if link.exists() and not link.is_symlink():
+        return None
+    tmp = run_dir.parent / f".latest-{os.getpid()}-{run_dir.name}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(run_dir.name, tmp)
+    os.replace(tmp, link)
+    return link
+
+
 def serve_command(policy: str | Path, *, port: int = 8012, name: str | None = None) -> str:
     """The command that serves a policy folder beside the default engine."""
     import shlex

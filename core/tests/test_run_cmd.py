@@ -44,6 +44,8 @@ def test_run_errors_a_user_can_hit(tmp_path):
     bad.write_text('[sandbox]\nname = "local"\nroot = "/x"\n')
     cfg = tackroom("run", str(EXAMPLES / "hello-file"), "--config", str(bad))
     assert cfg.returncode == 2 and "sandbox.root: unknown field" in cfg.stderr
+    bracketed = tackroom("run", str(tmp_path / "tasks-[policy]-[/]"))  # text rich would read as markup
+    assert bracketed.returncode == 2 and "tasks-[policy]-[/]: no such task" in bracketed.stderr, bracketed.stderr
 
 
 def test_a_flag_naming_the_configured_plugin_keeps_its_options(tmp_path):

@@ -8,6 +8,10 @@ else under ``tackroom.`` is private: ``tests/test_public_api.py`` fails when a
 plugin or package imports it.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from tackroom.config import (
     ExecutorName,
     FieldError,
@@ -39,6 +43,18 @@ from tackroom.runtime import TrialOutcome, TrialPlugins, TrialRuntime, sandbox_s
 from tackroom.task import TaskLoadFailure
 from tackroom.trial import Trial, TrialErrorInfo, TrialResult, slug
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def print_error(message: object, console: Console | None = None) -> None:
+    """``error: <message>`` on stderr (or ``console``), the message printed as it is: text such as
+    ``[policy]`` or ``[/]`` in a config error is shown, not read as rich markup."""
+    from rich.console import Console
+    from rich.text import Text
+
+    (console or Console(stderr=True)).print(Text("error: ", style="bold red") + Text(str(message)), soft_wrap=True)
+
 __all__ = [
     "BASES",
     "ExecutorName",
@@ -62,6 +78,7 @@ __all__ = [
     "get_plugin_manager",
     "has_results",
     "new_run_id",
+    "print_error",
     "policy_gateway",
     "policy_routing",
     "read_toml",

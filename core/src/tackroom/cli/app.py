@@ -5,6 +5,8 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
+from tackroom.app import print_error
+
 app = typer.Typer(
     name="tackroom",
     help="Plugin framework for agentic RL: run tasks, evaluate across harnesses, train.",
@@ -18,5 +20,5 @@ err_console = Console(stderr=True)
 
 def fail(message: str, code: int = 2) -> "typer.Exit":
     """Print a user-facing error and return the Exit to raise."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    print_error(message, err_console)
     return typer.Exit(code)

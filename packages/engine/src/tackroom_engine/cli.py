@@ -39,7 +39,7 @@ def model_up(
                               chat_template=str(chat_template) if chat_template else None,
                               max_model_len=max_model_len, start_timeout_sec=timeout)
     try:
-        state = up(settings, log=lambda m: err_console.print(f"[dim]{m}[/]", highlight=False))
+        state = up(settings, log=lambda m: err_console.print(m, style="dim", markup=False, highlight=False))
     except TackroomError as exc:
         err_console.print("[red]error:[/]", end=" ")
         err_console.print(str(exc), markup=False, highlight=False)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 
 from tackroom import TackroomError
+from tackroom.app import print_error
 from tackroom_gateway.cli import gateway
 
 
@@ -13,7 +13,7 @@ def main() -> None:
     try:
         typer.run(gateway)
     except TackroomError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        print_error(exc)
         raise SystemExit(2) from None
 
 

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tackroom import TackroomError
+from tackroom.app import print_error
 
 images_app = typer.Typer(help="Docker images tackroom builds: offline base images and cached task images.", no_args_is_help=True)
 console = Console()
@@ -17,7 +18,7 @@ err_console = Console(stderr=True)
 
 
 def _fail(message: str) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    print_error(message, err_console)
     return typer.Exit(2)
 
 

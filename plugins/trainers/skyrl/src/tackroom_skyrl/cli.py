@@ -81,7 +81,9 @@ def add_train_command(app: Any) -> None:
                               f"curve: {summary.curve_csv}, {summary.curve_png}; LoRA: {summary.final_weights}",
                               markup=False, highlight=False)
                 if summary.policy is None:
-                    err.print(f"[red]error:[/] no servable policy was written: {summary.policy_error}", highlight=False)
+                    from tackroom.app import print_error
+
+                    print_error(f"no servable policy was written: {summary.policy_error}", err)
                     raise typer.Exit(1)
                 console.print(f"trained policy: {summary.policy}; serve it beside the base model with", highlight=False)
                 console.print(f"  {summary.serve_command}", markup=False, highlight=False, soft_wrap=True)  # copy-paste whole

@@ -80,6 +80,11 @@ class ExecutorEntry:
     options: type[BaseModel]
     _target: type[Executor] | None = field(default=None, repr=False)
 
+    def as_dict(self) -> dict[str, Any]:
+        """The row ``tackroom plugins`` shows (kind ``executor``; options are ``[runtime.<name>]``)."""
+        return {"name": self.name, "kind": "executor", "distribution": self.distribution, "version": self.version,
+                "summary": self.summary, "capabilities": [], "reference": self.reference}
+
     def load(self) -> type[Executor]:
         """The executor class, importing a lazy reference now."""
         if self._target is None:

@@ -16,6 +16,7 @@ from tackroom.manager import get_plugin_manager
 def plugin_rows(include_catalogue: bool) -> list[dict[str, Any]]:
     manager = get_plugin_manager()
     rows = [dict(e.as_dict(), installed=True) for e in manager.entries()]
+    rows += [dict(e.as_dict(), installed=True) for e in sorted(manager.registrar.executors.values(), key=lambda e: e.name)]
     if include_catalogue:
         have = {(r["kind"], r["name"]) for r in rows}
         for c in load_catalogue():
@@ -41,7 +42,7 @@ def plugins(
     all_: bool = typer.Option(False, "--all", help="Also list catalogue plugins that are not installed."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list of plugin objects."),
 ) -> None:
-    """List installed plugins (harnesses, sandboxes, verifiers, losses)."""
+    """List installed plugins (harnesses, sandboxes, verifiers, losses) and trial executors."""
     rows = plugin_rows(all_)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))

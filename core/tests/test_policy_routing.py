@@ -1,6 +1,7 @@
 """Core's side of policy routing: which harness goes through a policy gateway, and where the gateway comes from
 (the ``tackroom_policy_gateway`` hook; core never imports tackroom-gateway)."""
 
+import os
 import subprocess
 import sys
 import types
@@ -9,7 +10,7 @@ import pytest
 
 import tackroom
 from tackroom.config import PolicyConfig
-from tackroom.policy_routing import policy_routing, wants_gateway
+from tackroom.policy_routing import check_gateway_installed, policy_routing, wants_gateway
 
 
 class OneChatHarness(tackroom.Harness):
@@ -40,6 +41,24 @@ async def test_a_chat_harness_without_any_tackroom_policy_gateway_is_a_config_er
         async with policy_routing(PolicyConfig(base_url="http://x/v1"), OneChatHarness, plugins, manager):
             pass
     assert plugins.policy_for is None
+
+
+def test_a_missing_gateway_is_found_before_anything_starts(manager, tmp_path):
+    check_gateway_installed(PolicyConfig(), OneChatHarness, manager)  # no endpoint: nothing to route
+    check_gateway_installed(PolicyConfig(base_url="http://x/v1"), tackroom.Harness, manager)  # direct harness
+    with pytest.raises(tackroom.ConfigError, match="tackroom-gateway"):
+        check_gateway_installed(PolicyConfig(base_url="http://x/v1"), OneChatHarness, manager)
+    # `tackroom run` says so before it claims a run folder (no empty run left behind)
+    task = tmp_path / "tasks" / "t"
+    task.mkdir(parents=True)
+    (task / "instruction.md").write_text("Say hi.")
+    (task / "task.toml").write_text("")
+    env = {**os.environ, "TACKROOM_BLOCK_PLUGINS": "tackroom-gateway"}
+    out = subprocess.run([sys.executable, "-m", "tackroom.cli.main", "run", str(task), "--harness", "answer",
+                          "--base-url", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "runs")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2 and "tackroom-gateway" in out.stderr, out.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 async def test_tackroom_policy_gateway_from_a_plugin_routes_chat_harnesses(manager):

@@ -33,6 +33,15 @@ def wants_gateway(policy: PolicyConfig, harness_cls: type) -> bool:
     return "chat" in harness_cls.capabilities
 
 
+def check_gateway_installed(policy: PolicyConfig, harness_cls: type, manager: PluginManager | None = None) -> None:
+    """The :class:`ConfigError` :func:`policy_routing` would raise for a missing gateway, raised now: before a
+    run claims a folder or starts a sandbox."""
+    if policy.base_url is None or not wants_gateway(policy, harness_cls):
+        return
+    if not (manager or get_plugin_manager()).hook.tackroom_policy_gateway.get_hookimpls():
+        raise ConfigError(GATEWAY_MISSING.format(what=f"harness {getattr(harness_cls, 'name', None)!r}"))
+
+
 def policy_gateway(*, base_url: str, model: str | None, api_key: str, tokenizer: str,
                    manager: PluginManager | None = None,
                    harness: str | None = None) -> contextlib.AbstractAsyncContextManager[Any]:

@@ -25,7 +25,7 @@ from tackroom.cli.app import app, console, err_console, fail
 from tackroom.config import PluginSelection, RunConfig, instantiate, load_run_config, with_overrides
 from tackroom.errors import ConfigError
 from tackroom.policy import Policy, redact, redact_url
-from tackroom.policy_routing import policy_routing, wants_gateway
+from tackroom.policy_routing import check_gateway_installed, policy_routing, wants_gateway
 from tackroom.run_dirs import (
     claim_run_dir,
     fingerprint_changes,
@@ -128,6 +128,7 @@ async def run_config(config: RunConfig, *, progress: bool = True, run_id: str | 
     unique_trials([t for t, _, _ in trials])
     fingerprint = run_fingerprint(config, harness, sandbox, verifier, plugins.label, policy, dataset.tasks,
                                   wants_gateway(config.policy, type(harness)))
+    check_gateway_installed(config.policy, type(harness))
     run_dir = claim_run_dir(config.runtime.out, run_id or config.runtime.run_id, force_new=force_new)
     check_and_record(run_dir, config, fingerprint)
     runtime = TrialRuntime(

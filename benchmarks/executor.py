@@ -49,11 +49,11 @@ class BusyOracle(OracleHarness):
     name = "busy-oracle"
     Options = BusyOptions
 
-    async def run(self, instruction, sandbox, policy):
+    async def run(self, task, sandbox, policy):
         end = time.process_time() + self.options.cpu_ms / 1000
         while time.process_time() < end:
             sum(i * i for i in range(1000))
-        return await super().run(instruction, sandbox, policy)
+        return await super().run(task, sandbox, policy)
 
 
 class TimedExecutor(Executor):

@@ -19,7 +19,7 @@ class DialsHomeHarness(tackroom.Harness):
     policy_port = 0
     engine_port = 0
 
-    async def run(self, instruction, sandbox, policy):
+    async def run(self, task, sandbox, policy):
         url = await sandbox.forward_host_port(self.policy_port)
         inner = url.rsplit(":", 1)[1]
 

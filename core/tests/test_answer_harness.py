@@ -23,6 +23,7 @@ from tackroom.testing import (
     check_plugin,
     check_registered,
     harness_self_check,
+    task_for_tests,
 )
 from tackroom.trial import Trial
 
@@ -91,7 +92,7 @@ def test_a_wrong_option_name_lists_the_options():
 # -- one call, the answer in the sandbox -------------------------------------------------------------------
 async def test_the_reply_is_written_to_the_sandbox_and_recorded(sandbox):
     async with ScriptedChatServerForTests(["  blue\n"]) as server:
-        traj = await harness(system="Answer with one word.").run("Which colour is the sky?", sandbox, server.policy())
+        traj = await harness(system="Answer with one word.").run(task_for_tests("Which colour is the sky?"), sandbox, server.policy())
     assert len(server.requests) == 1
     sent = server.requests[0]
     assert sent["messages"] == [{"role": "system", "content": "Answer with one word."},
@@ -105,7 +106,7 @@ async def test_the_reply_is_written_to_the_sandbox_and_recorded(sandbox):
 
 async def test_no_system_prompt_by_default_and_strip_off_keeps_whitespace_in_a_new_directory(sandbox):
     async with ScriptedChatServerForTests(["  blue\n"]) as server:
-        traj = await harness(strip=False, answer_path="/app/out/deep/reply.txt").run("Say blue.", sandbox,
+        traj = await harness(strip=False, answer_path="/app/out/deep/reply.txt").run(task_for_tests("Say blue."), sandbox,
                                                                                       server.policy())
     assert server.requests[0]["messages"] == [{"role": "user", "content": "Say blue."}]
     assert (await sandbox.read_file("/app/out/deep/reply.txt")) == b"  blue\n"
@@ -115,9 +116,9 @@ async def test_no_system_prompt_by_default_and_strip_off_keeps_whitespace_in_a_n
 async def test_sampling_and_max_tokens_reach_the_request_body(sandbox):
     async with ScriptedChatServerForTests(["ok"]) as server:
         policy = server.policy(sampling={"temperature": 0.3, "top_p": 0.9}, api_key="k-123")
-        await harness().run("x", sandbox, policy)
-        await harness(max_tokens=7).run("x", sandbox, policy)
-        await harness(max_tokens=7).run("x", sandbox, server.policy(sampling={"max_tokens": 33, "temperature": 0}))
+        await harness().run(task_for_tests("x"), sandbox, policy)
+        await harness(max_tokens=7).run(task_for_tests("x"), sandbox, policy)
+        await harness(max_tokens=7).run(task_for_tests("x"), sandbox, server.policy(sampling={"max_tokens": 33, "temperature": 0}))
     default, option, sampled = server.requests
     assert default["temperature"] == 0.3 and default["top_p"] == 0.9 and default["max_tokens"] == 256
     assert option["max_tokens"] == 7 and option["temperature"] == 0.3
@@ -126,7 +127,7 @@ async def test_sampling_and_max_tokens_reach_the_request_body(sandbox):
 
 async def test_a_reply_cut_at_max_tokens_stops_with_max_tokens(sandbox):
     async with ScriptedChatServerForTests([ScriptedReply(content="blu", finish_reason="length")]) as server:
-        traj = await harness(max_tokens=1).run("Say blue.", sandbox, server.policy())
+        traj = await harness(max_tokens=1).run(task_for_tests("Say blue."), sandbox, server.policy())
     assert traj.stop_reason == "max_tokens" and traj.final_answer == "blu"
     assert any("max_tokens (1)" in n for n in traj.notes)
     assert (await sandbox.read_file("/app/answer.txt")) == b"blu"
@@ -137,7 +138,7 @@ async def test_a_500_is_retried_then_an_infra_error(sandbox):
     replies = [ScriptedReply(status=500, error_message="engine exploded")]
     async with ScriptedChatServerForTests(replies) as server:
         with pytest.raises(AnswerEndpointError) as err:
-            await harness(attempts=3).run("x", sandbox, server.policy())
+            await harness(attempts=3).run(task_for_tests("x"), sandbox, server.policy())
     assert len(server.requests) == 3
     assert isinstance(err.value, tackroom.InfraError) and err.value.error_class == "infra"
     assert "HTTP 500" in str(err.value) and "engine exploded" in str(err.value) and "after 3 attempts" in str(err.value)
@@ -145,7 +146,7 @@ async def test_a_500_is_retried_then_an_infra_error(sandbox):
 
 async def test_a_500_then_an_answer_succeeds(sandbox):
     async with ScriptedChatServerForTests([ScriptedReply(status=503), "blue"]) as server:
-        traj = await harness().run("x", sandbox, server.policy())
+        traj = await harness().run(task_for_tests("x"), sandbox, server.policy())
     assert len(server.requests) == 2 and traj.final_answer == "blue"
 
 
@@ -154,9 +155,9 @@ async def test_a_400_is_a_model_error_with_the_asked_trajectory_attached(sandbox
                              error_message="This model's maximum context length is 4096 tokens")
     async with ScriptedChatServerForTests([overflow, ScriptedReply(status=400, error_message="bad top_p")]) as server:
         with pytest.raises(AnswerModelError) as first:
-            await harness().run("x", sandbox, server.policy())
+            await harness().run(task_for_tests("x"), sandbox, server.policy())
         with pytest.raises(tackroom.ModelError) as second:
-            await harness().run("x", sandbox, server.policy())
+            await harness().run(task_for_tests("x"), sandbox, server.policy())
     assert len(server.requests) == 2  # a 4xx is not retried
     assert first.value.error_class == "model" and "HTTP 400" in str(first.value)
     assert first.value.trajectory.stop_reason == "context_exhausted"
@@ -169,20 +170,20 @@ async def test_a_400_is_a_model_error_with_the_asked_trajectory_attached(sandbox
 async def test_a_wrong_path_is_an_infra_error_naming_the_config():
     async with ScriptedChatServerForTests([ScriptedReply(status=404, error_message="no such model")]) as server:
         with pytest.raises(AnswerEndpointError, match="check \\[policy\\] base_url"):
-            await harness().run("x", None, server.policy())  # type: ignore[arg-type]  fails before the sandbox
+            await harness().run(task_for_tests("x"), None, server.policy())  # type: ignore[arg-type]  fails before the sandbox
 
 
 async def test_an_unreachable_url_is_an_infra_error_naming_the_url():
     url = f"http://127.0.0.1:{closed_port()}/v1"
     with pytest.raises(tackroom.InfraError) as err:
-        await harness(attempts=2).run("x", None, tackroom.Policy(base_url=url, model="m"))  # type: ignore[arg-type]
+        await harness(attempts=2).run(task_for_tests("x"), None, tackroom.Policy(base_url=url, model="m"))  # type: ignore[arg-type]
     assert f"{url}/chat/completions" in str(err.value) and "ConnectError" in str(err.value)
     assert "after 2 attempts" in str(err.value) and err.value.error_class == "infra"
 
 
 async def test_no_policy_is_an_infra_error():
     with pytest.raises(tackroom.InfraError, match="no policy"):
-        await harness().run("x", None, None)  # type: ignore[arg-type]
+        await harness().run(task_for_tests("x"), None, None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("body, error, words", [
@@ -197,7 +198,7 @@ async def test_no_policy_is_an_infra_error():
 async def test_a_completion_without_text_is_classified(body, error, words):
     async with OddAnswers(body) as server:
         with pytest.raises(error, match=words):
-            await harness().run("x", None, server.policy())  # type: ignore[arg-type]
+            await harness().run(task_for_tests("x"), None, server.policy())  # type: ignore[arg-type]
     assert len(server.requests) == 1
 
 
@@ -205,7 +206,7 @@ async def test_content_parts_are_joined(sandbox):
     parts = {"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": [
         {"type": "text", "text": "bl"}, {"type": "text", "text": "ue"}]}}]}
     async with OddAnswers(parts) as server:
-        traj = await harness().run("x", sandbox, server.policy())
+        traj = await harness().run(task_for_tests("x"), sandbox, server.policy())
     assert traj.final_answer == "blue" and (await sandbox.read_file("/app/answer.txt")) == b"blue"
 
 

@@ -44,8 +44,8 @@ class NaiveChatHarness(tackroom.Harness):
     class Options(tackroom.PluginOptions):
         max_turns: int = 50  # accepted, ignored: the kit must notice
 
-    async def run(self, instruction, sandbox, policy):
-        messages = [{"role": "user", "content": instruction}]
+    async def run(self, task, sandbox, policy):
+        messages = [{"role": "user", "content": task.instruction}]
         async with httpx.AsyncClient(timeout=30) as client:
             while True:
                 r = await client.post(f"{policy.base_url}/chat/completions", json={"model": policy.model, "messages": messages})

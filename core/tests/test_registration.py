@@ -19,8 +19,8 @@ class EchoHarness(tackroom.Harness):
     class Options(tackroom.PluginOptions):
         suffix: str = "!"
 
-    async def run(self, instruction, sandbox, policy):
-        return tackroom.Trajectory(final_answer=instruction + self.options.suffix)
+    async def run(self, task, sandbox, policy):
+        return tackroom.Trajectory(final_answer=task.instruction + self.options.suffix)
 
 
 def plugin_module(name: str, **hooks) -> types.ModuleType:

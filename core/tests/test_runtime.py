@@ -97,7 +97,7 @@ class KillsItsSandbox(tackroom.Harness):
     name = "kills-sandbox"
     attempts = 0
 
-    async def run(self, instruction, sandbox, policy):
+    async def run(self, task, sandbox, policy):
         type(self).attempts += 1
         if type(self).attempts == 1:
             os.killpg(sandbox._proc.pid, signal.SIGKILL)
@@ -121,7 +121,7 @@ async def test_infra_failures_stop_after_the_configured_attempts(tmp_path):
 
         name = "always-dies"
 
-        async def run(self, instruction, sandbox, policy):
+        async def run(self, task, sandbox, policy):
             os.killpg(sandbox._proc.pid, signal.SIGKILL)
             await asyncio.sleep(0.1)
             await sandbox.exec("true")
@@ -137,7 +137,7 @@ async def test_tackroom_classify_error_plugin_answer_wins(tmp_path):
 
         name = "raises"
 
-        async def run(self, instruction, sandbox, policy):
+        async def run(self, task, sandbox, policy):
             raise ValueError("bad tool schema")
 
     manager = tackroom.PluginManager()
@@ -219,12 +219,12 @@ async def test_concurrency_limit_is_respected(tmp_path):
 
         name = "counting"
 
-        async def run(self, instruction, sandbox, policy):
+        async def run(self, task, sandbox, policy):
             nonlocal running, peak
             running += 1
             peak = max(peak, running)
             try:
-                return await super().run(instruction, sandbox, policy)
+                return await super().run(task, sandbox, policy)
             finally:
                 running -= 1
 
@@ -237,7 +237,7 @@ async def test_outcomes_carry_the_written_trajectory_fresh_and_resumed(tmp_path)
     class Says(tackroom.Harness):
         name = "says"
 
-        async def run(self, instruction, sandbox, policy):
+        async def run(self, task, sandbox, policy):
             return tackroom.Trajectory(final_answer="sk-live-" + "x" * 24, stop_reason="completed")
 
     tackroom.register_secret("sk-live-" + "x" * 24)

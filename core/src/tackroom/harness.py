@@ -36,5 +36,6 @@ class Harness(Plugin):
         """Prepare the sandbox for this harness (install tools, start servers). Default: nothing."""
 
     @abc.abstractmethod
-    async def run(self, instruction: str, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
-        """Run the episode and return its trajectory."""
+    async def run(self, task: Task, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
+        """Run the episode on ``task`` (``task.instruction`` is the prompt; its config, paths and metadata are
+        all here, so nothing needs keeping from :meth:`setup`) and return its trajectory."""

@@ -210,7 +210,7 @@ class TrialRuntime:
             await timed("harness_setup", harness.setup(sandbox, task), self.setup_timeout_sec)
             phase = "harness_run"
             try:
-                trajectory = await timed("harness_run", harness.run(task.instruction, sandbox, policy),
+                trajectory = await timed("harness_run", harness.run(task, sandbox, policy),
                                          task.config.agent.timeout_sec)
             except Exception as exc:
                 if classify(exc, phase, self.manager) != "model":

@@ -221,10 +221,10 @@ class LongAnswerHarness(tackroom.Harness):
     name = "long-answer"
     capabilities = frozenset({"chat", "needs_policy"})
 
-    async def run(self, instruction, sandbox, policy):
+    async def run(self, task, sandbox, policy):
         async with httpx.AsyncClient(timeout=600) as client:
             r = await client.post(f"{policy.base_url}/chat/completions", json={
-                "model": policy.model, "messages": [{"role": "user", "content": instruction}],
+                "model": policy.model, "messages": [{"role": "user", "content": task.instruction}],
                 "max_tokens": 3000, "min_tokens": 2000})  # no stop before 2000
         raise ModelError(f"not expected to finish: HTTP {r.status_code}")
 

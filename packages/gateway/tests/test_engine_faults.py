@@ -463,10 +463,10 @@ class AskOnceHarness(tackroom.Harness):
     name = "ask-once"
     capabilities = frozenset({"chat", "needs_policy"})
 
-    async def run(self, instruction, sandbox, policy):
+    async def run(self, task, sandbox, policy):
         async with httpx.AsyncClient(timeout=120) as client:
             r = await client.post(f"{policy.base_url}/chat/completions",
-                                  json={"model": policy.model, "messages": [{"role": "user", "content": instruction}]})
+                                  json={"model": policy.model, "messages": [{"role": "user", "content": task.instruction}]})
         if r.status_code != 200:
             raise ModelError(f"the model call failed: HTTP {r.status_code} {r.text[:200]}")
         answer = r.json()["choices"][0]["message"]["content"]
@@ -578,10 +578,10 @@ class LoopStallingHarness(tackroom.Harness):
     liveness: EngineLiveness | None = None
     """The gateway's liveness watch, so that the stall begins while a probe is on its way."""
 
-    async def run(self, instruction, sandbox, policy):
+    async def run(self, task, sandbox, policy):
         async with httpx.AsyncClient(timeout=120) as client:
             ask = asyncio.create_task(client.post(f"{policy.base_url}/chat/completions", json={
-                "model": policy.model, "messages": [{"role": "user", "content": instruction}]}))
+                "model": policy.model, "messages": [{"role": "user", "content": task.instruction}]}))
             while self.liveness is None or self.liveness.probe_sent_at is None:
                 await asyncio.sleep(0.005)
             time.sleep(2.5)  # the stall: nothing in this process runs, the probe's 0.5 s deadline passes unseen

@@ -21,8 +21,8 @@ class OneChatHarness(tackroom.Harness):
     name = "one-chat"
     capabilities = frozenset({"chat", "needs_policy"})
 
-    async def run(self, instruction, sandbox, policy):
-        messages = [{"role": "user", "content": instruction}]
+    async def run(self, task, sandbox, policy):
+        messages = [{"role": "user", "content": task.instruction}]
         async with httpx.AsyncClient(timeout=120) as client:
             r = await client.post(f"{policy.base_url}/chat/completions",
                                   json={"model": policy.model, "messages": messages, "max_tokens": 12, "temperature": 0})

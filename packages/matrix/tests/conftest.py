@@ -35,9 +35,9 @@ class ChatOnceHarness(tackroom.Harness):
     Options = ChatOnceOptions
     capabilities = frozenset({"needs_policy"})
 
-    async def run(self, instruction, sandbox, policy):
+    async def run(self, task, sandbox, policy):
         assert policy is not None, "the matrix gives model harnesses a policy"
-        body = {"model": policy.model, "messages": [{"role": "user", "content": instruction}],
+        body = {"model": policy.model, "messages": [{"role": "user", "content": task.instruction}],
                 **policy.sampling, "max_tokens": self.options.max_tokens}
         try:
             async with httpx.AsyncClient(timeout=120) as client:
@@ -50,7 +50,7 @@ class ChatOnceHarness(tackroom.Harness):
         reply = data["choices"][0]["message"]["content"] or ""
         await sandbox.write_file(self.options.answer_path, reply)
         return tackroom.Trajectory(
-            messages=[{"role": "user", "content": instruction}, {"role": "assistant", "content": reply}],
+            messages=[{"role": "user", "content": task.instruction}, {"role": "assistant", "content": reply}],
             final_answer=reply,
             metrics={"turns": 1.0, "assistant_tokens": float(data["usage"]["completion_tokens"]),
                      "tool_calls": 0.0},

@@ -31,9 +31,8 @@ class _Faulty(OracleHarness):
 
     Options = FaultOptions
 
-    def _first_time(self) -> bool:
-        assert self.task is not None
-        marker = Path(self.options.marker_dir) / f"{self.task.id}.{self.name}"
+    def _first_time(self, task) -> bool:
+        marker = Path(self.options.marker_dir) / f"{task.id}.{self.name}"
         if marker.exists() and not self.options.every_attempt:
             return False
         marker.parent.mkdir(parents=True, exist_ok=True)
@@ -46,11 +45,11 @@ class KillsItsWorker(_Faulty):
 
     name = "kills-its-worker"
 
-    async def run(self, instruction, sandbox, policy):
-        if self._first_time():
+    async def run(self, task, sandbox, policy):
+        if self._first_time(task):
             await sandbox.exec("echo half-done > /app/progress")
             os.kill(os.getpid(), signal.SIGKILL)
-        return await super().run(instruction, sandbox, policy)
+        return await super().run(task, sandbox, policy)
 
 
 class WaitsToBeKilled(_Faulty):
@@ -58,12 +57,11 @@ class WaitsToBeKilled(_Faulty):
 
     name = "waits-to-be-killed"
 
-    async def run(self, instruction, sandbox, policy):
-        if self._first_time():
-            assert self.task is not None
-            (Path(self.options.marker_dir) / f"{self.task.id}.pid").write_text(str(os.getpid()))
+    async def run(self, task, sandbox, policy):
+        if self._first_time(task):
+            (Path(self.options.marker_dir) / f"{task.id}.pid").write_text(str(os.getpid()))
             await asyncio.sleep(self.options.seconds)
-        return await super().run(instruction, sandbox, policy)
+        return await super().run(task, sandbox, policy)
 
 
 class BlocksItsLoop(_Faulty):
@@ -71,10 +69,10 @@ class BlocksItsLoop(_Faulty):
 
     name = "blocks-its-loop"
 
-    async def run(self, instruction, sandbox, policy):
-        if self._first_time():
+    async def run(self, task, sandbox, policy):
+        if self._first_time(task):
             time.sleep(self.options.seconds)
-        return await super().run(instruction, sandbox, policy)
+        return await super().run(task, sandbox, policy)
 
 
 class ReportsItsProcess(OracleHarness):
@@ -82,8 +80,8 @@ class ReportsItsProcess(OracleHarness):
 
     name = "reports-its-process"
 
-    async def run(self, instruction, sandbox, policy):
-        trajectory: Trajectory = await super().run(instruction, sandbox, policy)
+    async def run(self, task, sandbox, policy):
+        trajectory: Trajectory = await super().run(task, sandbox, policy)
         uvloop = type(asyncio.get_running_loop()).__module__.startswith("uvloop")
         trajectory.metrics.update(pid=float(os.getpid()), uvloop=float(uvloop))
         return trajectory

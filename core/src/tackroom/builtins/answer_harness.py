@@ -36,6 +36,7 @@ from tackroom.openai_errors import error_message as _error_message
 from tackroom.plugin import PluginOptions
 from tackroom.policy import Policy
 from tackroom.sandbox import Sandbox
+from tackroom.task import Task
 from tackroom.trajectory import Trajectory
 
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context length", "max_model_len",
@@ -80,7 +81,7 @@ class AnswerHarness(Harness):
     retry_backoff_sec: float = 0.5
     """Base of the exponential backoff between tries (0.5 s, 1 s, 2 s …, at most 4 s)."""
 
-    async def run(self, instruction: str, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
+    async def run(self, task: Task, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
         if policy is None:
             raise InfraError("the answer harness calls a model but was given no policy; set [policy] base_url "
                              "(or --base-url) to an OpenAI-compatible endpoint, e.g. the one `tackroom model up` prints")
@@ -88,7 +89,7 @@ class AnswerHarness(Harness):
         messages: list[dict[str, Any]] = []
         if o.system:
             messages.append({"role": "system", "content": o.system})
-        messages.append({"role": "user", "content": instruction})
+        messages.append({"role": "user", "content": task.instruction})
         url = f"{policy.base_url.rstrip('/')}/chat/completions"
         body: dict[str, Any] = dict(policy.sampling)
         if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:

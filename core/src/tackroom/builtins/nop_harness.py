@@ -6,6 +6,7 @@ from tackroom.harness import Harness
 from tackroom.markers import hookimpl
 from tackroom.policy import Policy
 from tackroom.sandbox import Sandbox
+from tackroom.task import Task
 from tackroom.trajectory import Trajectory
 
 
@@ -14,8 +15,8 @@ class NopHarness(Harness):
 
     name = "nop"
 
-    async def run(self, instruction: str, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
-        return Trajectory(messages=[{"role": "user", "content": instruction}], stop_reason="nop")
+    async def run(self, task: Task, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
+        return Trajectory(messages=[{"role": "user", "content": task.instruction}], stop_reason="nop")
 
 
 @hookimpl

@@ -25,26 +25,21 @@ class OracleHarness(Harness):
     name = "oracle"
     Options = OracleOptions
 
-    task: Task | None = None
-
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
         solve = task.solution_dir / "solve.sh"
         if not solve.is_file():
             raise TaskError(f"{solve}: missing; the oracle harness needs the task's reference solution")
-        self.task = task
         await sandbox.upload(task.solution_dir, self.options.solution_dir)
 
-    async def run(self, instruction: str, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
-        if self.task is None:
-            raise RuntimeError("OracleHarness.run called before setup")
+    async def run(self, task: Task, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
         # The runtime enforces the agent timeout by cancelling us; this is only a backstop.
-        timeout = self.task.config.agent.timeout_sec + 60
+        timeout = task.config.agent.timeout_sec + 60
         result = await sandbox.exec(f"bash {self.options.solution_dir}/solve.sh", timeout=timeout)
         keep = self.options.max_output_chars
         output = (result.stdout[-keep:] + ("\n" + result.stderr[-keep:] if result.stderr else "")).strip()
         return Trajectory(
             messages=[
-                {"role": "user", "content": instruction},
+                {"role": "user", "content": task.instruction},
                 {"role": "assistant", "content": f"$ bash solve.sh  (exit {result.exit_code})\n{output}"},
             ],
             final_answer=output,

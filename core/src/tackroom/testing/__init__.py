@@ -36,6 +36,7 @@ from tackroom.testing.harness_checks import (
     HarnessScript,
     harness_self_check,
     run_harness_checks,
+    task_for_tests,
     write_kit_task,
 )
 from tackroom.testing.plugin_checks import check_loss_spec, check_plugin, check_registered
@@ -84,6 +85,7 @@ __all__ = [
     "run_harness_checks",
     "run_sandbox_checks",
     "sandbox_self_check",
+    "task_for_tests",
     "write_kit_task",
     "KIT_BAD",
     "KIT_GOOD",

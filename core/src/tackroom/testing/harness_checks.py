@@ -61,7 +61,7 @@ from tackroom.harness import Harness
 from tackroom.policy import Policy
 from tackroom.runtime import TrialPlugins, TrialRuntime, sandbox_spec
 from tackroom.sandbox import Sandbox, SandboxProvider
-from tackroom.task import Task, load_task
+from tackroom.task import AgentSection, Task, TaskConfig, load_task
 from tackroom.testing.plugin_checks import check_plugin
 from tackroom.testing.scripted_chat import ScriptedChatServerForTests, ScriptedReply
 from tackroom.trajectory import Trajectory
@@ -153,6 +153,13 @@ def write_kit_task(root: Path, *, name: str = "kit-task", agent_timeout_sec: flo
     )
     (task / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{solve_script}\n")
     return task
+
+
+def task_for_tests(instruction: str, *, agent_timeout_sec: float = 60.0, path: Path | None = None) -> Task:
+    """A :class:`~tackroom.Task` made in memory, for calling ``Harness.run`` directly in a test (no files: a
+    harness that reads the task's folder needs :func:`write_kit_task` and ``load_task``)."""
+    return Task(id="task-for-tests", path=path or Path("/nonexistent/task-for-tests"), instruction=instruction,
+                config=TaskConfig(agent=AgentSection(timeout_sec=agent_timeout_sec)))
 
 
 def _free_port() -> int:
@@ -342,7 +349,7 @@ async def _run_direct(kit: _Kit, sandbox: Sandbox, policy: Policy) -> BaseExcept
     deadline = asyncio.timeout(60)
     try:
         async with deadline:
-            await harness.run(kit.task.instruction, sandbox, policy)
+            await harness.run(kit.task, sandbox, policy)
     except Exception as exc:
         if deadline.expired():
             return AssertionError("still running after 60 s; the harness must give up on a failing endpoint")

@@ -7,7 +7,7 @@ character estimate unless a :class:`ScriptedReply` sets it.
 
 ```python
 async with ScriptedChatServerForTests(['{"analysis": "", ...}', "not json"]) as server:
-    trajectory = await harness.run(instruction, sandbox, server.policy())
+    trajectory = await harness.run(task, sandbox, server.policy())
     assert len(server.requests) == 2
 ```
 """

@@ -18,7 +18,7 @@ async def test_world_task_with_real_engine_records_a_token_exact_trajectory(engi
     })
     await harness.setup(sandbox, world_task)
     policy = Policy(base_url=engine_url, model="default", tokenizer="smollm2")
-    traj = await harness.run(world_task.instruction, sandbox, policy)
+    traj = await harness.run(world_task, sandbox, policy)
 
     assert traj.turns, traj.notes
     # The flattened sequence is exactly the last prompt plus its completion, and each turn extends the one before.

@@ -23,7 +23,7 @@ async def test_scripted_policy_solves_a_world_task(world_task, sandbox):
     harness = ArchipelagoHarness({"max_steps": 5})
     await harness.setup(sandbox, world_task)
     async with ScriptedEngine(script) as engine:
-        traj = await harness.run(world_task.instruction, sandbox, Policy(base_url=engine.url, model="scripted"))
+        traj = await harness.run(world_task, sandbox, Policy(base_url=engine.url, model="scripted"))
     assert traj.stop_reason == "completed"
     assert traj.final_answer.startswith("I wrote")
     tool_msgs = [m for m in traj.messages if m["role"] == "tool"]
@@ -51,7 +51,7 @@ async def test_truncation_repair_and_budget_nudge_fire(world_task, sandbox):
                                   "budget_nudge_ratio": 0.45})
     await harness.setup(sandbox, world_task)
     async with ScriptedEngine(script) as engine:
-        traj = await harness.run(world_task.instruction, sandbox, Policy(base_url=engine.url, model="scripted"))
+        traj = await harness.run(world_task, sandbox, Policy(base_url=engine.url, model="scripted"))
     m = traj.metrics
     assert (m["parse_repairs"], m["parse_failures"], m["truncations"], m["nudges"]) == (1.0, 1.0, 1.0, 1.0), m
     repair, observation = [x for x in traj.messages if x["role"] == "tool"]
@@ -70,7 +70,7 @@ async def test_envelope_tools_are_hoisted_and_rewrapped(world_task, sandbox):
     harness = ArchipelagoHarness({"max_steps": 3})
     await harness.setup(sandbox, world_task)
     async with ScriptedEngine(script) as engine:
-        traj = await harness.run(world_task.instruction, sandbox, Policy(base_url=engine.url, model="scripted"))
+        traj = await harness.run(world_task, sandbox, Policy(base_url=engine.url, model="scripted"))
     tool = next(x for x in traj.messages if x["role"] == "tool")
     assert tool["content"].startswith("exit code 0") and "24" in tool["content"]
     assert traj.metrics["code_execution_share"] == 1.0
@@ -84,7 +84,7 @@ async def test_context_limit_ends_the_episode_as_a_model_error(world_task, sandb
     await harness.setup(sandbox, world_task)
     async with ScriptedEngine([call("files_list_directory"), FILL], max_model_len=2600) as engine:
         with pytest.raises(ContextExhaustedError) as info:
-            await harness.run(world_task.instruction, sandbox, Policy(base_url=engine.url, model="scripted"))
+            await harness.run(world_task, sandbox, Policy(base_url=engine.url, model="scripted"))
     assert info.value.error_class == "model"
     traj = info.value.trajectory
     assert traj.stop_reason == "context_exhausted"
@@ -99,7 +99,7 @@ async def test_final_answer_is_written_to_answer_path(world_task, sandbox):
                                   "answer_path": "/app/answer.txt"})
     await harness.setup(sandbox, world_task)
     async with ScriptedEngine(script) as engine:
-        traj = await harness.run(world_task.instruction, sandbox, Policy(base_url=engine.url, model="scripted"))
+        traj = await harness.run(world_task, sandbox, Policy(base_url=engine.url, model="scripted"))
     assert traj.stop_reason == "completed" and traj.final_answer.strip() == "Paris"
     assert (await sandbox.read_file("/app/answer.txt")).decode() == "Paris\n"
 
@@ -109,7 +109,7 @@ async def test_no_final_answer_writes_no_answer_file(world_task, sandbox):
     harness = ArchipelagoHarness({"max_steps": 2, "answer_path": "/app/answer.txt"})
     await harness.setup(sandbox, world_task)
     async with ScriptedEngine(script) as engine:
-        traj = await harness.run(world_task.instruction, sandbox, Policy(base_url=engine.url, model="scripted"))
+        traj = await harness.run(world_task, sandbox, Policy(base_url=engine.url, model="scripted"))
     assert traj.stop_reason == "max_turns"
     with pytest.raises(FileNotFoundError):
         await sandbox.read_file("/app/answer.txt")

@@ -27,7 +27,7 @@ from tackroom_opencode.harness import OpenCodeHarness
 
 @contextlib.asynccontextmanager
 async def prepared(tmp_path, engine, *, timeout_sec=60, allow_internet=False, sandbox_cls=None, **options):
-    """A started local sandbox with OpenCode set up for a small task, and the gateway's policy for it."""
+    """OpenCode set up for a small task in a started local sandbox: (harness, task, sandbox, the gateway's policy)."""
     task = load_task(write_task(tmp_path, "t", instruction="Say hi.", test_sh="exit 0\n", timeout_sec=timeout_sec))
     async with scripted_gateway(engine) as gateway:
         spec = SandboxSpec(name="opencode-failure", allow_internet=allow_internet)
@@ -36,7 +36,7 @@ async def prepared(tmp_path, engine, *, timeout_sec=60, allow_internet=False, sa
         try:
             harness = OpenCodeHarness(options)
             await harness.setup(sandbox, task)
-            yield harness, sandbox, gateway.policy("s", sampling={"max_tokens": 64})
+            yield harness, task, sandbox, gateway.policy("s", sampling={"max_tokens": 64})
         finally:
             await sandbox.stop()
 
@@ -48,10 +48,10 @@ async def opencode_processes(sandbox) -> str:
 
 async def test_the_agent_timeout_stops_opencode_and_reports_a_model_timeout(tmp_path, smollm2_tokenizer, opencode_install):
     engine = ScriptedEngineForTests(smollm2_tokenizer, default="too late", delay_s=600)
-    async with prepared(tmp_path, engine, timeout_sec=20) as (harness, sandbox, policy):
+    async with prepared(tmp_path, engine, timeout_sec=20) as (harness, task, sandbox, policy):
         t0 = time.monotonic()
         with pytest.raises(OpenCodeTimeoutError, match=r"agent timeout \(20s\)") as info:
-            await harness.run("Say hi.", sandbox, policy)
+            await harness.run(task, sandbox, policy)
         # Stopped before the runtime's own timeout would cancel it, so the trajectory survives.
         assert 20 - 5 <= time.monotonic() - t0 < 20 + 15
         assert info.value.trajectory.stop_reason == "agent_timeout"
@@ -66,8 +66,8 @@ async def test_cancelling_the_run_kills_opencode_and_what_it_started(tmp_path, s
         tool_call("bash", command="sleep 300 > /dev/null 2>&1 &", description="leave a process behind"),
         lambda prompt: second_call.set() or setattr(engine, "delay_s", 600) or "too late",
     ])
-    async with prepared(tmp_path, engine, timeout_sec=600) as (harness, sandbox, policy):
-        run = asyncio.create_task(harness.run("Say hi.", sandbox, policy))
+    async with prepared(tmp_path, engine, timeout_sec=600) as (harness, task, sandbox, policy):
+        run = asyncio.create_task(harness.run(task, sandbox, policy))
         await asyncio.wait_for(second_call.wait(), 300)
         assert "sleep 300" in (await sandbox.exec("ps -eo args", timeout=30)).stdout
         run.cancel()
@@ -81,9 +81,9 @@ async def test_no_progress_and_no_model_call_is_a_hang_an_infra_error_with_the_l
     # OpenCode sits on a command that never returns: nothing is written and no model call is in flight.
     engine = ScriptedEngineForTests(smollm2_tokenizer, replies=[tool_call("bash", command="sleep 300", description="wait")],
                                     default="Done.")
-    async with prepared(tmp_path, engine, hang_timeout_sec=10) as (harness, sandbox, policy):
+    async with prepared(tmp_path, engine, hang_timeout_sec=10) as (harness, task, sandbox, policy):
         with pytest.raises(OpenCodeCrashError, match="no progress for 10s") as info:
-            await harness.run("Say hi.", sandbox, policy)
+            await harness.run(task, sandbox, policy)
         assert await opencode_processes(sandbox) == ""
     assert info.value.error_class == "infra" and len(engine.prompts) == 1
     log = str(info.value).split("--- opencode log (tail) ---")[1]
@@ -92,26 +92,26 @@ async def test_no_progress_and_no_model_call_is_a_hang_an_infra_error_with_the_l
 
 async def test_a_slow_model_is_not_a_hang(tmp_path, smollm2_tokenizer, opencode_install):
     engine = ScriptedEngineForTests(smollm2_tokenizer, replies=[Later("Hi.", 8)])
-    async with prepared(tmp_path, engine, hang_timeout_sec=3) as (harness, sandbox, policy):
-        trajectory = await harness.run("Say hi.", sandbox, policy)
+    async with prepared(tmp_path, engine, hang_timeout_sec=3) as (harness, task, sandbox, policy):
+        trajectory = await harness.run(task, sandbox, policy)
     assert trajectory.final_answer == "Hi." and trajectory.stop_reason == "completed"
 
 
 async def test_a_crash_is_an_infra_error_with_opencodes_stderr(tmp_path, smollm2_tokenizer, opencode_install):
     engine = ScriptedEngineForTests(smollm2_tokenizer, default="hi")
-    async with prepared(tmp_path, engine, env={"OPENCODE_CONFIG": "/opt/opencode/broken.json"}) as (harness, sandbox, policy):
+    async with prepared(tmp_path, engine, env={"OPENCODE_CONFIG": "/opt/opencode/broken.json"}) as (harness, task, sandbox, policy):
         await sandbox.write_file("/opt/opencode/broken.json", '{"provider": {broken')
         with pytest.raises(OpenCodeCrashError, match="exited with status 1") as info:
-            await harness.run("Say hi.", sandbox, policy)
+            await harness.run(task, sandbox, policy)
     assert "CloseBraceExpected" in str(info.value) and info.value.trajectory.stop_reason == "opencode_crashed"
     assert engine.prompts == []
 
 
 async def test_context_exhaustion_is_the_models_failure(tmp_path, smollm2_tokenizer, opencode_install):
     engine = ScriptedEngineForTests(smollm2_tokenizer, default="hi", max_model_len=2048)
-    async with prepared(tmp_path, engine, profile="full") as (harness, sandbox, policy):
+    async with prepared(tmp_path, engine, profile="full") as (harness, task, sandbox, policy):
         with pytest.raises(OpenCodeModelError, match="outgrew the model's context") as info:
-            await harness.run("Say hi.", sandbox, policy)
+            await harness.run(task, sandbox, policy)
     assert info.value.error_class == "model" and info.value.trajectory.stop_reason == "context_exhausted"
 
 
@@ -124,7 +124,7 @@ class NoForwardSandbox(LocalSandbox):
 
 async def test_a_sandbox_that_cannot_forward_the_relay_says_so(tmp_path, smollm2_tokenizer, opencode_install):
     engine = ScriptedEngineForTests(smollm2_tokenizer, default="hi")
-    async with prepared(tmp_path, engine, sandbox_cls=NoForwardSandbox) as (harness, sandbox, policy):
+    async with prepared(tmp_path, engine, sandbox_cls=NoForwardSandbox) as (harness, task, sandbox, policy):
         with pytest.raises(PolicyUnreachableError, match="cannot forward a host port into itself") as info:
-            await harness.run("Say hi.", sandbox, policy)
+            await harness.run(task, sandbox, policy)
     assert info.value.error_class == "infra" and engine.prompts == []

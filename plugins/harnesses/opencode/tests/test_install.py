@@ -9,6 +9,7 @@ import typer
 from typer.testing import CliRunner
 
 from tackroom import ConfigError
+from tackroom.testing import task_for_tests
 from tackroom_opencode.commands import opencode_app
 from tackroom_opencode.harness import OpenCodeHarness
 from tackroom_opencode.install import DEFAULT_VERSION, OpenCodeInstallError, ensure_installed, find_ripgrep
@@ -40,4 +41,4 @@ def test_the_cli_prints_the_binary_it_ships(opencode_install):
 
 def test_running_without_a_policy_is_a_config_error():
     with pytest.raises(ConfigError, match=r"set \[policy\] base_url"):
-        asyncio.run(OpenCodeHarness().run("hi", sandbox=None, policy=None))  # type: ignore[arg-type]
+        asyncio.run(OpenCodeHarness().run(task_for_tests("hi"), sandbox=None, policy=None))  # type: ignore[arg-type]

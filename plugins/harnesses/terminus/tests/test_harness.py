@@ -26,7 +26,7 @@ async def episode(sandbox, replies, max_model_len=None, task=HELLO, **options):
     await harness.setup(sandbox, task)
     async with ScriptedChatServerForTests(replies, max_model_len=max_model_len) as server:
         try:
-            outcome = await harness.run(task.instruction, sandbox, server.policy())
+            outcome = await harness.run(task, sandbox, server.policy())
         except tackroom.TackroomError as exc:
             outcome = exc
     return outcome, server.requests
@@ -153,7 +153,7 @@ async def test_without_a_policy_it_says_what_to_set(local_sandbox):
     harness = TerminusHarness(FAST)
     await harness.setup(local_sandbox, HELLO)
     with pytest.raises(tackroom.ConfigError, match="base_url"):
-        await harness.run("x", local_sandbox, None)
+        await harness.run(HELLO, local_sandbox, None)
 
 
 @pytest.mark.docker

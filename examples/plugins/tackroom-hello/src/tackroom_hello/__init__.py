@@ -17,11 +17,11 @@ class HelloHarness(tackroom.Harness):
         greeting: str = Field(default="hello from tackroom-hello", description="Text to write")
         path: str = Field(default="/app/hello.txt", description="Where in the sandbox to write it")
 
-    async def run(self, instruction, sandbox, policy) -> tackroom.Trajectory:
+    async def run(self, task, sandbox, policy) -> tackroom.Trajectory:
         await sandbox.write_file(self.options.path, self.options.greeting + "\n")
         return tackroom.Trajectory(
             messages=[
-                {"role": "user", "content": instruction},
+                {"role": "user", "content": task.instruction},
                 {"role": "assistant", "content": f"wrote {self.options.path}"},
             ],
             final_answer=self.options.greeting,

@@ -98,7 +98,6 @@ class ArchipelagoHarness(Harness):
         self.world: WorldSpec | None = None
         self.gateway: GatewayHandle | None = None
         self.sandbox: Sandbox | None = None
-        self.task: Task | None = None
         self.setup_notes: list[str] = []
 
     # -- setup -------------------------------------------------------------------------------------
@@ -108,7 +107,7 @@ class ArchipelagoHarness(Harness):
         if world_dir is None:
             raise TaskError(f"{task.path}: the archipelago harness runs world tasks; add [world] path = ... to task.toml "
                             "(or set the harness option `world`)")
-        self.task, self.sandbox = task, sandbox
+        self.sandbox = sandbox
         self.world = load_world(world_dir)
         t0 = time.monotonic()
         python = await install_world(sandbox, self.world, base=o.world_base,
@@ -133,7 +132,7 @@ class ArchipelagoHarness(Harness):
                       read_timeout_seconds=self.options.tool_call_timeout_sec + 30)
 
     # -- the episode -----------------------------------------------------------------------------------
-    async def run(self, instruction: str, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
+    async def run(self, task: Task, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
         if policy is None:
             raise TaskError("the archipelago harness calls a model: give it a policy ([policy] base_url)")
         if self.gateway is None:
@@ -143,7 +142,7 @@ class ArchipelagoHarness(Harness):
         mcp = WorldMcp(self.mcp_client, connect_timeout=max(30.0, o.tool_call_timeout_sec))
         backend = await self._backend(policy)
         messages: list[dict[str, Any]] = [{"role": "system", "content": o.system_prompt},
-                                          {"role": "user", "content": instruction}]
+                                          {"role": "user", "content": task.instruction}]
         state: dict[str, Any] = {"stop": "max_turns", "final": None, "nudged": False, "repairs": 0}
         try:
             await mcp.connect()

@@ -101,7 +101,6 @@ class OpenCodeHarness(Harness):
 
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
-        self.task: Task | None = None
         self.install: OpenCodeInstall | None = None
 
     # -- paths inside the sandbox ------------------------------------------------------
@@ -114,7 +113,6 @@ class OpenCodeHarness(Harness):
 
     # -- setup -------------------------------------------------------------------------
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
-        self.task = task
         self.install = await ensure_installed(
             self.options.version,
             cache_dir=Path(self.options.cache_dir).expanduser() if self.options.cache_dir else None,
@@ -162,12 +160,12 @@ class OpenCodeHarness(Harness):
                                      f"{(result.stderr or result.stdout).strip()[-1000:]}")
 
     # -- run ---------------------------------------------------------------------------
-    async def run(self, instruction: str, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
+    async def run(self, task: Task, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
         if policy is None:
             raise ConfigError("the opencode harness calls a model: set [policy] base_url (e.g. `tackroom model up`)")
-        if self.install is None or self.task is None:
+        if self.install is None:
             raise RuntimeError("OpenCodeHarness.run called before setup")
-        timeout = self.task.config.agent.timeout_sec
+        timeout = task.config.agent.timeout_sec
         deadline = time.monotonic() + timeout - min(self.options.timeout_margin_sec, timeout / 5)
         context = self.options.context_length or await served_context_length(policy) or 32768
         profile = self.options.profile
@@ -177,10 +175,10 @@ class OpenCodeHarness(Harness):
             inside = await reach_relay(sandbox, relay, policy.base_url)
             model, agent = self._settings(policy, inside, context, profile)
             await sandbox.write_file(self._path("opencode.json"), _json(build_config(model, agent)), timeout=60)
-            await sandbox.write_file(self._path("run", "instruction.md"), instruction, timeout=60)
+            await sandbox.write_file(self._path("run", "instruction.md"), task.instruction, timeout=60)
             await check_reachable(sandbox, inside, policy.base_url)
             ended = await self._run_opencode(sandbox, policy, relay, deadline)
-        return await self._outcome(sandbox, instruction, policy, relay, ended, agent, profile, context)
+        return await self._outcome(sandbox, task, policy, relay, ended, agent, profile, context)
 
     async def _run_opencode(self, sandbox: Sandbox, policy: Policy, relay: ModelRelay, deadline: float) -> str:
         """Start OpenCode, watch it until it ends (how: see :meth:`_watch`), and stop everything it started."""
@@ -202,12 +200,11 @@ class OpenCodeHarness(Harness):
         await self._stop(sandbox, token)
         return ended
 
-    async def _outcome(self, sandbox: Sandbox, instruction: str, policy: Policy, relay: ModelRelay, ended: str,
+    async def _outcome(self, sandbox: Sandbox, task: Task, policy: Policy, relay: ModelRelay, ended: str,
                        agent: AgentSettings, profile: str, context: int) -> Trajectory:
         """The trajectory, or the classified error carrying it."""
-        assert self.task is not None
         episode = parse_events(await self._read(sandbox, self._path("run", "events.jsonl")))
-        trajectory = self._trajectory(instruction, episode, agent, profile, context)
+        trajectory = self._trajectory(task.instruction, episode, agent, profile, context)
         exit_code = (await self._read(sandbox, self._path("run", "exit_code"))).strip()
         if relay.limit_reached:
             # The relay refused the call after the last allowed turn (OpenCode may have exited on that refusal
@@ -217,7 +214,7 @@ class OpenCodeHarness(Harness):
         if ended == "timeout":
             trajectory.stop_reason = "agent_timeout"
             raise OpenCodeTimeoutError(
-                f"OpenCode was still working at the agent timeout ({self.task.config.agent.timeout_sec:g}s) "
+                f"OpenCode was still working at the agent timeout ({task.config.agent.timeout_sec:g}s) "
                 f"after {len(episode.steps)} turns; it was stopped", trajectory)
         if ended == "hang":
             trajectory.stop_reason = "hang"

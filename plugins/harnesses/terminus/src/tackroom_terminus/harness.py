@@ -90,6 +90,7 @@ class _Episode:
         self.wait_seconds = 0.0
         self.last_total_tokens: int | None = None
         self.deadline: float | None = None
+        self.agent_timeout_sec: float = math.inf
         """``time.monotonic()`` by which the episode ends itself (before the runtime's agent timeout)."""
         self.final_answer: str | None = None
         self.notes: list[str] = []
@@ -109,11 +110,9 @@ class TerminusHarness(Harness):
         super().__init__(options)
         self.tmux: TmuxSession | None = None
         self.setup_notes: list[str] = []
-        self.agent_timeout_sec: float | None = None
 
     # -- setup -----------------------------------------------------------------------
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
-        self.agent_timeout_sec = task.config.agent.timeout_sec
         how = await ensure_tmux(sandbox, mode=self.options.tmux_install, timeout=self.options.tmux_install_timeout_sec)
         if how != "present":
             self.setup_notes.append(f"terminus: tmux was missing from the sandbox and installed ({how})")
@@ -129,7 +128,7 @@ class TerminusHarness(Harness):
         )
 
     # -- the episode -----------------------------------------------------------------------
-    async def run(self, instruction: str, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
+    async def run(self, task: Task, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
         if policy is None:
             raise ConfigError("the terminus harness calls a model: set [policy] base_url (e.g. `tackroom model up`)")
         if self.tmux is None:
@@ -138,8 +137,9 @@ class TerminusHarness(Harness):
         ep = _Episode()
         ep.notes.extend(self.setup_notes)
         margin = o.finish_before_timeout_sec
-        if margin and self.agent_timeout_sec and self.agent_timeout_sec > 2 * margin:
-            ep.deadline = ep.started + self.agent_timeout_sec - margin
+        ep.agent_timeout_sec = task.config.agent.timeout_sec
+        if margin and ep.agent_timeout_sec > 2 * margin:
+            ep.deadline = ep.started + ep.agent_timeout_sec - margin
         params: dict[str, Any] = {"max_tokens": o.max_tokens, "temperature": o.temperature}
         if o.structured_outputs:
             schema = reply_schema(max_duration=o.max_command_duration_sec, max_chars=o.structured_max_chars,
@@ -151,7 +151,7 @@ class TerminusHarness(Harness):
             observation = await self._observe(ep)
             ep.messages = [
                 {"role": "system", "content": prompts.system_prompt(o.max_command_duration_sec)},
-                {"role": "user", "content": prompts.TASK.format(instruction=instruction.strip(),
+                {"role": "user", "content": prompts.TASK.format(instruction=task.instruction.strip(),
                                                                 observation=observation.render())},
             ]
             return await self._loop(ep, client, params, limit)
@@ -235,7 +235,7 @@ class TerminusHarness(Harness):
         if ep.deadline is not None and time.monotonic() >= ep.deadline:
             error = AgentTimeBudgetError(
                 f"the episode ended itself {self.options.finish_before_timeout_sec:g}s before the task's "
-                f"{self.agent_timeout_sec:g}s agent timeout (after {ep.turns} turns); raise [agent] timeout_sec "
+                f"{ep.agent_timeout_sec:g}s agent timeout (after {ep.turns} turns); raise [agent] timeout_sec "
                 "or lower max_tokens / max_turns"
             )
             raise error

@@ -60,7 +60,7 @@ from tackroom_skyrl.tinker.datums import (
     server_loss,
 )
 from tackroom_skyrl.tinker.policy import PolicyExportError, PolicyFolder, export_policy, mark_latest, serve_command
-from tackroom_skyrl.tinker.sampling_endpoint import SamplingEndpoint
+from tackroom_skyrl.tinker.sampling_endpoint import SamplingEndpoint, constraint_error
 from tackroom_skyrl.tinker.server import TinkerCalls, TinkerServer, check_reachable
 
 
@@ -229,6 +229,8 @@ async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str
                     log=log)
             finally:
                 await checker.aclose()
+            if endpoint.refused:
+                raise ConfigError(constraint_error(endpoint.refused))
             if not preflight.passed:
                 raise PreflightRefusedError(
                     f"{preflight.describe()}\nnot training: fix what fails (the trials are under {preflight.folder}) "
@@ -255,6 +257,8 @@ async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str
                     "batch_metadata": SimpleNamespace(global_step=step),
                 })
                 t1 = time.monotonic()
+                if endpoint.refused:  # the rollouts asked for what the sampler cannot do: nothing to learn from
+                    raise ConfigError(constraint_error(endpoint.refused))
                 groups = [tid.instance_id for tid in ids]
                 masked = [not any(m) for m in out["loss_masks"]]
                 advantages = grpo_advantages(out["rewards"], groups, masked, normalize=settings.normalize_advantages)

@@ -7,6 +7,14 @@ token ids the sampler produced and their logprobs (``return_token_ids``), and
 stops at the tokenizer's end-of-sequence ids (the Tinker sampler does not stop
 there by itself), keeping the stop token in ``token_ids`` as vLLM does.
 
+The Tinker sampler has no constrained decoding (no grammar, schema, logit bias or
+allowed-token list), so a request asking for one (``response_format`` other than
+text, ``structured_outputs``, ``guided_*``, ``logit_bias``, ``allowed_token_ids``,
+``bad_words``) is answered 400 and remembered in :attr:`SamplingEndpoint.refused`:
+sampling unconstrained behind the harness's back would train on replies the harness
+never asked for. The trainer turns a refusal into a :class:`ConfigError` naming the
+fields (see :func:`constraint_error`).
+
 Routes: ``GET /v1/models``, ``POST /v1/completions`` (``stream`` answered as
 one chunk), ``GET /health``. The trainer swaps :attr:`sampler` after each
 optimiser step.
@@ -26,6 +34,32 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tackroom_gateway import InLoopServer
+
+CONSTRAINED_FIELDS = ("response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
+                      "guided_grammar", "logit_bias", "allowed_token_ids", "bad_words")
+"""Request fields that constrain decoding, which the Tinker sampler cannot honour."""
+
+
+def constrained_fields(body: dict[str, Any]) -> list[str]:
+    """The fields of ``body`` that ask for constrained decoding (``response_format: {"type": "text"}`` does not)."""
+    out = []
+    for name in CONSTRAINED_FIELDS:
+        value = body.get(name)
+        if value in (None, {}, []):
+            continue
+        if name == "response_format" and isinstance(value, dict) and value.get("type") == "text":
+            continue
+        out.append(name)
+    return out
+
+
+def constraint_error(refused: dict[str, int]) -> str:
+    """Why a run stops when its harness asked the Tinker sampler for constrained decoding, and the fix."""
+    listed = ", ".join(f"{k} ({n}x)" for k, n in sorted(refused.items()))
+    return (f"the harness asked the Tinker sampling endpoint for constrained decoding ({listed}); SkyRL's Tinker "
+            "sampler has none, and sampling unconstrained would train on replies the harness did not ask for. "
+            "Turn it off in [harness]: terminus: structured_outputs = false; archipelago: tool_choice = \"auto\" "
+            "(its default); opencode/others: drop response_format / structured_outputs from [policy] sampling")
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -48,6 +82,8 @@ class SamplingEndpoint:
         self.host, self.port = host, port
         self.timeout_s = timeout_s
         self.requests = 0
+        self.refused: dict[str, int] = {}
+        """Constrained-decoding fields refused so far, with counts (see the module docstring)."""
         self.app = Starlette(routes=[
             Route("/v1/models", self._models, methods=["GET"]),
             Route("/v1/completions", self._completions, methods=["POST"]),
@@ -113,6 +149,12 @@ class SamplingEndpoint:
             body = json.loads(await request.body())
             if int(body.get("n") or 1) != 1:
                 return _error(400, "n > 1 is not supported; send one request per sample")
+            constrained = constrained_fields(body)
+            if constrained:
+                for name in constrained:
+                    self.refused[name] = self.refused.get(name, 0) + 1
+                return _error(400, f"the Tinker sampler cannot constrain decoding ({', '.join(constrained)}): "
+                                   "turn structured outputs / required tool calls off in the harness")
             prompt_ids = self._prompt_ids(body.get("prompt"))
             params = self.sampling_params(body)
         except (ValueError, TypeError) as exc:

@@ -324,3 +324,77 @@ async def test_the_real_matrix_evaluates_a_served_model(tmp_path: Path) -> None:
     assert row.non_model_error_rate == 0.0 and row.turns == 1.0 and row.assistant_tokens_per_turn
     assert row.pass_at_1 is not None and 0 <= row.pass_at_1 <= 1 and row.pass_at_1_std is not None
     assert (tmp_path / "eval" / "matrix.json").is_file()
+
+
+class FakeEngineModule:
+    """Stands in for tackroom_engine.engine's up/down/status/read_state (the engine's own tests cover them)."""
+
+    def __init__(self, busy: bool = False, up_seconds: float = 0.0) -> None:
+        self.busy, self.up_seconds = busy, up_seconds
+        self.state: dict[int, Any] = {}
+        self.calls: list[str] = []
+
+    def up(self, settings: Any, log: Any) -> Any:
+        import time
+        from types import SimpleNamespace
+
+        self.calls.append(f"up {settings.port} {settings.model} {settings.served_name}")
+        time.sleep(self.up_seconds)
+        self.state[settings.port] = SimpleNamespace(base_url=settings.base_url)
+        return self.state[settings.port]
+
+    def down(self, port: int) -> bool:
+        self.calls.append(f"down {port}")
+        return self.state.pop(port, None) is not None
+
+    def status(self, port: int) -> dict[str, Any]:
+        return {"running": self.busy or port in self.state}
+
+    def read_state(self, port: int) -> Any:
+        return self.state.get(port)
+
+
+@pytest.fixture
+def fake_engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngineModule:
+    from tackroom_engine import engine
+
+    fake = FakeEngineModule()
+    for name in ("up", "down", "status", "read_state"):
+        monkeypatch.setattr(engine, name, getattr(fake, name))
+    return fake
+
+
+async def test_serve_stops_its_engine_on_failure_and_never_touches_a_busy_port(tmp_path: Path,
+                                                                               fake_engine: FakeEngineModule) -> None:
+    import asyncio
+
+    from tackroom_skyrl.evaluation import serve
+
+    config = _config(tmp_path, "[eval]\nport = 8031\n")
+    with pytest.raises(RuntimeError, match="boom"):
+        async with serve("/p", "arm", config, log=lambda s: None) as url:
+            assert url == "http://127.0.0.1:8031/v1"
+            raise RuntimeError("boom")
+    assert fake_engine.calls == ["up 8031 /p arm", "down 8031"] and not fake_engine.state
+
+    # cancelled while the engine is still starting: up() is let finish, then the engine is stopped
+    fake_engine.calls.clear()
+    fake_engine.up_seconds = 0.5
+
+    async def use() -> None:
+        async with serve("/p", "arm", config, log=lambda s: None):
+            raise AssertionError("never reached")
+
+    task = asyncio.create_task(use())
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert fake_engine.calls == ["up 8031 /p arm", "down 8031"] and not fake_engine.state
+
+    fake_engine.calls.clear()
+    fake_engine.busy = True
+    with pytest.raises(ConfigError, match="port 8031 already has an engine"):
+        async with serve("/p", "arm", config, log=lambda s: None):
+            pass
+    assert fake_engine.calls == []  # nothing started, nothing stopped

@@ -100,10 +100,14 @@ async def serve(model: str | None, name: str, config: TrainConfig,
     settings = EngineSettings(port=port, model=model, served_name=name, max_model_len=section.max_model_len,
                               start_timeout_sec=section.start_timeout_s)
     log(f"serving {model or 'the base model'} as {name!r} on port {port}")
+    starting = asyncio.ensure_future(asyncio.to_thread(up, settings, log))
     try:
-        state = await asyncio.to_thread(up, settings, log)
+        state = await asyncio.shield(starting)
         yield state.base_url
     finally:
+        # interrupted while the engine starts: let up() finish (or fail) first, so no engine is left behind
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(starting)
         if read_state(port) is not None:
             await asyncio.shield(asyncio.to_thread(down, port))
             log(f"stopped the engine on port {port}")

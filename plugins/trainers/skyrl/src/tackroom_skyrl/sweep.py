@@ -17,6 +17,7 @@ table in its ``summary.json``. The three steps are a :class:`Steps` so tests can
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import Awaitable, Callable
@@ -247,6 +248,9 @@ async def run_arms(config: TrainConfig, run_dir: Path, *, steps: Steps | None = 
         try:
             summary = await train_and_evaluate(arm_config, arm_dir, label=arm.label, steps=steps, log=log, resume=True)
         except Exception as exc:  # one arm's failure is recorded; the next arm still runs
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():  # Ctrl-C, even where a library turned it into an error
+                raise
             result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
             log(f"arm {arm.label} failed: {result.error}")
             summary = _load_summary(arm_dir / "summary.json")

@@ -398,3 +398,12 @@ async def test_serve_stops_its_engine_on_failure_and_never_touches_a_busy_port(t
         async with serve("/p", "arm", config, log=lambda s: None):
             pass
     assert fake_engine.calls == []  # nothing started, nothing stopped
+
+
+async def test_a_failing_base_evaluation_is_recorded_and_the_arms_still_run(tmp_path: Path) -> None:
+    config = _config(tmp_path, ARMS)
+    fakes = Fakes(fail_eval={"base"})
+    report = await run_arms(config, tmp_path / "run", steps=fakes.steps(), log=lambda s: None)
+    assert report.baseline == [] and report.baseline_error == "RuntimeError: the matrix fell over"
+    assert [a.status for a in report.arms] == ["ok"] * 3 and not fakes.up
+    assert "| base | - | - | - | - | - |" in (tmp_path / "run" / "arms.md").read_text()

@@ -129,6 +129,8 @@ class EvalSection(BaseModel):
     pass_threshold: float = 1.0
     concurrency: int = Field(default=2, ge=1)
     max_model_len: int = Field(default=4096, ge=256)
+    kv_cache_gib: int = Field(default=2, ge=1)
+    """The engine's KV cache (``VLLM_CPU_KVCACHE_SPACE``); vLLM refuses to start when less memory is free."""
     baseline: bool = False
     """Also evaluate the untrained base model (served the same way, as the ``base`` row)."""
     start_timeout_s: float = Field(default=900.0, gt=0)

@@ -83,7 +83,7 @@ def add_train_command(app: Any) -> None:
                                               log=lambda s: console.print(s, markup=False, highlight=False)))
                 console.print(report.rich_table())
                 console.print(f"arms table: {run_dir / 'arms.json'}, {run_dir / 'arms.md'}", highlight=False)
-                failed = [a.label for a in report.arms if a.status != "ok"]
+                failed = [a.label for a in report.arms if a.status != "ok"] + (["base"] if report.baseline_error else [])
                 if failed:
                     err.print(f"[red]error:[/] arms failed: {', '.join(failed)} (see {run_dir / 'arms.json'}); "
                               f"re-run with --run-id {run_dir.name} to retry them (finished arms are reused)",

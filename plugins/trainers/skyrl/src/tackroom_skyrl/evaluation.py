@@ -98,6 +98,7 @@ async def serve(model: str | None, name: str, config: TrainConfig,
         raise ConfigError(f"[eval] port {port} already has an engine (`tackroom model status`); stop it or set "
                           "[eval] port to a free one: the evaluation starts and stops its own engine there")
     settings = EngineSettings(port=port, model=model, served_name=name, max_model_len=section.max_model_len,
+                              kv_cache_gib=section.kv_cache_gib,
                               start_timeout_sec=section.start_timeout_s)
     log(f"serving {model or 'the base model'} as {name!r} on port {port}")
     starting = asyncio.ensure_future(asyncio.to_thread(up, settings, log))

@@ -132,12 +132,18 @@ class ArmsReport(BaseModel):
     passes: int | None
     arms: list[ArmResult]
     baseline: list[EvalRow] = []
+    baseline_error: str | None = None
+    """Why the base model's row is missing, when its evaluation failed."""
 
     def table_rows(self) -> list[dict[str, str]]:
         """One row per (arm, eval harness); arms without eval rows get one row saying why."""
         rows = []
         for row in self.baseline:
             rows.append(_row(row.model, "-", "-", "-", row, None))
+        if self.baseline_error:
+            rows.append({"arm": "base", "loss": "-", "aggregation": "-", "nudge": "-", "harness": "-", "pass@1": "-",
+                         "reward": "-", "turns": "-", "asst tok/turn": "-", "tool-call success": "-",
+                         "train reward": "-", "note": self.baseline_error.splitlines()[0][:120]})
         for arm in self.arms:
             train = _train_cell(arm)
             if not arm.eval:
@@ -235,7 +241,14 @@ async def run_arms(config: TrainConfig, run_dir: Path, *, steps: Steps | None = 
     report = ArmsReport(run_dir=str(run_dir), seed=config.train.seed,
                         passes=config.eval.passes if config.eval else None, arms=[])
     if config.eval is not None and config.eval.baseline:
-        report.baseline = await _baseline(config, run_dir, steps, log)
+        try:
+            report.baseline = await _baseline(config, run_dir, steps, log)
+        except Exception as exc:  # the arms still run; a re-run with the same --run-id retries the base
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            report.baseline_error = f"{type(exc).__name__}: {exc}"
+            log(f"base model evaluation failed: {report.baseline_error}")
     for arm, arm_config in arms:
         arm_dir = run_dir / "arms" / arm.label
         arm_dir.mkdir(parents=True, exist_ok=True)

@@ -55,6 +55,7 @@ def add_train_command(app: Any) -> None:
                     from tackroom_skyrl.tinker.loop import describe_loss
 
                     console.print("  loss: " + describe_loss(config), markup=False)
+                    _print_arms(config, console)
                 elif dry_run:
                     console.print("SkyRL overrides:")
                     from tackroom import redact
@@ -68,13 +69,43 @@ def add_train_command(app: Any) -> None:
 
                 raise ConfigError("--preflight runs on the tinker backend; on the SkyRL backend run the error-rate "
                                   "pass as a matrix over the training tasks (tackroom matrix --passes N)")
+            if (config.arms or config.eval is not None) and config.backend != "tinker" and not preflight_only:
+                from tackroom import ConfigError
+
+                raise ConfigError("[[arms]] and [eval] run on the tinker backend (backend = \"tinker\"); on the SkyRL "
+                                  "GPU backend train each arm as its own config and evaluate with tackroom matrix")
+            if config.backend == "tinker" and config.arms and not preflight_only:
+                import asyncio
+
+                from tackroom_skyrl.sweep import run_arms
+
+                report = asyncio.run(run_arms(config, run_dir,
+                                              log=lambda s: console.print(s, markup=False, highlight=False)))
+                console.print(report.rich_table())
+                console.print(f"arms table: {run_dir / 'arms.json'}, {run_dir / 'arms.md'}", highlight=False)
+                failed = [a.label for a in report.arms if a.status != "ok"] + (["base"] if report.baseline_error else [])
+                if failed:
+                    err.print(f"[red]error:[/] arms failed: {', '.join(failed)} (see {run_dir / 'arms.json'}); "
+                              f"re-run with --run-id {run_dir.name} to retry them (finished arms are reused)",
+                              highlight=False)
+                    raise typer.Exit(1)
+                return
             if config.backend == "tinker":
                 import asyncio
 
                 from tackroom_skyrl.tinker.loop import run_tinker
 
-                summary = asyncio.run(run_tinker(config, run_dir, preflight_only=preflight_only,
-                                                 log=lambda s: console.print(s, markup=False, highlight=False)))
+                def log(s: str) -> None:
+                    console.print(s, markup=False, highlight=False)
+
+                if config.eval is not None and not preflight_only:
+                    from tackroom_skyrl.evaluation import check_eval
+                    from tackroom_skyrl.sweep import train_and_evaluate
+
+                    check_eval(config)  # before training: a typo in [eval] costs seconds, not the run
+                    summary = asyncio.run(train_and_evaluate(config, run_dir, log=log))  # trains, serves, evaluates
+                else:
+                    summary = asyncio.run(run_tinker(config, run_dir, preflight_only=preflight_only, log=log))
                 if preflight_only:
                     return
                 console.print(f"reward {summary.first_reward:.3f} → {summary.last_reward:.3f} (best {summary.best_reward:.3f}); "
@@ -87,6 +118,13 @@ def add_train_command(app: Any) -> None:
                     raise typer.Exit(1)
                 console.print(f"trained policy: {summary.policy}; serve it beside the base model with", highlight=False)
                 console.print(f"  {summary.serve_command}", markup=False, highlight=False, soft_wrap=True)  # copy-paste whole
+                if summary.eval is not None:
+                    from tackroom_skyrl.sweep import ArmsReport
+
+                    view = ArmsReport(run_dir=str(run_dir), seed=config.train.seed, passes=config.eval.passes, arms=[],
+                                      baseline=summary.eval)
+                    console.print(view.rich_table())
+                    console.print(f"eval table in {run_dir / 'summary.json'}", highlight=False)
                 return
             check_machine(config)
             launch(config, train_plan)
@@ -94,3 +132,22 @@ def add_train_command(app: Any) -> None:
             err.print("[red]error:[/]", end=" ")
             err.print(str(exc), markup=False)
             raise typer.Exit(2) from None
+
+
+def _print_arms(config: Any, console: Any) -> None:
+    """``--dry-run``: each arm's overrides (checked against the plugins) and the eval plan."""
+    if config.arms:
+        from tackroom_skyrl.arms import arm_configs, describe_arm
+
+        for arm, arm_config in arm_configs(config):
+            what = describe_arm(arm, arm_config)
+            extra = f", harness {what['harness']}" if what["harness"] else ""
+            console.print(f"  arm {arm.label}: loss {what['loss']}, {what['aggregation']}, nudge {what['nudge']}{extra}, "
+                          f"seed {arm_config.train.seed}", markup=False, highlight=False)
+    if config.eval is not None:
+        from tackroom_skyrl.evaluation import check_eval
+
+        check_eval(config)
+        rows = [h.label or h.name for h in config.eval.harnesses] or [config.harness.name]
+        console.print(f"  eval: {config.eval.passes} passes under {', '.join(rows)} on port {config.eval.port}"
+                      + (", base model too" if config.eval.baseline else ""), markup=False, highlight=False)

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tackroom import AGGREGATIONS, ConfigError, PluginSelection
 from tackroom.app import ExecutorName, PolicyConfig, read_toml, validate
+from tackroom_skyrl.arms import ArmSpec, EvalSection, unique_labels
 from tackroom_skyrl.tinker.server import TinkerSettings
 
 
@@ -164,11 +165,16 @@ class TrainConfig(BaseModel):
     """``[tinker]``: the Tinker backend's server, LoRA and loss path."""
     skyrl: dict[str, Any] = Field(default_factory=dict)
     """Raw SkyRL overrides by dotted path (``"trainer.algorithm.eps_clip_high" = 0.28``), applied last."""
+    arms: list[ArmSpec] = Field(default_factory=list)
+    """``[[arms]]``: ablation arms, each the whole config with a few overrides (see tackroom_skyrl.arms)."""
+    eval: EvalSection | None = None
+    """``[eval]``: serve the final policy (each arm's) and evaluate it with the matrix (see tackroom_skyrl.arms)."""
 
     @model_validator(mode="after")
     def _aggregation(self) -> TrainConfig:
         if self.loss.aggregation is not None and self.loss.aggregation not in AGGREGATIONS:
             raise ValueError(f"loss.aggregation must be one of {', '.join(AGGREGATIONS)}")
+        unique_labels(self.arms)
         return self
 
 
@@ -177,6 +183,9 @@ def load_train_config(path: str | Path) -> TrainConfig:
     p = Path(path)
     config = validate(TrainConfig, read_toml(p), source=str(p))
     config.tasks = [str((p.parent / t).resolve()) if not Path(t).is_absolute() else t for t in config.tasks]
+    if config.eval is not None:
+        config.eval.tasks = [str((p.parent / t).resolve()) if not Path(t).is_absolute() else t
+                             for t in config.eval.tasks]
     if not config.tasks:
         raise ConfigError(f"{p}: tasks: no tasks given; list task or dataset directories, e.g. tasks = [\"../tasks\"]")
     return config

@@ -45,6 +45,7 @@ from typing import Any, Callable
 from pydantic import BaseModel
 
 from tackroom import ConfigError, InfraError, get_plugin_manager
+from tackroom_skyrl.arms import EvalRow
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.dataset import prompt_rows
 from tackroom_skyrl.error_rate import PreflightRefusedError, PreflightReport, error_rate_pass
@@ -87,6 +88,11 @@ class TinkerRunSummary(BaseModel):
     """The command that serves :attr:`policy` beside the default engine."""
     policy_error: str | None = None
     """Why no :attr:`policy` was written, when that failed (the LoRA itself is still in :attr:`final_weights`)."""
+    reward_per_step: list[float] = []
+    mismatch_per_step: list[float | None] = []
+    """Mean |trainer − rollout| logprob over trained tokens, per step (None: nothing trained that step)."""
+    eval: list[EvalRow] | None = None
+    """The ``[eval]`` table: the served final policy under each eval harness (tackroom_skyrl.sweep)."""
 
 
 async def _result(submitted: Any) -> Any:
@@ -322,7 +328,8 @@ async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str
         adapter=exported.adapter if exported else None, policy=exported.path if exported else None,
         served_name=run_dir.name if exported else None,
         serve_command=serve_command(exported.path, name=run_dir.name) if exported else None,
-        policy_error=policy_error, preflight=preflight)
+        policy_error=policy_error, preflight=preflight, reward_per_step=rewards,
+        mismatch_per_step=[r["mismatch_mean"] for r in records])
     (run_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
     if exported is not None:
         latest = mark_latest(run_dir)

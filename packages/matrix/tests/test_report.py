@@ -29,6 +29,8 @@ def test_matrix_json_has_the_promised_fields(tmp_path):
     short = next(c for c in data["cells"] if c["harness"] == "chat-short" and c["model"] == "smollm2")
     gain = next(t for t in data["transfer"] if t["harness"] == "chat-short")
     assert gain["gain"] == pytest.approx(short_sft["pass_at_1"] - short["pass_at_1"])
+    spread = (short_sft["pass_at_1_std"] ** 2 + short["pass_at_1_std"] ** 2) ** 0.5
+    assert gain["gain_std"] == pytest.approx(spread) and gain["beyond_noise"] == (abs(gain["gain"]) > spread)
     assert {c["model"] for c in data["cells"] if c["harness"] in ("oracle", "nop")} == {None}
     assert data["totals"]["n_trials"] == sum(c["n_trials"] for c in data["cells"])
 
@@ -48,6 +50,10 @@ def test_terminal_table(tmp_path):
     text = console.export_text()
     assert "chat-short" in text and "smollm2-sft" in text and "pass@3" in text
     assert "transfer: the same harness, two models" in text and "+0.589" in text
+    report = build_report(sample_outcome(tmp_path / "again"))
+    row = next(t for t in report.transfer if t.harness == "chat-short")
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("chat-short") and "+0.589" in ln)
+    assert f"+0.589 ± {row.gain_std:.3f}" in line and ("yes" if row.beyond_noise else "no (noise)") in line
     assert "non-model error rate 5.6%" in text
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,13 @@ class TransferRow(BaseModel):
     candidate_pass_at_1: float | None
     gain: float | None
     """candidate − baseline pass@1 (absolute, in [−1, 1])."""
+    baseline_pass_at_1_std: float | None = None
+    candidate_pass_at_1_std: float | None = None
+    gain_std: float | None = None
+    """√(baseline std² + candidate std²): the spread of the gain from pass to pass, the two cells taken as
+    independent. A gain within it is noise."""
+    beyond_noise: bool | None = None
+    """|gain| > gain_std (None when either is unknown)."""
     baseline_mean_reward: float | None
     candidate_mean_reward: float | None
     reward_gain: float | None
@@ -123,9 +131,14 @@ def transfer_rows(cells: list[CellStats], pairs: list[tuple[str, str]]) -> list[
             c = next((c for c in cells if c.model == cand and c.harness == h), None)
             if b is None or c is None:
                 continue
+            gain = _sub(c.pass_at_1, b.pass_at_1)
+            spread = (None if b.pass_at_1_std is None or c.pass_at_1_std is None
+                      else math.hypot(b.pass_at_1_std, c.pass_at_1_std))
             rows.append(TransferRow(
                 harness=h, baseline=base, candidate=cand,
-                baseline_pass_at_1=b.pass_at_1, candidate_pass_at_1=c.pass_at_1, gain=_sub(c.pass_at_1, b.pass_at_1),
+                baseline_pass_at_1=b.pass_at_1, candidate_pass_at_1=c.pass_at_1, gain=gain,
+                baseline_pass_at_1_std=b.pass_at_1_std, candidate_pass_at_1_std=c.pass_at_1_std, gain_std=spread,
+                beyond_noise=None if gain is None or spread is None else abs(gain) > spread,
                 baseline_mean_reward=b.mean_reward, candidate_mean_reward=c.mean_reward,
                 reward_gain=_sub(c.mean_reward, b.mean_reward),
             ))
@@ -248,11 +261,15 @@ def terminal_tables(report: MatrixReport) -> list[Table]:
     if report.transfer:
         tr = Table(title="transfer: the same harness, two models", title_justify="left", box=box.SIMPLE_HEAD,
                    pad_edge=False)
-        for col in ("harness", "baseline", "pass@1", "candidate", "pass@1", "gain"):
+        for col in ("harness", "baseline", "pass@1", "candidate", "pass@1", "gain", "beyond ± std"):
             tr.add_column(col, justify="left" if col in ("harness", "baseline", "candidate") else "right")
         for r in report.transfer:
             gain = "—" if r.gain is None else f"[{'green' if r.gain >= 0 else 'red'}]{r.gain:+.3f}[/]"
-            tr.add_row(r.harness, r.baseline, fmt(r.baseline_pass_at_1), r.candidate, fmt(r.candidate_pass_at_1), gain)
+            if r.gain is not None and r.gain_std is not None:
+                gain += f" ± {r.gain_std:.3f}"
+            noise = {True: "yes", False: "no (noise)", None: "—"}[r.beyond_noise]
+            tr.add_row(escape(r.harness), escape(r.baseline), fmt_pm(r.baseline_pass_at_1, r.baseline_pass_at_1_std),
+                       escape(r.candidate), fmt_pm(r.candidate_pass_at_1, r.candidate_pass_at_1_std), gain, noise)
         tables.append(tr)
     return tables
 

@@ -32,8 +32,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from tackroom import InfraError
+from tackroom_engine.engine import TRAINED_POLICY_MARK
 
-PROVENANCE = "tackroom-policy.json"
+PROVENANCE = TRAINED_POLICY_MARK
+"""The provenance file in ``<run>/policy``; the engine names a folder holding it after its run."""
 ADAPTER_PREFIX = "base_model.model."
 # weight formats other than safetensors that a base folder may also carry: never copied next to merged weights
 OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".ckpt")

@@ -33,6 +33,7 @@ def model_up(
 ) -> None:
     """Set up (first time: engine venv + converted model) and start an engine; print its base URL."""
     from tackroom import TackroomError
+    from tackroom.app import print_error
     from tackroom_engine.engine import EngineSettings, up
 
     settings = EngineSettings(port=port, model=str(model) if model else None, served_name=name,
@@ -41,8 +42,7 @@ def model_up(
     try:
         state = up(settings, log=lambda m: err_console.print(m, style="dim", markup=False, highlight=False))
     except TackroomError as exc:
-        err_console.print("[red]error:[/]", end=" ")
-        err_console.print(str(exc), markup=False, highlight=False)
+        print_error(exc, err_console)
         raise typer.Exit(2) from None
     if as_json:
         typer.echo(state.model_dump_json(indent=2))

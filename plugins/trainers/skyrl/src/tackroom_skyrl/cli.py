@@ -129,8 +129,9 @@ def add_train_command(app: Any) -> None:
             check_machine(config)
             launch(config, train_plan)
         except TackroomError as exc:
-            err.print("[red]error:[/]", end=" ")
-            err.print(str(exc), markup=False)
+            from tackroom.app import print_error
+
+            print_error(exc, err)
             raise typer.Exit(2) from None
 
 

@@ -43,8 +43,8 @@ class ScriptedPolicy:
 
     The turn is read off the prompt (how many assistant headers it holds). Logprobs are a
     function of (prompt length, position), so two samples of one prompt are identical and
-    any misplaced logprob shows. Liveness probes (``max_tokens = 1``) get one token and are
-    not recorded in :attr:`calls`.
+    any misplaced logprob shows. Liveness probes (greedy, one token asked; the endpoint samples
+    16 and cuts) are not recorded in :attr:`calls`.
     """
 
     def __init__(self, tokenizer, replies: list[str]) -> None:
@@ -54,7 +54,7 @@ class ScriptedPolicy:
 
     async def sample_async(self, prompt, num_samples, sampling_params):
         ids = prompt.to_ints()
-        if sampling_params.max_tokens == 1:
+        if sampling_params.temperature == 0.0:
             return SimpleNamespace(sequences=[SimpleNamespace(tokens=[self.tokenizer.eos_token_id], logprobs=[-0.5],
                                                               stop_reason="length")])
         turn = self.tokenizer.decode(ids).count("<|im_start|>assistant") - 1

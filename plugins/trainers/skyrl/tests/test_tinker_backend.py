@@ -36,7 +36,7 @@ from tackroom_skyrl.tinker.datums import (
     server_loss,
 )
 from tackroom_skyrl.tinker.loop import resolve_base_model, run_tinker, total_steps
-from tackroom_skyrl.tinker.sampling_endpoint import SamplingEndpoint
+from tackroom_skyrl.tinker.sampling_endpoint import SamplingEndpoint, sampled_max_tokens
 from tackroom_skyrl.tinker.server import TinkerServer, TinkerServerError, TinkerSettings
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
@@ -203,7 +203,35 @@ async def test_endpoint_speaks_vllm_completions_with_token_ids(tokenizer) -> Non
     assert [t for c in chunks for t in c.token_ids] == [*hello, eos] and chunks[-1].finish_reason == "stop"
     prompt, params = sampler.calls[0]
     assert prompt == [1, 2, 3]
-    assert (params.max_tokens, params.temperature, params.top_p, list(params.stop)) == (8, 0.7, 0.9, [eos])
+    # sampled with max_tokens 16 (one of few sizes: SkyRL's JAX sampler compiles per max_tokens), asked 8
+    assert (params.max_tokens, params.temperature, params.top_p, list(params.stop)) == (16, 0.7, 0.9, [eos])
+
+
+@pytest.mark.parametrize(("requested", "room", "sampled"), [
+    (1, None, 16), (16, None, 16), (17, None, 24), (25, None, 32), (33, None, 48), (96, None, 96), (97, None, 128),
+    (129, None, 192), (1000, None, 1024), (17, 20, 17), (100, 127, 100), (100, 128, 128)])
+def test_sampled_max_tokens_are_few_sizes_that_fit(requested: int, room: int | None, sampled: int) -> None:
+    assert sampled_max_tokens(requested, room) == sampled
+
+
+async def test_endpoint_cuts_a_longer_sample_to_what_was_asked(tokenizer) -> None:
+    words = tokenizer.encode(" one two three four five six seven eight nine ten", add_special_tokens=False)
+    eos = tokenizer.eos_token_id
+    assert len(words) >= 6
+    sampler = ScriptedSampler([*words[:6], eos], [-0.1, -0.2, -0.3, -0.4, -0.5, -0.6, -0.7])
+    async with SamplingEndpoint(sampler, tokenizer, "tiny", max_model_len=64) as ep:
+        client = EngineClient(EngineSettings(base_url=ep.base_url, retries=0))
+        try:
+            cut = await client.complete({"prompt": [1, 2, 3], "max_tokens": 3})  # the stop token lies past 3
+            exact = await client.complete({"prompt": [1, 2, 3], "max_tokens": 7})  # it is the 7th: kept, a stop
+            room = await client.complete({"prompt": list(range(50)), "max_tokens": 14})  # 16 would not fit in 64
+        finally:
+            await client.aclose()
+    assert [c[1].max_tokens for c in sampler.calls] == [16, 16, 14]
+    assert cut.completion_ids == words[:3] and cut.logprobs == [-0.1, -0.2, -0.3]
+    assert cut.finish_reason == "length" and cut.stop_reason is None
+    assert exact.completion_ids == [*words[:6], eos] and exact.finish_reason == "stop" and exact.stop_reason == eos
+    assert room.completion_ids == [*words[:6], eos] and room.finish_reason == "stop"
 
 
 async def test_endpoint_errors_are_the_ones_the_gateway_classifies(tokenizer) -> None:
@@ -254,6 +282,16 @@ def test_server_that_never_answers_is_stopped_after_the_timeout(tmp_path: Path, 
     with pytest.raises(TinkerServerError, match="did not answer"):
         server.start()
     assert server.proc is not None and server.proc.poll() is not None  # killed, not left behind
+
+
+def test_server_keeps_jax_compiled_kernels_for_the_next_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    _fake_server(monkeypatch, "import os; print('cache:' + os.environ.get('JAX_COMPILATION_CACHE_DIR', '-'))")
+    settings = TinkerSettings(startup_timeout_s=30, server_dir=str(tmp_path / "server"))
+    server = TinkerServer(settings, str(tmp_path), tmp_path / "state")
+    with pytest.raises(TinkerServerError):
+        server.start()
+    assert f"cache:{tmp_path / 'server' / 'jax-cache'}" in server.tail()
 
 
 def test_server_command_is_the_one_its_engine_relaunch_can_parse(tmp_path: Path) -> None:

@@ -200,6 +200,18 @@ async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str
                  rows: list[dict[str, Any]], tokenizer: Any, loss: tuple[Any, ...], manager: Any,
                  log: Callable[[str], None], preflight_only: bool = False) -> TinkerRunSummary:
     import tinker
+
+    service = tinker.ServiceClient(base_url=url, api_key=os.environ.get("TINKER_API_KEY") or "tml-tackroom")
+    try:
+        return await _train_with(config, run_dir, call, service, base_model, rows, tokenizer, loss, manager, log,
+                                 preflight_only)
+    finally:
+        _close(service)
+
+
+async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, service: Any, base_model: str,
+                      rows: list[dict[str, Any]], tokenizer: Any, loss: tuple[Any, ...], manager: Any,
+                      log: Callable[[str], None], preflight_only: bool = False) -> TinkerRunSummary:
     from skyrl.train.generators.base import TrajectoryID
     from tinker import types
 
@@ -208,7 +220,6 @@ async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str
     settings, knobs = config.tinker, config.train
     spec, options, aggregation, loss_fn, loss_fn_config = loss
     lr = settings.learning_rate or knobs.learning_rate
-    service = tinker.ServiceClient(base_url=url, api_key=os.environ.get("TINKER_API_KEY") or "tml-tackroom")
     training = await call("create the LoRA training client",
                           service.create_lora_training_client_async(base_model=base_model, rank=settings.lora_rank))
     sampler = await call("save weights for sampling", training.save_weights_and_get_sampling_client_async())
@@ -336,6 +347,15 @@ async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str
         if latest is not None:
             log(f"{latest} -> {run_dir.name}")
     return summary
+
+
+def _close(service: Any) -> None:
+    """Stop the client's session heartbeat: with the run's server stopped, a live one would print "Session heartbeat
+    failed … Tinker is down" every 10 s for the rest of the process (the next arm of a sweep, its evaluation).
+    tinker 0.25's ServiceClient has no public close; its holders do."""
+    for holder in (getattr(service, "_session_holder", None), getattr(service, "_rest_holder", None)):
+        if holder is not None:
+            holder.close()
 
 
 async def _export(final_weights: str | None, run_dir: Path, base_model: str, tokenizer: Any, call: TinkerCalls,

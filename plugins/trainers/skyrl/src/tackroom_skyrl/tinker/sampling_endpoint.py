@@ -15,6 +15,15 @@ sampling unconstrained behind the harness's back would train on replies the harn
 never asked for. The trainer turns a refusal into a :class:`ConfigError` naming the
 fields (see :func:`constraint_error`).
 
+Every request is sampled with ``max_tokens`` rounded up to one of a few sizes
+(:func:`sampled_max_tokens`: at least 16, then two significant binary digits,
+within the context) and its answer cut back to what was asked. SkyRL's JAX
+sampler compiles a kernel for every distinct ``max_tokens`` (a static shape; minutes
+on a small CPU): a gateway's one-token liveness probe or a harness that asks for what
+is left of its budget would otherwise each stall the engine in a compile. The cut is
+exact: the first N tokens of a longer sample are a sample of N tokens, and a
+sequence cut before its stop token ends as ``length``, as it would have.
+
 Routes: ``GET /v1/models``, ``POST /v1/completions`` (``stream`` answered as
 one chunk), ``GET /health``. The trainer swaps :attr:`sampler` after each
 optimiser step.
@@ -60,6 +69,19 @@ def constraint_error(refused: dict[str, int]) -> str:
             "sampler has none, and sampling unconstrained would train on replies the harness did not ask for. "
             "Turn it off in [harness]: terminus: structured_outputs = false; archipelago: tool_choice = \"auto\" "
             "(its default); opencode/others: drop response_format / structured_outputs from [policy] sampling")
+
+
+MIN_SAMPLED_TOKENS = 16
+
+
+def sampled_max_tokens(requested: int, room: int | None = None) -> int:
+    """``requested`` rounded up to at least 16 and two significant binary digits (16, 24, 32, 48, 64, 96, …),
+    or ``requested`` itself when that would not fit in ``room`` (the context left after the prompt)."""
+    n = max(requested, MIN_SAMPLED_TOKENS)
+    top = 1 << (n.bit_length() - 1)
+    half = top >> 1
+    rounded = top if n == top else (top + half if n <= top + half else top << 1)
+    return rounded if room is None or rounded <= room else requested
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -165,6 +187,9 @@ class SamplingEndpoint:
         from tinker import types
 
         self.requests += 1
+        requested = params.max_tokens
+        room = self.max_model_len - len(prompt_ids) if self.max_model_len else None
+        params = params.model_copy(update={"max_tokens": sampled_max_tokens(requested, room)})
         try:
             result = await asyncio.wait_for(self.sampler.sample_async(
                 prompt=types.ModelInput.from_ints(prompt_ids), num_samples=1, sampling_params=params), self.timeout_s)
@@ -176,6 +201,9 @@ class SamplingEndpoint:
         ids = [int(t) for t in seq.tokens]
         logprobs = [float(x) for x in seq.logprobs] if seq.logprobs is not None else None
         stopped = str(seq.stop_reason) == "stop"
+        if len(ids) > requested:  # sampled past what was asked (see sampled_max_tokens): the asked-for sample
+            ids, stopped = ids[:requested], False
+            logprobs = logprobs[:requested] if logprobs is not None else None
         choice: dict[str, Any] = {
             "index": 0,
             "text": self.tokenizer.decode(ids, skip_special_tokens=True),

@@ -92,6 +92,11 @@ def server_dir(settings: TinkerSettings | None = None) -> Path:
     return Path(env).expanduser() if env else cache_root() / "tinker-server"
 
 
+def jax_cache_dir(settings: TinkerSettings | None = None) -> Path:
+    """Where the server's JAX compilation cache lives (``$JAX_COMPILATION_CACHE_DIR`` overrides it)."""
+    return server_dir(settings) / "jax-cache"
+
+
 def _uv() -> str:
     uv = shutil.which("uv")
     if uv is None:
@@ -167,6 +172,9 @@ class TinkerServer:
         env = _uv_env()
         if not shutil.which("nvidia-smi"):
             env.setdefault("JAX_PLATFORMS", "cpu")  # no probing for accelerators that are not there
+        # JAX's persistent compilation cache, kept beside the server's project: the backend compiles its sampler
+        # once per prompt-length bucket (minutes each on a small CPU); later runs and arms load the kernels instead
+        env.setdefault("JAX_COMPILATION_CACHE_DIR", str(jax_cache_dir(self.settings)))
         self.proc = subprocess.Popen(self.command(project), stdout=log, stderr=subprocess.STDOUT, env=env,
                                      cwd=self.state_dir, start_new_session=True)
         log.close()

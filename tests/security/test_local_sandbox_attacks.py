@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 
 import tackroom
-from tackroom.builtins import local_sandbox
-from tackroom.builtins.local_sandbox import LocalSandbox, LocalSandboxProvider
-from tackroom.builtins.oracle_harness import OracleHarness
-from tackroom.builtins.test_script_verifier import TestScriptVerifier
-from tackroom.runtime import TrialPlugins, TrialRuntime
-from tackroom.trial import Trial
+from tackroom._builtins import local_sandbox
+from tackroom._builtins.local_sandbox import LocalSandbox, LocalSandboxProvider
+from tackroom._builtins.oracle_harness import OracleHarness
+from tackroom._builtins.test_script_verifier import TestScriptVerifier
+from tackroom._runtime import TrialPlugins, TrialRuntime
+from tackroom._trial import Trial
 
 SECRET = "host secret that no sandbox may read or change\n"
 
@@ -465,7 +465,7 @@ async def test_limits_cgroup_refuses_to_start_without_a_writable_cgroup(tmp_path
 OWNER = """
 import asyncio, json, sys
 import tackroom
-from tackroom.builtins.local_sandbox import LocalSandboxProvider
+from tackroom._builtins.local_sandbox import LocalSandboxProvider
 
 async def main():
     sb = LocalSandboxProvider({"root_dir": sys.argv[1]}).create(tackroom.SandboxSpec(name="leaky"))
@@ -481,7 +481,7 @@ asyncio.run(main())
 
 
 def cleanup_cli(roots: Path) -> dict:
-    out = subprocess.run([sys.executable, "-m", "tackroom.cli.main", "sandbox", "cleanup", "--sandbox", "local",
+    out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "sandbox", "cleanup", "--sandbox", "local",
                           "--option", f"root_dir={roots}", "--json"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])

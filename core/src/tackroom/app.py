@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tackroom.config import (
+from tackroom._config import (
     ExecutorName,
     FieldError,
     PolicyConfig,
@@ -25,12 +25,12 @@ from tackroom.config import (
     validate,
     with_overrides,
 )
-from tackroom.manager import PluginManager, get_plugin_manager
-from tackroom.plugin import check_plugin_class
-from tackroom.policy import register_secrets_in
-from tackroom.policy_routing import gateway_sessions, policy_gateway, policy_routing, wants_gateway
-from tackroom.registrar import BASES
-from tackroom.run_dirs import (
+from tackroom._manager import PluginManager, get_plugin_manager
+from tackroom._plugin import check_plugin_class
+from tackroom._policy import register_secrets_in
+from tackroom._policy_routing import gateway_sessions, policy_gateway, policy_routing, wants_gateway
+from tackroom._registrar import BASES
+from tackroom._run_dirs import (
     claim_run_dir,
     has_results,
     new_run_id,
@@ -39,9 +39,9 @@ from tackroom.run_dirs import (
     unique_trials,
     validated_run_id,
 )
-from tackroom.runtime import TrialOutcome, TrialPlugins, TrialRuntime, sandbox_spec
-from tackroom.task import TaskLoadFailure
-from tackroom.trial import Trial, TrialErrorInfo, TrialResult, slug
+from tackroom._runtime import TrialOutcome, TrialPlugins, TrialRuntime, sandbox_spec
+from tackroom._task import TaskLoadFailure
+from tackroom._trial import Trial, TrialErrorInfo, TrialResult, slug
 
 if TYPE_CHECKING:
     from rich.console import Console

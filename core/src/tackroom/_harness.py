@@ -5,11 +5,11 @@ from __future__ import annotations
 import abc
 from typing import ClassVar
 
-from tackroom.plugin import Plugin, PluginKind
-from tackroom.policy import Policy
-from tackroom.sandbox import Sandbox
-from tackroom.task import Task
-from tackroom.trajectory import Trajectory
+from tackroom._plugin import Plugin, PluginKind
+from tackroom._policy import Policy
+from tackroom._sandbox import Sandbox
+from tackroom._task import Task
+from tackroom._trajectory import Trajectory
 
 
 class Harness(Plugin):
@@ -18,16 +18,16 @@ class Harness(Plugin):
     The runtime calls :meth:`setup` once the sandbox is up, then :meth:`run`
     under the task's agent timeout (cancellation is how the timeout arrives:
     clean up in ``finally``). A harness reaches the model only through the
-    :class:`~tackroom.policy.Policy` it is given. Raise
-    :class:`~tackroom.errors.ModelError` for the policy's own failures
-    (context exhausted, no valid answer) and :class:`~tackroom.errors.InfraError`
+    :class:`~tackroom._policy.Policy` it is given. Raise
+    :class:`~tackroom._errors.ModelError` for the policy's own failures
+    (context exhausted, no valid answer) and :class:`~tackroom._errors.InfraError`
     for machinery failures.
 
     Capabilities: ``token_ids`` (keeps its own exact token accounting),
     ``needs_policy`` (calls a model; ``oracle``/``nop`` do not), ``chat``
     (speaks only chat completions, so the runtime routes it through the gateway),
     ``agent_in_sandbox`` (its agent runs inside the sandbox and calls the policy
-    from there, through :meth:`~tackroom.sandbox.Sandbox.forward_host_port`).
+    from there, through :meth:`~tackroom._sandbox.Sandbox.forward_host_port`).
     """
 
     kind: ClassVar[PluginKind] = "harness"

@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 
-from tackroom.sandbox import SandboxError
+from tackroom._sandbox import SandboxError
 
 _HELPER = r"""
 import os, socket, sys

@@ -7,14 +7,14 @@ import math
 
 from pydantic import Field
 
-from tackroom.errors import ModelError, TaskError
-from tackroom.markers import hookimpl
-from tackroom.plugin import PluginOptions
-from tackroom.reward import Reward
-from tackroom.sandbox import Sandbox, SandboxTimeoutError
-from tackroom.task import Task
-from tackroom.trajectory import Trajectory
-from tackroom.verifier import Verifier
+from tackroom._errors import ModelError, TaskError
+from tackroom._markers import hookimpl
+from tackroom._plugin import PluginOptions
+from tackroom._reward import Reward
+from tackroom._sandbox import Sandbox, SandboxTimeoutError
+from tackroom._task import Task
+from tackroom._trajectory import Trajectory
+from tackroom._verifier import Verifier
 
 REWARD_DIR = "/logs/verifier"
 

@@ -13,8 +13,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tackroom.config import check_run_id
-from tackroom.errors import ConfigError
+from tackroom._config import check_run_id
+from tackroom._errors import ConfigError
 
 
 def new_run_id(prefix: str | None = None) -> str:

@@ -6,7 +6,7 @@ Every method has a timeout and fails the same way on every provider:
   past its limit; the sandbox killed it and is still usable.
 - :class:`SandboxPathError` (a ``PermissionError``): a path escapes the allowed
   roots (``..`` traversal, absolute path outside the sandbox, link escape).
-- :class:`SandboxError` (an :class:`~tackroom.errors.InfraError`): the sandbox
+- :class:`SandboxError` (an :class:`~tackroom._errors.InfraError`): the sandbox
   itself failed (died, could not start, transfer broke); the trial is retried.
 
 Large command output is capped, never fatal (``ExecResult.truncated``).
@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tackroom.errors import InfraError, TaskError
-from tackroom.plugin import Plugin, PluginKind
+from tackroom._errors import InfraError, TaskError
+from tackroom._plugin import Plugin, PluginKind
 
 DEFAULT_EXEC_TIMEOUT = 600.0
 DEFAULT_OUTPUT_LIMIT = 1_000_000
@@ -187,8 +187,8 @@ class Sandbox(abc.ABC):
 
     async def _open_forward(self, pid: int, port: int, *, enter_user: bool) -> str:
         """:meth:`forward_host_port` for a sandbox whose network namespace is that of host process ``pid``
-        (see :mod:`tackroom.host_forward`); :meth:`_close_forwards` ends every forward opened so."""
-        from tackroom.host_forward import forward_into_namespace  # it raises this module's SandboxError
+        (see :mod:`tackroom._host_forward`); :meth:`_close_forwards` ends every forward opened so."""
+        from tackroom._host_forward import forward_into_namespace  # it raises this module's SandboxError
 
         forward = await forward_into_namespace(pid, port, enter_user=enter_user)
         self._forwards.append(forward)

@@ -5,18 +5,18 @@ from __future__ import annotations
 import abc
 from typing import ClassVar
 
-from tackroom.plugin import Plugin, PluginKind
-from tackroom.reward import Reward
-from tackroom.sandbox import Sandbox
-from tackroom.task import Task
-from tackroom.trajectory import Trajectory
+from tackroom._plugin import Plugin, PluginKind
+from tackroom._reward import Reward
+from tackroom._sandbox import Sandbox
+from tackroom._task import Task
+from tackroom._trajectory import Trajectory
 
 
 class Verifier(Plugin):
-    """A verifier plugin: turns a finished episode into a :class:`~tackroom.reward.Reward`.
+    """A verifier plugin: turns a finished episode into a :class:`~tackroom._reward.Reward`.
 
     Runs after the harness, with the sandbox still up. Raise
-    :class:`~tackroom.errors.TaskError` when the task cannot be graded (no
+    :class:`~tackroom._errors.TaskError` when the task cannot be graded (no
     tests, no reward written) — a broken task is never a pass.
     """
 

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from tackroom.errors import TaskError
+from tackroom._errors import TaskError
 
 MAX_TIMEOUT_SEC = 7 * 24 * 3600.0
 """No phase of a trial may be given longer than a week: a larger value is a typo or a task that would stall a run."""
@@ -203,7 +203,7 @@ def task_source_hash(path: str | Path) -> str:
     """SHA-256 (hex) of a task's resolved path and content: every file under it (name, executable bit, bytes),
     every symlink (its target text; links are never followed) and, for a world task, the world directory's
     content too. Special files (FIFOs, devices) count by name only and are never opened, so a hostile task
-    cannot hang or exhaust the loader. Trial ids carry a prefix of it (:class:`tackroom.trial.Trial`)."""
+    cannot hang or exhaust the loader. Trial ids carry a prefix of it (:class:`tackroom._trial.Trial`)."""
     root = Path(path).resolve()
     h = hashlib.sha256(b"tackroom-task-source-v1\0")
     h.update(os.fsencode(str(root)) + b"\0")
@@ -314,7 +314,7 @@ def load_task(path: str | Path, task_id: str | None = None) -> Task:
 
 
 def _describe(exc: ValidationError) -> str:
-    from tackroom.config import format_validation_error  # config imports this module
+    from tackroom._config import format_validation_error  # config imports this module
 
     return format_validation_error(exc, sep="; ")
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from tackroom.errors import ErrorClass
-from tackroom.policy import redact
+from tackroom._errors import ErrorClass
+from tackroom._policy import redact
 
 PHASES = ("sandbox_start", "verifier_prepare", "harness_setup", "harness_run", "kill_agent", "verify", "teardown")
 
@@ -46,7 +46,7 @@ class Trial(BaseModel):
 
     The id is ``<task>-<task hash>__<harness>[__<model>]__p<pass>``: readable slugs plus
     ``task_hash``, a hash of the task's source path and content (see
-    :func:`tackroom.task.task_source_hash`), so two tasks whose names slug alike, two
+    :func:`tackroom._task.task_source_hash`), so two tasks whose names slug alike, two
     datasets holding a task of the same name, or a task edited between runs never share
     an id (and so never share a result).
     """
@@ -66,14 +66,14 @@ class Trial(BaseModel):
     @model_validator(mode="after")
     def _hash(self) -> Trial:
         if not self.task_hash:
-            from tackroom.task import task_source_hash
+            from tackroom._task import task_source_hash
 
             self.task_hash = task_source_hash(Path(self.task_path))
         return self
 
     @classmethod
     def for_task(cls, task: Any, **fields: Any) -> Trial:
-        """A trial of a loaded :class:`~tackroom.task.Task` (its id, path and content hash filled in)."""
+        """A trial of a loaded :class:`~tackroom._task.Task` (its id, path and content hash filled in)."""
         return cls(task_id=task.id, task_path=str(task.path), task_hash=task.source_hash, **fields)
 
     @property

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tackroom.errors import TaskError
+from tackroom._errors import TaskError
 
 
 class Reward(BaseModel):

@@ -15,9 +15,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tackroom.config import PolicyConfig
-from tackroom.errors import ConfigError
-from tackroom.manager import PluginManager, get_plugin_manager
+from tackroom._config import PolicyConfig
+from tackroom._errors import ConfigError
+from tackroom._manager import PluginManager, get_plugin_manager
 
 GATEWAY_MISSING = (
     "{what} speaks only chat, so it reaches the model through the policy gateway (exact token ids), "

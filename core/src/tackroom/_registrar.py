@@ -8,13 +8,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tackroom.errors import PluginConflictError, PluginDefinitionError
+from tackroom._errors import PluginConflictError, PluginDefinitionError
+from tackroom._harness import Harness
+from tackroom._loss import LossSpec
+from tackroom._plugin import PLUGIN_KINDS, Plugin, PluginKind, check_name, check_plugin_class, first_line
+from tackroom._sandbox import SandboxProvider
+from tackroom._verifier import Verifier
 from tackroom.executors.base import Executor, NoOptions
-from tackroom.harness import Harness
-from tackroom.loss import LossSpec
-from tackroom.plugin import PLUGIN_KINDS, Plugin, PluginKind, check_name, check_plugin_class, first_line
-from tackroom.sandbox import SandboxProvider
-from tackroom.verifier import Verifier
 
 BASES: dict[PluginKind, type] = {"harness": Harness, "sandbox": SandboxProvider, "verifier": Verifier}
 

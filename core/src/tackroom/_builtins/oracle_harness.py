@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from tackroom.errors import TaskError
-from tackroom.harness import Harness
-from tackroom.markers import hookimpl
-from tackroom.plugin import PluginOptions
-from tackroom.policy import Policy
-from tackroom.sandbox import Sandbox
-from tackroom.task import Task
-from tackroom.trajectory import Trajectory
+from tackroom._errors import TaskError
+from tackroom._harness import Harness
+from tackroom._markers import hookimpl
+from tackroom._plugin import PluginOptions
+from tackroom._policy import Policy
+from tackroom._sandbox import Sandbox
+from tackroom._task import Task
+from tackroom._trajectory import Trajectory
 
 
 class OracleOptions(PluginOptions):

@@ -29,15 +29,15 @@ import httpx
 from pydantic import Field
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from tackroom.errors import InfraError, ModelError
-from tackroom.harness import Harness
-from tackroom.markers import hookimpl
-from tackroom.openai_errors import error_message as _error_message
-from tackroom.plugin import PluginOptions
-from tackroom.policy import Policy
-from tackroom.sandbox import Sandbox
-from tackroom.task import Task
-from tackroom.trajectory import Trajectory
+from tackroom._errors import InfraError, ModelError
+from tackroom._harness import Harness
+from tackroom._markers import hookimpl
+from tackroom._openai_errors import error_message as _error_message
+from tackroom._plugin import PluginOptions
+from tackroom._policy import Policy
+from tackroom._sandbox import Sandbox
+from tackroom._task import Task
+from tackroom._trajectory import Trajectory
 
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context length", "max_model_len",
                     "too many tokens")

@@ -21,12 +21,12 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from tackroom.cli.app import app, console, err_console, fail
-from tackroom.config import PluginSelection, RunConfig, instantiate, load_run_config, with_overrides
-from tackroom.errors import ConfigError
-from tackroom.policy import Policy, redact, redact_url
-from tackroom.policy_routing import check_gateway_installed, policy_routing, wants_gateway
-from tackroom.run_dirs import (
+from tackroom._cli.app import app, console, err_console, fail
+from tackroom._config import PluginSelection, RunConfig, instantiate, load_run_config, with_overrides
+from tackroom._errors import ConfigError
+from tackroom._policy import Policy, redact, redact_url
+from tackroom._policy_routing import check_gateway_installed, policy_routing, wants_gateway
+from tackroom._run_dirs import (
     claim_run_dir,
     fingerprint_changes,
     has_results,
@@ -35,7 +35,7 @@ from tackroom.run_dirs import (
     unique_trials,
     validated_run_id,
 )
-from tackroom.task import load_dataset
+from tackroom._task import load_dataset
 
 RUN_FILE = "run.json"
 FINGERPRINT_VERSION = 1
@@ -104,8 +104,8 @@ def check_and_record(run_dir: Path, config: RunConfig, fingerprint: dict[str, An
 async def run_config(config: RunConfig, *, progress: bool = True, run_id: str | None = None,
                      force_new: bool = False):
     """Run a :class:`RunConfig`; returns (run_dir, results, load failures)."""
-    from tackroom.runtime import TrialPlugins, TrialRuntime
-    from tackroom.trial import Trial
+    from tackroom._runtime import TrialPlugins, TrialRuntime
+    from tackroom._trial import Trial
 
     config = with_overrides(config, {}, source="run config")  # values set in code get the file's checks too
     if run_id is not None:

@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from tackroom.errors import ConfigError
-from tackroom.plugin import PluginKind
+from tackroom._errors import ConfigError
+from tackroom._plugin import PluginKind
 
 CATALOGUE_ENV = "TACKROOM_REGISTRY"
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import pluggy
 
-from tackroom import hookspecs
-from tackroom.errors import PluginDefinitionError, PluginNotFoundError
-from tackroom.markers import PROJECT_NAME
-from tackroom.plugin import PluginKind
-from tackroom.registrar import PluginEntry, Registrar
+from tackroom import _hookspecs as hookspecs
+from tackroom._errors import PluginDefinitionError, PluginNotFoundError
+from tackroom._markers import PROJECT_NAME
+from tackroom._plugin import PluginKind
+from tackroom._registrar import PluginEntry, Registrar
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class PluginManager:
         installed = ", ".join(e.name for e in self.entries(kind)) or "(none)"
         plural = {"harness": "harnesses", "sandbox": "sandboxes", "verifier": "verifiers", "loss": "losses"}[kind]
         message = f"no {kind} named {name!r} is installed; installed {plural}: {installed}"
-        from tackroom.catalogue import load_catalogue
+        from tackroom._catalogue import load_catalogue
 
         known = next((c for c in load_catalogue() if c.kind == kind and c.name == name), None)
         if known is not None:
@@ -154,7 +154,7 @@ class PluginManager:
         raise PluginNotFoundError(message)
 
     def get(self, kind: PluginKind, name: str) -> Any:
-        """The plugin class (or :class:`~tackroom.loss.LossSpec` for losses) called ``name``."""
+        """The plugin class (or :class:`~tackroom._loss.LossSpec` for losses) called ``name``."""
         return self.entry(kind, name).load()
 
     @property

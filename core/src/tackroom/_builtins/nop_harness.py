@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from tackroom.harness import Harness
-from tackroom.markers import hookimpl
-from tackroom.policy import Policy
-from tackroom.sandbox import Sandbox
-from tackroom.task import Task
-from tackroom.trajectory import Trajectory
+from tackroom._harness import Harness
+from tackroom._markers import hookimpl
+from tackroom._policy import Policy
+from tackroom._sandbox import Sandbox
+from tackroom._task import Task
+from tackroom._trajectory import Trajectory
 
 
 class NopHarness(Harness):

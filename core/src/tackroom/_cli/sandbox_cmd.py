@@ -8,10 +8,10 @@ from typing import Any
 
 import typer
 
-from tackroom.cli.app import app, console, fail
-from tackroom.config import validate
-from tackroom.errors import ConfigError, TackroomError
-from tackroom.manager import get_plugin_manager
+from tackroom._cli.app import app, console, fail
+from tackroom._config import validate
+from tackroom._errors import ConfigError, TackroomError
+from tackroom._manager import get_plugin_manager
 
 sandbox_app = typer.Typer(help="Sandbox provider maintenance.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")

@@ -3,7 +3,7 @@
 A plugin is a module (or object) named by an entry point in the group
 ``tackroom``; it implements any of these with ``@tackroom.hookimpl``.
 The registration hooks (four plugin kinds, and executors) receive a
-:class:`~tackroom.registrar.Registrar` and call ``register.add_*``; the
+:class:`~tackroom._registrar.Registrar` and call ``register.add_*``; the
 lifecycle hooks observe or steer trials.
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tackroom.markers import hookspec
+from tackroom._markers import hookspec
 
 if TYPE_CHECKING:
-    from tackroom.errors import ErrorClass
-    from tackroom.registrar import Registrar
-    from tackroom.trial import Trial, TrialResult
+    from tackroom._errors import ErrorClass
+    from tackroom._registrar import Registrar
+    from tackroom._trial import Trial, TrialResult
 
 
 @hookspec
@@ -24,7 +24,7 @@ def tackroom_harnesses(register: Registrar) -> None:
     """Register harness classes.
 
     Called once when the plugin manager loads plugins. Call
-    ``register.add_harness(MyHarness)`` for each :class:`~tackroom.harness.Harness`
+    ``register.add_harness(MyHarness)`` for each :class:`~tackroom._harness.Harness`
     subclass, or ``register.add_harness("pkg.module:MyHarness", name="mine",
     summary="…")`` to defer importing a heavy module until the harness is used.
     """
@@ -36,7 +36,7 @@ def tackroom_sandboxes(register: Registrar) -> None:
 
     Called once when the plugin manager loads plugins. Call
     ``register.add_sandbox(MyProvider)`` for each
-    :class:`~tackroom.sandbox.SandboxProvider` subclass; pass a
+    :class:`~tackroom._sandbox.SandboxProvider` subclass; pass a
     ``"module:Class"`` string with ``name=`` to keep a cloud SDK out of
     ``tackroom plugins`` until the sandbox is selected.
     """
@@ -48,7 +48,7 @@ def tackroom_verifiers(register: Registrar) -> None:
 
     Called once when the plugin manager loads plugins. Call
     ``register.add_verifier(MyVerifier)`` for each
-    :class:`~tackroom.verifier.Verifier` subclass (or a lazy ``"module:Class"``
+    :class:`~tackroom._verifier.Verifier` subclass (or a lazy ``"module:Class"``
     reference with ``name=``).
     """
 
@@ -94,7 +94,7 @@ def tackroom_commands(app: Any) -> None:
 def tackroom_policy_gateway(base_url: str, model: str | None, api_key: str, tokenizer: str) -> Any:
     """Provide the policy gateway that chat-only harnesses reach their model through.
 
-    Called by :mod:`tackroom.policy_routing` (``tackroom run``, the matrix, the
+    Called by :mod:`tackroom._policy_routing` (``tackroom run``, the matrix, the
     trainer) when a harness speaks only chat (capability ``chat``, or
     ``[policy] gateway = true``) and a policy endpoint is set: ``base_url`` is the
     engine's OpenAI base URL, ``model`` the served model (``None``: the engine's
@@ -102,10 +102,10 @@ def tackroom_policy_gateway(base_url: str, model: str | None, api_key: str, toke
     Return an async context manager, not yet entered, that serves a gateway in
     front of that engine; entered, it yields an object whose
     ``trial_sessions(sampling=..., label=...)`` returns a
-    :attr:`~tackroom.runtime.TrialPlugins.policy_for`: a fresh session per trial
+    :attr:`~tackroom._runtime.TrialPlugins.policy_for`: a fresh session per trial
     attempt, with exact token ids merged into the trajectory. The first
     non-``None`` answer wins; ``tackroom-gateway`` implements it. With no
-    implementation, routing a chat-only harness is a :class:`~tackroom.errors.ConfigError`.
+    implementation, routing a chat-only harness is a :class:`~tackroom._errors.ConfigError`.
     """
 
 
@@ -114,7 +114,7 @@ def tackroom_trial_started(trial: Trial) -> None:
     """Observe a trial attempt as it starts.
 
     Called by the trial runtime right before the sandbox starts, once per
-    attempt, with the :class:`~tackroom.trial.Trial`. Return value ignored.
+    attempt, with the :class:`~tackroom._trial.Trial`. Return value ignored.
     Exceptions are logged and swallowed: an observer never breaks a trial.
     """
 
@@ -124,7 +124,7 @@ def tackroom_trial_finished(trial: Trial, result: TrialResult) -> None:
     """Observe a finished trial attempt.
 
     Called by the trial runtime after teardown with the
-    :class:`~tackroom.trial.Trial` and its :class:`~tackroom.trial.TrialResult`
+    :class:`~tackroom._trial.Trial` and its :class:`~tackroom._trial.TrialResult`
     (which carries the reward or the classified error). Return value ignored;
     exceptions are logged and swallowed.
     """
@@ -138,7 +138,7 @@ def tackroom_classify_error(error: BaseException, phase: str) -> ErrorClass | No
     (``phase`` is one of ``sandbox_start``, ``harness_setup``, ``harness_run``,
     ``verify``, ``teardown``). The first non-``None`` answer wins; return
     ``None`` to leave the decision to other plugins and finally to the
-    built-in rules (a :class:`~tackroom.errors.TackroomError`'s own
+    built-in rules (a :class:`~tackroom._errors.TackroomError`'s own
     ``error_class``, timeouts in ``harness_run`` are ``model``, anything else
     ``infra``). ``infra`` errors are retried.
     """

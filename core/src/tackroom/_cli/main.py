@@ -5,13 +5,13 @@ from __future__ import annotations
 import typer
 
 from tackroom import __version__
-from tackroom.cli import (  # noqa: F401  (register their commands)
+from tackroom._cli import (  # noqa: F401  (register their commands)
     plugins_cmd,
     run_cmd,
     sandbox_cmd,
 )
-from tackroom.cli.app import app, fail
-from tackroom.errors import TackroomError
+from tackroom._cli.app import app, fail
+from tackroom._errors import TackroomError
 
 
 def _version(value: bool) -> None:
@@ -31,7 +31,7 @@ def load_plugin_commands() -> None:
     """Let plugins add their sub-commands (the ``tackroom_commands`` hook)."""
     import logging
 
-    from tackroom.manager import get_plugin_manager
+    from tackroom._manager import get_plugin_manager
 
     # One plugin at a time: a plugin whose command module is broken loses its commands,
     # not every other command of the CLI.

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from tackroom.errors import PluginDefinitionError
+from tackroom._errors import PluginDefinitionError
 
 PluginKind = Literal["harness", "sandbox", "verifier", "loss"]
 PLUGIN_KINDS: tuple[PluginKind, ...] = ("harness", "sandbox", "verifier", "loss")

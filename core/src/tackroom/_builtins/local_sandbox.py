@@ -103,12 +103,12 @@ from typing import Literal
 
 from pydantic import Field
 
-from tackroom.dockerfile import parse_copy, parse_dockerfile, parse_env
-from tackroom.errors import TaskError
-from tackroom.markers import hookimpl
-from tackroom.plugin import PluginOptions
-from tackroom.process import run_process
-from tackroom.sandbox import (
+from tackroom._dockerfile import parse_copy, parse_dockerfile, parse_env
+from tackroom._errors import TaskError
+from tackroom._markers import hookimpl
+from tackroom._plugin import PluginOptions
+from tackroom._process import run_process
+from tackroom._sandbox import (
     ExecResult,
     Sandbox,
     SandboxBuildError,
@@ -118,7 +118,7 @@ from tackroom.sandbox import (
     SandboxSpec,
     SandboxTimeoutError,
 )
-from tackroom.tar_transfer import open_host_dir
+from tackroom._tar_transfer import open_host_dir
 
 WRITABLE_ROOTS = ("app", "logs", "tests", "solution", "tmp", "root", "home", "workspace", "data", "output", "srv", "opt")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -19,9 +19,9 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from tackroom.errors import ConfigError, PluginNotFoundError
-from tackroom.plugin import Plugin, PluginKind
-from tackroom.policy import register_secret, register_secrets_in, register_url_secrets
+from tackroom._errors import ConfigError, PluginNotFoundError
+from tackroom._plugin import Plugin, PluginKind
+from tackroom._policy import register_secret, register_secrets_in, register_url_secrets
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -84,7 +84,7 @@ class PluginSelection(BaseModel):
     ``options = {…}`` table (the shape the matrix's ``[[harnesses]]`` rows use) or flat beside ``name``.
 
     Credentials among the options (secret-named keys such as ``api_keys``, URL userinfo)
-    are remembered so that nothing a run writes carries them (see :mod:`tackroom.policy`).
+    are remembered so that nothing a run writes carries them (see :mod:`tackroom._policy`).
     """
 
     model_config = ConfigDict(extra="allow")
@@ -193,7 +193,7 @@ def instantiate(kind: PluginKind, selection: PluginSelection | str, *, where: st
     plugins of that kind (and the install line when the catalogue knows the
     name); bad options raise :class:`ConfigError` with the dotted path.
     """
-    from tackroom.manager import get_plugin_manager
+    from tackroom._manager import get_plugin_manager
 
     manager = manager or get_plugin_manager()
     if isinstance(selection, str):
@@ -212,7 +212,7 @@ def instantiate(kind: PluginKind, selection: PluginSelection | str, *, where: st
 
 
 class PolicyConfig(BaseModel):
-    """``[policy]``: the model endpoint harnesses call (see :class:`tackroom.policy.Policy`)."""
+    """``[policy]``: the model endpoint harnesses call (see :class:`tackroom._policy.Policy`)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -34,16 +34,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt, wait_exponential
 
-from tackroom.errors import ErrorClass, ModelError, TackroomError
+from tackroom._errors import ErrorClass, ModelError, TackroomError
+from tackroom._harness import Harness
+from tackroom._manager import PluginManager, get_plugin_manager
+from tackroom._policy import Policy, redact
+from tackroom._sandbox import SandboxProvider, SandboxSpec
+from tackroom._task import Task
+from tackroom._trajectory import Trajectory
+from tackroom._trial import AttemptRecord, Trial, TrialErrorInfo, TrialResult, slug
+from tackroom._verifier import Verifier
 from tackroom.executors import Executor, make_executor
-from tackroom.harness import Harness
-from tackroom.manager import PluginManager, get_plugin_manager
-from tackroom.policy import Policy, redact
-from tackroom.sandbox import SandboxProvider, SandboxSpec
-from tackroom.task import Task
-from tackroom.trajectory import Trajectory
-from tackroom.trial import AttemptRecord, Trial, TrialErrorInfo, TrialResult, slug
-from tackroom.verifier import Verifier
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def sandbox_spec(task: Task, name: str) -> SandboxSpec:
         memory_mb=env.memory_mb,
         allow_internet=env.allow_internet,
         build_timeout_sec=env.build_timeout_sec,
-        labels={"tackroom.task": slug(task.id)},
+        labels={"tackroom._task": slug(task.id)},
     )
 
 

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 
-from tackroom.errors import PluginDefinitionError
-from tackroom.plugin import PluginOptions, check_name
+from tackroom._errors import PluginDefinitionError
+from tackroom._plugin import PluginOptions, check_name
 
 Aggregation = Literal["token_mean", "sequence_mean", "prompt_mean"]
 AGGREGATIONS: tuple[str, ...] = ("token_mean", "sequence_mean", "prompt_mean")
@@ -53,7 +53,7 @@ class LossSpec(BaseModel):
         if callable(self.fn):
             return self.fn
         if self._loaded is None:
-            from tackroom.registrar import import_ref
+            from tackroom._registrar import import_ref
 
             self._loaded = import_ref(self.fn)
         return self._loaded

@@ -8,9 +8,9 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from tackroom.catalogue import load_catalogue
-from tackroom.cli.app import app, console
-from tackroom.manager import get_plugin_manager
+from tackroom._catalogue import load_catalogue
+from tackroom._cli.app import app, console
+from tackroom._manager import get_plugin_manager
 
 
 def plugin_rows(include_catalogue: bool) -> list[dict[str, Any]]:

@@ -11,7 +11,6 @@ random suffix, so two runs started in the same second never share a folder.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from statistics import mean
@@ -36,6 +35,7 @@ from tackroom._run_dirs import (
     validated_run_id,
 )
 from tackroom._task import load_dataset
+from tackroom.app import run_to_completion
 
 RUN_FILE = "run.json"
 FINGERPRINT_VERSION = 1
@@ -194,7 +194,7 @@ def run(
     if model:
         overrides["policy.model"] = model
     config = with_overrides(config, overrides, source=str(config_file or "run config"), flags=RUN_FLAGS)
-    run_dir, results, failures = asyncio.run(run_config(config, progress=not as_json, force_new=force_new))
+    run_dir, results, failures = run_to_completion(run_config(config, progress=not as_json, force_new=force_new))
     scored = [r.reward if r.reward is not None else 0.0 for r in results if r.counted]
     summary = redact({
         "run_dir": str(run_dir),

@@ -32,10 +32,10 @@ from statistics import mean
 from typing import Any
 
 import tackroom
-from tackroom.builtins.oracle_harness import OracleHarness, OracleOptions
+from tackroom._builtins.oracle_harness import OracleHarness, OracleOptions
+from tackroom._runtime import TrialPlugins, TrialRuntime
+from tackroom._trial import Trial
 from tackroom.executors import Executor, make_executor
-from tackroom.runtime import TrialPlugins, TrialRuntime
-from tackroom.trial import Trial
 from tackroom_ray import RayOptions  # the ray executor's package (packages/ray)
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from statistics import mean, median
 
 import tackroom
-from tackroom.runtime import TrialPlugins, TrialRuntime
-from tackroom.trial import Trial
+from tackroom._runtime import TrialPlugins, TrialRuntime
+from tackroom._trial import Trial
 
 REPO = Path(__file__).resolve().parents[1]
 HARBOR_ANCHOR = {1: 82.0 / 6, 4: 29.0 / 6}  # seconds of job wall time per trial, Harbor 0.25 + docker

@@ -6,7 +6,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from tackroom.catalogue import load_catalogue
+from tackroom._catalogue import load_catalogue
 
 ROOT = Path(__file__).resolve().parents[1]
 

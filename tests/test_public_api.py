@@ -35,12 +35,22 @@ def private_imports(path: Path) -> list[str]:
     return found
 
 
+def test_every_module_outside_the_public_api_is_underscored():
+    """As Inspect AI does: what is not public says so in its name (``tackroom._runtime``, ``tackroom._cli``)."""
+    core = Path(tackroom.__file__).parent
+    public = {name.split(".")[1] for name in PUBLIC if "." in name}
+    named = {p.stem if p.is_file() else p.name for p in core.iterdir()
+             if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").is_file())}
+    assert public <= named, f"public modules missing: {public - named}"
+    assert not {n for n in named - public if not n.startswith("_")}, "rename these with a leading _ (private)"
+
+
 def test_the_scan_finds_what_it_looks_for(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("import tackroom.runtime\nfrom tackroom.trial import Trial\nfrom tackroom import Task\n"
-                     "def f():\n    from tackroom.config import validate\n")
-    assert [line.split(": ")[1] for line in private_imports(probe)] == ["tackroom.runtime", "tackroom.trial",
-                                                                        "tackroom.config"]
+    probe.write_text("import tackroom._runtime\nfrom tackroom._trial import Trial\nfrom tackroom import Task\n"
+                     "def f():\n    from tackroom._config import validate\n")
+    assert [line.split(": ")[1] for line in private_imports(probe)] == ["tackroom._runtime", "tackroom._trial",
+                                                                        "tackroom._config"]
 
 
 def test_there_are_plugins_and_packages_to_check():

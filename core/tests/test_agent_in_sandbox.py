@@ -4,10 +4,10 @@ forwarded port (their policy), never through the host's network."""
 import asyncio
 
 import tackroom
-from tackroom.builtins.local_sandbox import LocalSandboxProvider
-from tackroom.builtins.test_script_verifier import TestScriptVerifier
-from tackroom.runtime import TrialPlugins, TrialRuntime, sandbox_spec
-from tackroom.trial import Trial
+from tackroom._builtins.local_sandbox import LocalSandboxProvider
+from tackroom._builtins.test_script_verifier import TestScriptVerifier
+from tackroom._runtime import TrialPlugins, TrialRuntime, sandbox_spec
+from tackroom._trial import Trial
 
 
 class DialsHomeHarness(tackroom.Harness):

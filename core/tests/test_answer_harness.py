@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 
 import tackroom
-from tackroom.builtins.answer_harness import AnswerEndpointError, AnswerHarness, AnswerModelError
-from tackroom.builtins.local_sandbox import LocalSandboxProvider
-from tackroom.builtins.test_script_verifier import TestScriptVerifier
-from tackroom.config import PolicyConfig, instantiate
-from tackroom.policy_routing import wants_gateway
-from tackroom.runtime import TrialPlugins, TrialRuntime
-from tackroom.sandbox import SandboxSpec
+from tackroom._builtins.answer_harness import AnswerEndpointError, AnswerHarness, AnswerModelError
+from tackroom._builtins.local_sandbox import LocalSandboxProvider
+from tackroom._builtins.test_script_verifier import TestScriptVerifier
+from tackroom._config import PolicyConfig, instantiate
+from tackroom._policy_routing import wants_gateway
+from tackroom._runtime import TrialPlugins, TrialRuntime
+from tackroom._sandbox import SandboxSpec
+from tackroom._trial import Trial
 from tackroom.testing import (
     HarnessScript,
     RequestForTests,
@@ -25,7 +26,6 @@ from tackroom.testing import (
     harness_self_check,
     task_for_tests,
 )
-from tackroom.trial import Trial
 
 SAY_BLUE = Path(__file__).resolve().parents[2] / "examples" / "train" / "overfit-tasks" / "say-blue"
 
@@ -72,7 +72,7 @@ def test_answer_is_a_registered_builtin_and_speaks_only_chat():
     check_plugin(AnswerHarness)
     check_registered("harness", "answer", distribution="tackroom")
     entry = tackroom.PluginManager(env={}).entry("harness", "answer")
-    assert entry.reference == "tackroom.builtins.answer_harness:AnswerHarness"
+    assert entry.reference == "tackroom._builtins.answer_harness:AnswerHarness"
     assert AnswerHarness.capabilities == {"needs_policy", "chat"}
     # chat-only: `tackroom run` routes it through the policy gateway (exact token ids)
     assert wants_gateway(PolicyConfig(base_url="http://x/v1"), AnswerHarness)

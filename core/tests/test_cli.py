@@ -7,7 +7,7 @@ import sys
 from typer.testing import CliRunner
 
 import tackroom
-from tackroom.cli.main import app
+from tackroom._cli.main import app
 
 runner = CliRunner()
 
@@ -39,12 +39,12 @@ def test_plugins_all_adds_catalogue_entries_with_install_hint():
 
 
 def test_plugins_table_runs_as_a_console_script():
-    out = subprocess.run([sys.executable, "-m", "tackroom.cli.main", "plugins"], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "plugins"], capture_output=True, text=True, check=True)
     assert "nop" in out.stdout
 
 
 def test_plugins_never_imports_heavy_sdks():
-    code = ("import sys, json; from tackroom.cli.plugins_cmd import plugin_rows; plugin_rows(True); "
+    code = ("import sys, json; from tackroom._cli.plugins_cmd import plugin_rows; plugin_rows(True); "
             "print(json.dumps([m for m in ('torch','modal','daytona','litellm') if m in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []

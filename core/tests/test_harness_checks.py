@@ -6,9 +6,9 @@ import httpx
 import pytest
 
 import tackroom
-from tackroom.builtins.local_sandbox import LocalSandboxProvider
-from tackroom.builtins.nop_harness import NopHarness
-from tackroom.builtins.oracle_harness import OracleHarness
+from tackroom._builtins.local_sandbox import LocalSandboxProvider
+from tackroom._builtins.nop_harness import NopHarness
+from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom.testing import (
     KIT_SOLUTION,
     HarnessScript,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tackroom import hookspecs
+from tackroom import _hookspecs as hookspecs
 
 REPO = Path(__file__).resolve().parents[2]
 HOOKS = [name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("tackroom_")]

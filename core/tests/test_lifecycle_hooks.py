@@ -60,7 +60,7 @@ def test_tackroom_commands_adds_a_sub_command(manager):
 
 
 def test_tackroom_commands_a_broken_plugin_does_not_take_the_cli_down(monkeypatch):
-    from tackroom.cli import main as cli_main
+    from tackroom._cli import main as cli_main
 
     manager = tackroom.PluginManager(load_entry_points=False)
 
@@ -70,5 +70,5 @@ def test_tackroom_commands_a_broken_plugin_does_not_take_the_cli_down(monkeypatc
     mod = types.ModuleType("broken_cmds")
     mod.tackroom_commands = tackroom.hookimpl(broken)
     manager.register(mod, name="broken-cmds")
-    monkeypatch.setattr("tackroom.manager._manager", manager)
+    monkeypatch.setattr("tackroom._manager._manager", manager)
     cli_main.load_plugin_commands()  # logs a warning, raises nothing

@@ -8,7 +8,7 @@ import signal
 import pytest
 
 import tackroom
-from tackroom.builtins.local_sandbox import LocalSandboxProvider
+from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom.testing import check_registered, sandbox_self_check
 
 

@@ -9,8 +9,8 @@ import types
 import pytest
 
 import tackroom
-from tackroom.config import PolicyConfig
-from tackroom.policy_routing import check_gateway_installed, policy_routing, wants_gateway
+from tackroom._config import PolicyConfig
+from tackroom._policy_routing import check_gateway_installed, policy_routing, wants_gateway
 
 
 class OneChatHarness(tackroom.Harness):
@@ -54,7 +54,7 @@ def test_a_missing_gateway_is_found_before_anything_starts(manager, tmp_path):
     (task / "instruction.md").write_text("Say hi.")
     (task / "task.toml").write_text("")
     env = {**os.environ, "TACKROOM_BLOCK_PLUGINS": "tackroom-gateway"}
-    out = subprocess.run([sys.executable, "-m", "tackroom.cli.main", "run", str(task), "--harness", "answer",
+    out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "run", str(task), "--harness", "answer",
                           "--base-url", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "runs")],
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 2 and "tackroom-gateway" in out.stderr, out.stderr
@@ -94,7 +94,7 @@ async def test_tackroom_policy_gateway_from_a_plugin_routes_chat_harnesses(manag
 
 def test_import_tackroom_loads_no_feature_package():
     """Core alone: importing tackroom (and its CLI) pulls in no gateway, web server or tokenizer library."""
-    code = ("import sys, tackroom, tackroom.testing, tackroom.policy_routing, tackroom.cli.main\n"
+    code = ("import sys, tackroom, tackroom.testing, tackroom._policy_routing, tackroom._cli.main\n"
             "bad = [m for m in sys.modules if m.startswith(('transformers', 'starlette', 'uvicorn', 'tackroom_gateway',"
             " 'tokenizers', 'gguf', 'jinja2', 'tackroom_engine', 'tackroom_matrix'))]\n"
             "assert not bad, bad\n")

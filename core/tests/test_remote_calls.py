@@ -1,4 +1,4 @@
-"""tackroom.remote_calls: a timeout on each SDK call, transient failures retried, the rest not."""
+"""tackroom._remote_calls: a timeout on each SDK call, transient failures retried, the rest not."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from tackroom import SandboxTimeoutError
-from tackroom.remote_calls import bounded, retried
+from tackroom._remote_calls import bounded, retried
 
 
 class Flaky(Exception):

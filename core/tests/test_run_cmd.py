@@ -9,7 +9,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 
 
 def tackroom(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "tackroom.cli.main", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tackroom._cli.main", *args], capture_output=True, text=True,
                           timeout=300, cwd=cwd)
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 import tackroom
-from tackroom.builtins.local_sandbox import LocalSandboxProvider
-from tackroom.builtins.nop_harness import NopHarness
-from tackroom.builtins.oracle_harness import OracleHarness
-from tackroom.builtins.test_script_verifier import TestScriptVerifier
-from tackroom.runtime import TrialPlugins, TrialRuntime
-from tackroom.trial import Trial
+from tackroom._builtins.local_sandbox import LocalSandboxProvider
+from tackroom._builtins.nop_harness import NopHarness
+from tackroom._builtins.oracle_harness import OracleHarness
+from tackroom._builtins.test_script_verifier import TestScriptVerifier
+from tackroom._runtime import TrialPlugins, TrialRuntime
+from tackroom._trial import Trial
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 
@@ -253,7 +253,7 @@ async def test_outcomes_carry_the_written_trajectory_fresh_and_resumed(tmp_path)
 
 
 def test_the_attempt_time_limit_is_the_sum_of_the_phase_limits(tmp_path):
-    from tackroom.runtime import KILL_TIMEOUT_SEC, VERIFY_GRACE_SEC
+    from tackroom._runtime import KILL_TIMEOUT_SEC, VERIFY_GRACE_SEC
 
     task = write_task(tmp_path, "t", "true", toml="[agent]\ntimeout_sec = 10\n[verifier]\ntimeout_sec = 20\n")
     rt = runtime(tmp_path, setup_timeout_sec=7, teardown_timeout_sec=3)

@@ -5,9 +5,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tackroom.cli.main import app
-from tackroom.cli.sandbox_cmd import parse_options
-from tackroom.errors import ConfigError
+from tackroom._cli.main import app
+from tackroom._cli.sandbox_cmd import parse_options
+from tackroom._errors import ConfigError
 
 runner = CliRunner()
 

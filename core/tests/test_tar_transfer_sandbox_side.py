@@ -11,8 +11,8 @@ import shlex
 import pytest
 
 from tackroom import SandboxPathError, SandboxSpec
-from tackroom.builtins.local_sandbox import LocalSandbox, LocalSandboxOptions
-from tackroom.tar_transfer import TarTransfer
+from tackroom._builtins.local_sandbox import LocalSandbox, LocalSandboxOptions
+from tackroom._tar_transfer import TarTransfer
 
 
 class TarLocal(TarTransfer, LocalSandbox):

@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 import tackroom
-from tackroom.builtins.test_script_verifier import TestScriptVerifier
+from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom.testing import (
     VERIFIER_CHECKS,
     VerifierScenario,

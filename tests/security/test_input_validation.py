@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tackroom import ConfigError, RunConfig, TaskError, load_dataset, load_run_config, load_task
-from tackroom.cli.run_cmd import claim_run_dir, run_config
+from tackroom._cli.run_cmd import claim_run_dir, run_config
 from tackroom_matrix import load_matrix_config, parse_matrix_config, run_matrix
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
@@ -25,7 +25,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """`tackroom …` as a user runs it; a hang is a failure (TimeoutExpired), not a wait."""
-    return subprocess.run([sys.executable, "-m", "tackroom.cli.main", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tackroom._cli.main", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 

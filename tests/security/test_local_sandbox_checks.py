@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import tackroom
-from tackroom.builtins import local_sandbox
-from tackroom.builtins.local_sandbox import LocalSandbox, LocalSandboxProvider
-from tackroom.sandbox import ExecResult
+from tackroom._builtins import _local_view, local_sandbox
+from tackroom._builtins.local_sandbox import LocalSandbox, LocalSandboxProvider
+from tackroom._sandbox import ExecResult
 from tackroom.testing import SANDBOX_CHECKS, run_sandbox_checks
 from tackroom.testing.sandbox_checks import CHECKS
 
@@ -106,10 +106,10 @@ def keeps_capabilities(extra_ro_bind: Path) -> type[LocalSandbox]:
 
         def _prepare(self) -> None:
             super()._prepare()
-            self._view.children["bound"] = local_sandbox._Bind(str(extra_ro_bind))
+            self._view.children["bound"] = _local_view._Bind(str(extra_ro_bind))
 
         async def exec(self, cmd, *, cwd=None, env=None, timeout=600.0, stdin=None) -> ExecResult:
-            from tackroom.process import run_process
+            from tackroom._process import run_process
 
             self._alive()
             script = cmd if isinstance(cmd, str) else " ".join(local_sandbox._quote(c) for c in cmd)

@@ -6,9 +6,9 @@ The public API lives here; plugins import only from ``tackroom`` (and
 
 from importlib.metadata import PackageNotFoundError, version
 
-from tackroom.cache import cache_root
-from tackroom.config import PluginSelection, RunConfig, instantiate, load_run_config
-from tackroom.errors import (
+from tackroom._cache import cache_root
+from tackroom._config import PluginSelection, RunConfig, instantiate, load_run_config
+from tackroom._errors import (
     ConfigError,
     ErrorClass,
     InfraError,
@@ -19,19 +19,21 @@ from tackroom.errors import (
     TackroomError,
     TaskError,
 )
-from tackroom.harness import Harness
-from tackroom.host_forward import HostPortForward, forward_into_namespace
-from tackroom.loss import AGGREGATIONS, Aggregation, LossSpec
-from tackroom.manager import PluginManager, get_plugin_manager, reset_plugin_manager
-from tackroom.markers import hookimpl, hookspec
-from tackroom.openai_errors import error_message as openai_error_message
-from tackroom.plugin import PLUGIN_KINDS, Plugin, PluginKind, PluginOptions
-from tackroom.policy import Policy, redact, redact_url, register_secret, register_url_secrets
-from tackroom.process import ProcessOutput, run_process
-from tackroom.registrar import PluginEntry, Registrar, import_ref
-from tackroom.reward import Reward
-from tackroom.run_dirs import claim_run_dir
-from tackroom.sandbox import (
+from tackroom._harness import Harness
+from tackroom._host_forward import HostPortForward, forward_into_namespace
+from tackroom._loss import AGGREGATIONS, Aggregation, LossSpec
+from tackroom._manager import PluginManager, get_plugin_manager, reset_plugin_manager
+from tackroom._markers import hookimpl, hookspec
+from tackroom._openai_errors import error_message as openai_error_message
+from tackroom._plugin import PLUGIN_KINDS, Plugin, PluginKind, PluginOptions
+from tackroom._policy import Policy, redact, redact_url, register_secret, register_url_secrets
+from tackroom._process import ProcessOutput, run_process
+from tackroom._registrar import PluginEntry, Registrar, import_ref
+from tackroom._remote_calls import bounded as bounded_call
+from tackroom._remote_calls import retried as retried_call
+from tackroom._reward import Reward
+from tackroom._run_dirs import claim_run_dir
+from tackroom._sandbox import (
     DEFAULT_EXEC_TIMEOUT,
     ExecResult,
     Sandbox,
@@ -43,7 +45,7 @@ from tackroom.sandbox import (
     SandboxTimeoutError,
     check_relative_inside,
 )
-from tackroom.tar_transfer import (
+from tackroom._tar_transfer import (
     CHECK_TRANSFER_PATH,
     TarTransfer,
     extract_tar,
@@ -51,10 +53,10 @@ from tackroom.tar_transfer import (
     transfer_check_stdin,
     upload_directories,
 )
-from tackroom.task import Dataset, Task, TaskConfig, load_dataset, load_task
-from tackroom.trajectory import TokenTurn, Trajectory
-from tackroom.trial import Trial, TrialResult
-from tackroom.verifier import Verifier
+from tackroom._task import Dataset, Task, TaskConfig, load_dataset, load_task
+from tackroom._trajectory import TokenTurn, Trajectory
+from tackroom._trial import Trial, TrialResult
+from tackroom._verifier import Verifier
 
 try:
     __version__ = version("tackroom")
@@ -63,6 +65,8 @@ except PackageNotFoundError:  # running from a source tree without installing
 
 __all__ = [
     "import_ref",
+    "bounded_call",
+    "retried_call",
     "DEFAULT_EXEC_TIMEOUT",
     "ProcessOutput",
     "TarTransfer",

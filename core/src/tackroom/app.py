@@ -10,9 +10,12 @@ plugin or package imports it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+import signal
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from tackroom.config import (
+from tackroom._config import (
     ExecutorName,
     FieldError,
     PolicyConfig,
@@ -25,12 +28,12 @@ from tackroom.config import (
     validate,
     with_overrides,
 )
-from tackroom.manager import PluginManager, get_plugin_manager
-from tackroom.plugin import check_plugin_class
-from tackroom.policy import register_secrets_in
-from tackroom.policy_routing import gateway_sessions, policy_gateway, policy_routing, wants_gateway
-from tackroom.registrar import BASES
-from tackroom.run_dirs import (
+from tackroom._manager import PluginManager, get_plugin_manager
+from tackroom._plugin import check_plugin_class
+from tackroom._policy import register_secrets_in
+from tackroom._policy_routing import gateway_sessions, policy_gateway, policy_routing, wants_gateway
+from tackroom._registrar import BASES
+from tackroom._run_dirs import (
     claim_run_dir,
     has_results,
     new_run_id,
@@ -39,12 +42,52 @@ from tackroom.run_dirs import (
     unique_trials,
     validated_run_id,
 )
-from tackroom.runtime import TrialOutcome, TrialPlugins, TrialRuntime, sandbox_spec
-from tackroom.task import TaskLoadFailure
-from tackroom.trial import Trial, TrialErrorInfo, TrialResult, slug
+from tackroom._runtime import TrialOutcome, TrialPlugins, TrialRuntime, sandbox_spec
+from tackroom._task import TaskLoadFailure
+from tackroom._trial import Trial, TrialErrorInfo, TrialResult, slug
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+T = TypeVar("T")
+
+TERMINATED_EXIT_CODE = 143
+"""What a command stopped by SIGTERM exits with (128 + 15, as a shell reports it)."""
+
+
+def run_to_completion(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` where SIGTERM stops the work the way Ctrl-C does: the main task is cancelled, so
+    every ``finally`` runs (sandboxes torn down, engines and Tinker servers stopped), then the process exits
+    with :data:`TERMINATED_EXIT_CODE`. Plain ``asyncio.run`` dies at once on SIGTERM (a scheduler's stop, a
+    ``timeout``), leaving what the run started behind."""
+    terminated = False
+
+    async def guarded() -> T:
+        nonlocal terminated
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        assert task is not None
+
+        def on_sigterm() -> None:
+            nonlocal terminated
+            terminated = True
+            task.cancel()
+
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        try:
+            return await main
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    try:
+        result = asyncio.run(guarded())
+    except asyncio.CancelledError:
+        if terminated:
+            raise SystemExit(TERMINATED_EXIT_CODE) from None
+        raise
+    if terminated:  # the work swallowed the cancellation; it was still told to stop
+        raise SystemExit(TERMINATED_EXIT_CODE)
+    return result
 
 
 def print_error(message: object, console: Console | None = None) -> None:
@@ -56,6 +99,8 @@ def print_error(message: object, console: Console | None = None) -> None:
     (console or Console(stderr=True)).print(Text("error: ", style="bold red") + Text(str(message)), soft_wrap=True)
 
 __all__ = [
+    "TERMINATED_EXIT_CODE",
+    "run_to_completion",
     "BASES",
     "ExecutorName",
     "FieldError",

@@ -13,7 +13,8 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 import tackroom
-from tackroom.config import RuntimeConfig, load_run_config
+from tackroom._config import RuntimeConfig, load_run_config
+from tackroom._runtime import TrialRuntime
 from tackroom.executors import (
     AsyncioExecutor,
     Executor,
@@ -22,7 +23,6 @@ from tackroom.executors import (
     executor_class,
     make_executor,
 )
-from tackroom.runtime import TrialRuntime
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "tasks"
 
@@ -142,7 +142,7 @@ def test_runtime_tables_are_validated_by_the_registered_options_model(tmp_path):
 
 
 def test_importing_tackroom_and_running_under_asyncio_never_imports_ray():
-    code = ("import sys, tackroom, tackroom.runtime, tackroom.executors, tackroom.cli.main\n"
+    code = ("import sys, tackroom, tackroom._runtime, tackroom.executors, tackroom._cli.main\n"
             "from tackroom.executors import make_executor\n"
             "make_executor('asyncio')\n"
             "assert 'ray' not in sys.modules, 'ray was imported'\n")
@@ -151,13 +151,13 @@ def test_importing_tackroom_and_running_under_asyncio_never_imports_ray():
 
 
 def test_tackroom_run_with_an_unknown_executor_names_the_ones_there_are(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "tackroom.cli.main", "run", str(EXAMPLES / "hello-file"),
+    out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "run", str(EXAMPLES / "hello-file"),
                           "--executor", "dask", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     # the flag is checked like the config field it sets, before anything runs
     assert "--executor (runtime.executor): 'dask' is not an executor; available: asyncio" in out.stderr, out.stderr
     without_ray = {**os.environ, "TACKROOM_BLOCK_PLUGINS": "tackroom-ray"}  # as if it were not installed
-    out = subprocess.run([sys.executable, "-m", "tackroom.cli.main", "run", str(EXAMPLES / "hello-file"),
+    out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "run", str(EXAMPLES / "hello-file"),
                           "--executor", "ray", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120,
                          env=without_ray)
     assert out.returncode == 2, out.stderr

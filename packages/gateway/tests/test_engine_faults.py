@@ -25,9 +25,9 @@ import pytest
 
 import tackroom
 from tackroom import InfraError, ModelError
-from tackroom.runtime import TrialPlugins, TrialRuntime
-from tackroom.sandbox import ExecResult, Sandbox, SandboxProvider
-from tackroom.trial import Trial
+from tackroom._runtime import TrialPlugins, TrialRuntime
+from tackroom._sandbox import ExecResult, Sandbox, SandboxProvider
+from tackroom._trial import Trial
 from tackroom_gateway import (
     ChatTemplate,
     EngineBadResponseError,

@@ -9,9 +9,9 @@ import pytest
 
 import tackroom
 import tackroom_gateway
-from tackroom.cli.run_cmd import run_config
-from tackroom.config import RunConfig
-from tackroom.policy_routing import policy_gateway
+from tackroom._cli.run_cmd import run_config
+from tackroom._config import RunConfig
+from tackroom._policy_routing import policy_gateway
 from tackroom_gateway import GatewaySessions, PolicyGateway
 
 
@@ -37,7 +37,7 @@ def manager_with_one_chat(monkeypatch):
     mod = types.ModuleType("one_chat_plugin")
     mod.tackroom_harnesses = tackroom.hookimpl(lambda register: register.add_harness(OneChatHarness))
     manager.register(mod)
-    monkeypatch.setattr("tackroom.manager._manager", manager)
+    monkeypatch.setattr("tackroom._manager._manager", manager)
     return manager
 
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 import tackroom
-from tackroom.trial import TrialErrorInfo, TrialResult
+from tackroom._trial import TrialErrorInfo, TrialResult
 from tackroom_matrix.config import MatrixConfig, ResolvedRow
 from tackroom_matrix.runner import MatrixOutcome
 from tackroom_matrix.stats import cell_stats

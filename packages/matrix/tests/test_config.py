@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import tackroom
-from tackroom.errors import ConfigError, PluginNotFoundError
+from tackroom._errors import ConfigError, PluginNotFoundError
 from tackroom_matrix.config import LITELLM_PROXY_ENV, load_matrix_config, resolve_plugins
 
 from .conftest import EXAMPLES

@@ -8,7 +8,7 @@ from math import isclose
 
 import pytest
 
-from tackroom.trial import TrialErrorInfo, TrialResult
+from tackroom._trial import TrialErrorInfo, TrialResult
 from tackroom_matrix.stats import cell_stats, pass_at_k
 
 

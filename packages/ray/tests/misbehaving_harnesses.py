@@ -14,10 +14,10 @@ from pathlib import Path
 
 from pydantic import Field
 
-from tackroom.builtins.local_sandbox import LocalSandboxProvider
-from tackroom.builtins.oracle_harness import OracleHarness, OracleOptions
+from tackroom._builtins.local_sandbox import LocalSandboxProvider
+from tackroom._builtins.oracle_harness import OracleHarness, OracleOptions
+from tackroom._trajectory import Trajectory
 from tackroom.testing import run_harness_checks, run_sandbox_checks
-from tackroom.trajectory import Trajectory
 
 
 class FaultOptions(OracleOptions):

@@ -25,13 +25,13 @@ from misbehaving_harnesses import (
 )
 
 import tackroom
-import tackroom.runtime
-from tackroom.builtins.local_sandbox import LocalSandboxProvider
-from tackroom.builtins.oracle_harness import OracleHarness
-from tackroom.builtins.test_script_verifier import TestScriptVerifier
+import tackroom._runtime
+from tackroom._builtins.local_sandbox import LocalSandboxProvider
+from tackroom._builtins.oracle_harness import OracleHarness
+from tackroom._builtins.test_script_verifier import TestScriptVerifier
+from tackroom._runtime import TrialPlugins, TrialRuntime
+from tackroom._trial import Trial
 from tackroom.executors import ExecutorUnavailableError
-from tackroom.runtime import TrialPlugins, TrialRuntime
-from tackroom.trial import Trial
 from tackroom_ray import RayOptions
 
 pytestmark = pytest.mark.slow
@@ -77,13 +77,13 @@ def ray_runtime(run_dir: Path, manager=None, attempts: int = 3, concurrency: int
 def writes(monkeypatch) -> Counter:
     """How often the driver wrote each run-directory file (workers never touch the run directory)."""
     counts: Counter = Counter()
-    real = tackroom.runtime._atomic_write
+    real = tackroom._runtime._atomic_write
 
     def counting(path, data):
         counts[str(path)] += 1
         real(path, data)
 
-    monkeypatch.setattr(tackroom.runtime, "_atomic_write", counting)
+    monkeypatch.setattr(tackroom._runtime, "_atomic_write", counting)
     return counts
 
 
@@ -145,7 +145,7 @@ def test_tackroom_run_executor_ray_attaches_to_a_running_cluster(ray_cluster, tm
 
     def run(*extra, env=None):
         out = subprocess.run(
-            [sys.executable, "-m", "tackroom.cli.main", "run", str(EXAMPLES / "hello-file"), str(EXAMPLES / "csv-totals"),
+            [sys.executable, "-m", "tackroom._cli.main", "run", str(EXAMPLES / "hello-file"), str(EXAMPLES / "csv-totals"),
              "--out", str(tmp_path), "--json", *extra],
             capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
         assert out.returncode == 0, out.stderr[-3000:]
@@ -342,7 +342,7 @@ async def test_a_plugin_missing_on_the_worker_node_is_an_infra_error_naming_the_
     only_here = tmp_path / "driver_only"
     only_here.mkdir()
     (only_here / "driver_only_harness.py").write_text(
-        "from tackroom.builtins.oracle_harness import OracleHarness\n\n"
+        "from tackroom._builtins.oracle_harness import OracleHarness\n\n"
         "class DriverOnly(OracleHarness):\n    '''Installed on the driver's machine only.'''\n\n    name = 'driver-only'\n")
     monkeypatch.syspath_prepend(str(only_here))
     from driver_only_harness import DriverOnly

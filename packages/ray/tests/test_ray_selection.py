@@ -6,12 +6,12 @@ import sys
 import pytest
 
 import tackroom
-from tackroom.builtins.local_sandbox import LocalSandboxProvider
-from tackroom.builtins.oracle_harness import OracleHarness
-from tackroom.builtins.test_script_verifier import TestScriptVerifier
-from tackroom.config import load_run_config
+from tackroom._builtins.local_sandbox import LocalSandboxProvider
+from tackroom._builtins.oracle_harness import OracleHarness
+from tackroom._builtins.test_script_verifier import TestScriptVerifier
+from tackroom._config import load_run_config
+from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom.executors import AsyncioExecutor, ExecutorUnavailableError, make_executor
-from tackroom.runtime import TrialPlugins, TrialRuntime
 from tackroom_ray import PluginNotShippableError, RayOptions
 from tackroom_ray.executor import RayExecutor
 from tackroom_ray.shipping import PluginRef, ShippedPlugins
@@ -60,7 +60,7 @@ def test_a_missing_ray_says_how_to_install_it(monkeypatch):
 
 
 def test_tackroom_never_imports_ray_unless_the_ray_executor_runs():
-    code = ("import sys, tackroom, tackroom.runtime, tackroom.executors, tackroom.cli.main\n"
+    code = ("import sys, tackroom, tackroom._runtime, tackroom.executors, tackroom._cli.main\n"
             "from tackroom.executors import make_executor\n"
             "make_executor('ray', {'num_cpus_per_trial': 1})\n"
             "assert 'ray' not in sys.modules, 'ray was imported'\n")
@@ -92,7 +92,7 @@ def test_built_in_plugins_ship_by_reference_and_come_back_equal(manager):
     plugins = TrialPlugins(OracleHarness, OracleHarness.Options(max_output_chars=10), provider,
                            TestScriptVerifier, TestScriptVerifier.Options())
     shipped = ShippedPlugins.of(plugins)
-    assert shipped.harness.reference == "tackroom.builtins.oracle_harness:OracleHarness"
+    assert shipped.harness.reference == "tackroom._builtins.oracle_harness:OracleHarness"
     assert shipped.sandbox.name == "local" and shipped.sandbox.options["output_limit_bytes"] == 4096
     full = tackroom.PluginManager()
     for ref, cls, options in ((shipped.harness, OracleHarness, plugins.harness_options),

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from tackroom.errors import ConfigError
+from tackroom._errors import ConfigError
 from tackroom.executors.asyncio import AsyncioExecutor
 from tackroom.executors.base import Executor, NoOptions
 from tackroom.executors.errors import ExecutorNotFoundError, ExecutorUnavailableError
 
 if TYPE_CHECKING:
-    from tackroom.manager import PluginManager
-    from tackroom.registrar import ExecutorEntry
+    from tackroom._manager import PluginManager
+    from tackroom._registrar import ExecutorEntry
 
 INSTALL_HINTS = {"ray": "pip install tackroom-ray (or pip install ./packages/ray from a checkout of the tackroom "
                         "repository)"}
@@ -30,7 +30,7 @@ INSTALL_HINTS = {"ray": "pip install tackroom-ray (or pip install ./packages/ray
 
 
 def _manager(manager: PluginManager | None) -> PluginManager:
-    from tackroom.manager import get_plugin_manager
+    from tackroom._manager import get_plugin_manager
 
     return manager or get_plugin_manager()
 
@@ -80,7 +80,7 @@ def make_executor(executor: str | Executor = "asyncio", options: BaseModel | dic
         if options is not None and not isinstance(options, others):
             raise ConfigError("pass executor options to the executor object itself, not next to it")
         return executor
-    from tackroom.config import format_validation_error  # config validates [runtime.<executor>] through here
+    from tackroom._config import format_validation_error  # config validates [runtime.<executor>] through here
 
     entry = executor_entry(executor, manager)
     cls = entry.load()

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tackroom._markers import hookimpl
 from tackroom.executors.base import Executor
-from tackroom.markers import hookimpl
 
 if TYPE_CHECKING:
-    from tackroom.policy import Policy
-    from tackroom.registrar import Registrar
-    from tackroom.runtime import TrialPlugins, TrialRuntime
-    from tackroom.task import Task
-    from tackroom.trajectory import Trajectory
-    from tackroom.trial import Trial, TrialResult
+    from tackroom._policy import Policy
+    from tackroom._registrar import Registrar
+    from tackroom._runtime import TrialPlugins, TrialRuntime
+    from tackroom._task import Task
+    from tackroom._trajectory import Trajectory
+    from tackroom._trial import Trial, TrialResult
 
 
 class AsyncioExecutor(Executor):

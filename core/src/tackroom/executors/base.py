@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
-    from tackroom.policy import Policy
-    from tackroom.runtime import TrialPlugins, TrialRuntime
-    from tackroom.task import Task
-    from tackroom.trajectory import Trajectory
-    from tackroom.trial import Trial, TrialResult
+    from tackroom._policy import Policy
+    from tackroom._runtime import TrialPlugins, TrialRuntime
+    from tackroom._task import Task
+    from tackroom._trajectory import Trajectory
+    from tackroom._trial import Trial, TrialResult
 
 
 class NoOptions(BaseModel):
@@ -22,7 +22,7 @@ class NoOptions(BaseModel):
 
 
 class Executor(abc.ABC):
-    """Runs trial attempts for a :class:`~tackroom.runtime.TrialRuntime`.
+    """Runs trial attempts for a :class:`~tackroom._runtime.TrialRuntime`.
 
     The runtime keeps everything that must behave the same whatever the
     executor: the attempts policy (tenacity retries of ``infra`` failures),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tackroom.errors import ConfigError
+from tackroom._errors import ConfigError
 
 
 class ExecutorNotFoundError(ConfigError):

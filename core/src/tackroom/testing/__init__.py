@@ -24,7 +24,7 @@ core's own dependencies; the engine double that misbehaves at the connection lev
 completions) is ``tackroom_gateway.testing``, in the tackroom-gateway distribution.
 """
 
-from tackroom.testing._served import RequestForTests, ResponseForTests
+from tackroom.testing._served import RequestForTests, ResponseForTests, ServedForTests
 from tackroom.testing.harness_checks import (
     ALL_CHECKS as HARNESS_CHECKS,
 )
@@ -73,6 +73,7 @@ __all__ = [
     "RequestForTests",
     "ResponseForTests",
     "ScriptedChatServerForTests",
+    "ServedForTests",
     "ScriptedReply",
     "SANDBOX_CHECKS",
     "SandboxCheckReport",

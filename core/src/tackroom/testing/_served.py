@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from tackroom.policy import Policy
+from tackroom._policy import Policy
 
 MAX_LINE = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
@@ -112,35 +112,76 @@ def _encode(response: ResponseForTests, keep_alive: bool) -> bytes:
 
 
 class ServedForTests:
-    """Serves ``routes`` on 127.0.0.1 (``async with`` or ``await start()``); ``base_url`` ends in ``/v1``.
+    """A test server in this event loop (``async with`` or ``await start()``); ``base_url`` ends in ``/v1``.
 
-    ``_closing`` is set when the server stops, so replies a test holds open end instead of holding
-    the shutdown; answers in progress get ``graceful_timeout_s`` to finish, then every connection closes.
+    The base of every test double that stands in for an OpenAI endpoint: core's own
+    (:class:`RoutesServedForTests`, JSON routes on ``asyncio.start_server``) and the ASGI ones of
+    ``tackroom_gateway.testing``. A subclass calls :meth:`_setup` and serves in :meth:`_listen` /
+    :meth:`_shutdown`. ``_closing`` is set when the server stops, so replies a test holds open end
+    instead of holding the shutdown.
     """
 
-    def _serve(self, routes: dict[tuple[str, str], Route], *, model: str, what: str,
-               graceful_timeout_s: float) -> None:
-        self.routes = routes
+    def _setup(self, *, model: str, what: str, graceful_timeout_s: float) -> None:
         self.model = model
         self.what = what
         self.graceful_timeout_s = graceful_timeout_s
         self.port: int | None = None
         self._closing = asyncio.Event()
-        self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[Any]] = set()
-        self._busy = 0
+
+    async def _listen(self) -> int:
+        """Start serving on 127.0.0.1; the port."""
+        raise NotImplementedError
+
+    async def _shutdown(self) -> None:
+        """Stop serving: answers in progress get ``graceful_timeout_s``, then every connection closes."""
+        raise NotImplementedError
 
     async def start(self) -> Self:
         self._closing = asyncio.Event()
-        try:
-            self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0, limit=MAX_LINE)
-        except OSError as exc:
-            raise RuntimeError(f"{self.what} failed to start on 127.0.0.1: {exc}") from exc
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.port = await self._listen()
         return self
 
     async def stop(self) -> None:
         self._closing.set()
+        await self._shutdown()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """The server's OpenAI base URL, ending in ``/v1``."""
+        if self.port is None:
+            raise RuntimeError(f"{self.what} not started: use `async with` or await start()")
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def policy(self, **overrides: Any) -> Policy:
+        """A :class:`~tackroom.Policy` pointing straight at this server."""
+        return Policy(base_url=self.base_url, model=self.model, **overrides)
+
+
+class RoutesServedForTests(ServedForTests):
+    """Serves ``routes`` (``{(method, path): route}``) with core's small HTTP/1.1 server."""
+
+    def _serve(self, routes: dict[tuple[str, str], Route], *, model: str, what: str,
+               graceful_timeout_s: float) -> None:
+        self.routes = routes
+        self._setup(model=model, what=what, graceful_timeout_s=graceful_timeout_s)
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[Any]] = set()
+        self._busy = 0
+
+    async def _listen(self) -> int:
+        try:
+            self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0, limit=MAX_LINE)
+        except OSError as exc:
+            raise RuntimeError(f"{self.what} failed to start on 127.0.0.1: {exc}") from exc
+        return self._server.sockets[0].getsockname()[1]
+
+    async def _shutdown(self) -> None:
         server, self._server = self._server, None
         if server is None:
             return
@@ -154,12 +195,6 @@ class ServedForTests:
         await asyncio.gather(*self._connections, return_exceptions=True)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(server.wait_closed(), 5)
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def _dispatch(self, request: RequestForTests) -> ResponseForTests:
         route = self.routes.get((request.method, request.path))
@@ -206,14 +241,3 @@ class ServedForTests:
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1)
-
-    @property
-    def base_url(self) -> str:
-        """The server's OpenAI base URL, ending in ``/v1``."""
-        if self.port is None:
-            raise RuntimeError(f"{self.what} not started: use `async with` or await start()")
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def policy(self, **overrides: Any) -> Policy:
-        """A :class:`~tackroom.Policy` pointing straight at this server."""
-        return Policy(base_url=self.base_url, model=self.model, **overrides)

@@ -55,17 +55,17 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tackroom.builtins.test_script_verifier import TestScriptVerifier
-from tackroom.errors import TackroomError
-from tackroom.harness import Harness
-from tackroom.policy import Policy
-from tackroom.runtime import TrialPlugins, TrialRuntime, sandbox_spec
-from tackroom.sandbox import Sandbox, SandboxProvider
-from tackroom.task import AgentSection, Task, TaskConfig, load_task
+from tackroom._builtins.test_script_verifier import TestScriptVerifier
+from tackroom._errors import TackroomError
+from tackroom._harness import Harness
+from tackroom._policy import Policy
+from tackroom._runtime import TrialPlugins, TrialRuntime, sandbox_spec
+from tackroom._sandbox import Sandbox, SandboxProvider
+from tackroom._task import AgentSection, Task, TaskConfig, load_task
+from tackroom._trajectory import Trajectory
+from tackroom._trial import Trial, TrialResult
 from tackroom.testing.plugin_checks import check_plugin
 from tackroom.testing.scripted_chat import ScriptedChatServerForTests, ScriptedReply
-from tackroom.trajectory import Trajectory
-from tackroom.trial import Trial, TrialResult
 
 KIT_INSTRUCTION = "Create the file `/app/kit.txt` containing exactly one line: `kit-ok`"
 KIT_SOLUTION = "echo kit-ok > /app/kit.txt"

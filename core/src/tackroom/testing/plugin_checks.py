@@ -6,11 +6,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from tackroom.errors import PluginDefinitionError
-from tackroom.loss import AGGREGATIONS, LossSpec
-from tackroom.manager import PluginManager
-from tackroom.plugin import NAME_PATTERN, Plugin, PluginKind, check_plugin_class
-from tackroom.registrar import BASES
+from tackroom._errors import PluginDefinitionError
+from tackroom._loss import AGGREGATIONS, LossSpec
+from tackroom._manager import PluginManager
+from tackroom._plugin import NAME_PATTERN, Plugin, PluginKind, check_plugin_class
+from tackroom._registrar import BASES
 
 
 def check_plugin(cls: type[Plugin]) -> None:

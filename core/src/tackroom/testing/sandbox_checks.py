@@ -10,7 +10,7 @@ async def test_my_sandbox_conforms():
 ```
 
 or :func:`run_sandbox_checks` for the :class:`SandboxCheckReport` without
-raising. The checks use only the :class:`~tackroom.sandbox.Sandbox` interface
+raising. The checks use only the :class:`~tackroom._sandbox.Sandbox` interface
 and tools of a minimal Debian (bash, coreutils, util-linux, tar); they never
 send traffic anywhere. Each check runs under its own time limit, so a hanging
 provider fails a check instead of hanging the test. A check that cannot apply
@@ -41,7 +41,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from tackroom.sandbox import (
+from tackroom._sandbox import (
     Sandbox,
     SandboxError,
     SandboxPathError,

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from tackroom.testing._served import RequestForTests, ResponseForTests, ServedForTests
+from tackroom.testing._served import RequestForTests, ResponseForTests, RoutesServedForTests
 
 
 class ScriptedReply(BaseModel):
@@ -44,7 +44,7 @@ def _chars(messages: Any) -> int:
     return sum(len(str(m.get("content") or "")) for m in messages if isinstance(m, dict))
 
 
-class ScriptedChatServerForTests(ServedForTests):
+class ScriptedChatServerForTests(RoutesServedForTests):
     """Serves ``POST /v1/chat/completions`` from a script on 127.0.0.1; a test fixture, never a policy.
 
     Replies are used in order; once the script runs out the last one repeats

@@ -74,17 +74,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tackroom.config import validate
-from tackroom.errors import ConfigError, TackroomError
-from tackroom.reward import Reward
-from tackroom.runtime import sandbox_spec
-from tackroom.sandbox import DEFAULT_EXEC_TIMEOUT, ExecResult, Sandbox, SandboxError, SandboxProvider
-from tackroom.task import Task, load_task
+from tackroom._config import validate
+from tackroom._errors import ConfigError, TackroomError
+from tackroom._reward import Reward
+from tackroom._runtime import sandbox_spec
+from tackroom._sandbox import DEFAULT_EXEC_TIMEOUT, ExecResult, Sandbox, SandboxError, SandboxProvider
+from tackroom._task import Task, load_task
+from tackroom._trajectory import Trajectory
+from tackroom._verifier import Verifier
 from tackroom.testing.harness_checks import KIT_INSTRUCTION, KIT_SOLUTION
 from tackroom.testing.plugin_checks import check_plugin, check_registered
 from tackroom.testing.sandbox_checks import SkipCheck
-from tackroom.trajectory import Trajectory
-from tackroom.verifier import Verifier
 
 REWARD_DIR = "/logs/verifier"
 """Where Harbor-style tests write their reward (``reward.txt`` or ``reward.json``)."""
@@ -664,7 +664,7 @@ async def run_verifier_checks(
     if unknown:
         raise ValueError(f"unknown verifier checks {sorted(unknown)}; known: {', '.join(ALL_CHECKS)}")
     if sandbox is None:
-        from tackroom.builtins.local_sandbox import LocalSandboxProvider
+        from tackroom._builtins.local_sandbox import LocalSandboxProvider
 
         sandbox = LocalSandboxProvider()
     with tempfile.TemporaryDirectory(prefix="tackroom-verifier-check-") as tmp:

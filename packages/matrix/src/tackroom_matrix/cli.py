@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ def matrix(
     """Run every (model, harness, task, pass) trial and write matrix.json, matrix.csv and report.html."""
     from rich.console import Console
 
-    from tackroom.app import with_overrides
+    from tackroom.app import run_to_completion, with_overrides
     from tackroom_matrix import build_report, load_matrix_config, run_matrix, write_reports
     from tackroom_matrix.report import print_report
 
@@ -42,7 +41,7 @@ def matrix(
     config = with_overrides(config, overrides, source=str(config_file), flags={
         "runtime.concurrency": "--concurrency", "runtime.out": "--out", "runtime.run_id": "--run-id",
         "require_models": "--require-models"})
-    outcome = asyncio.run(run_matrix(config, progress=not as_json, console=err_console, force_new=force_new))
+    outcome = run_to_completion(run_matrix(config, progress=not as_json, console=err_console, force_new=force_new))
     report = build_report(outcome)
     paths = write_reports(report, outcome.run_dir)
     if as_json:

@@ -98,7 +98,7 @@ class AttemptPayload(BaseModel):
 
 
 class ShippedPlugins(BaseModel):
-    """A :class:`~tackroom.runtime.TrialPlugins` as references (``policy_for`` stays with the driver)."""
+    """A :class:`~tackroom._runtime.TrialPlugins` as references (``policy_for`` stays with the driver)."""
 
     harness: PluginRef
     sandbox: PluginRef

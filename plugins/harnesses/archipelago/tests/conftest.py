@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tackroom.builtins.local_sandbox import LocalSandboxProvider
-from tackroom.runtime import sandbox_spec
-from tackroom.task import Task, load_task
+from tackroom._builtins.local_sandbox import LocalSandboxProvider
+from tackroom._runtime import sandbox_spec
+from tackroom._task import Task, load_task
 
 REPO = Path(__file__).resolve().parents[4]
 WORLD = REPO / "examples" / "worlds" / "acme"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from conftest import WORLD
-from tackroom.builtins.local_sandbox import LocalSandboxProvider
+from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom.testing import HarnessScript, harness_self_check
 from tackroom_archipelago import ArchipelagoHarness
 

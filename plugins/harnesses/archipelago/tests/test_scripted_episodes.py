@@ -6,7 +6,7 @@ import pytest
 from archipelago_scripted_engine import FILL, ScriptedEngine, call
 
 from tackroom import Policy
-from tackroom.builtins.test_script_verifier import TestScriptVerifier
+from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom_archipelago import ArchipelagoHarness
 from tackroom_archipelago.errors import ContextExhaustedError
 

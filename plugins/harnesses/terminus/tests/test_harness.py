@@ -8,8 +8,8 @@ import pytest
 
 import tackroom
 from tackroom import SandboxSpec, TaskError
-from tackroom.cli.run_cmd import run_config
-from tackroom.config import RunConfig
+from tackroom._cli.run_cmd import run_config
+from tackroom._config import RunConfig
 from tackroom.testing import ScriptedChatServerForTests, ScriptedReply, write_kit_task
 from tackroom_terminus import TerminusHarness
 from tackroom_terminus.chat_client import ContextExhaustedError

@@ -38,7 +38,7 @@ async def test_start_creates_with_spec_limits(fake_daytona: Any) -> None:
     assert isinstance(params, daytona.CreateSandboxFromImageParams)
     assert isinstance(params.image, daytona.Image)
     assert (params.name, params.env_vars, params.network_block_all, params.auto_stop_interval) == ("trial-1", {"A": "1"}, True, 60)
-    assert params.labels == {"world": "w1", "tackroom.managed": "1", "tackroom.trial": "trial-1"}
+    assert params.labels == {"world": "w1", "tackroom.managed": "1", "tackroom._trial": "trial-1"}
     assert (params.resources.cpu, params.resources.memory) == (2, 3)
     fake_daytona.sandbox.process.exec.assert_awaited()
     await sb.stop()

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tackroom import SandboxError, SandboxPathError, SandboxSpec, cache_root
-from tackroom.tar_transfer import extract_tar, write_file_safely
+from tackroom._tar_transfer import extract_tar, write_file_safely
 from tackroom_docker import DockerProvider
 from tackroom_docker.sandbox import DockerSandbox
 
@@ -393,7 +393,7 @@ async def test_a_fork_bomb_stays_bounded_and_the_sandbox_recovers(base_image, co
         started = time.monotonic()
         await sb.stop()
     assert time.monotonic() - started < 5
-    assert containers(f"tackroom.trial={spec.name}") == []
+    assert containers(f"tackroom._trial={spec.name}") == []
 
 
 @docker

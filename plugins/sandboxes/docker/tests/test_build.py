@@ -101,7 +101,7 @@ async def test_a_dockerfile_that_does_not_build_is_a_task_error(provider, tmp_pa
     await sandbox.stop()
     assert caught.value.error_class == "task", str(caught.value)
     assert "Dockerfile does not build" in str(caught.value)
-    assert containers(f"tackroom.trial={spec.name}") == []
+    assert containers(f"tackroom._trial={spec.name}") == []
 
 
 async def test_a_missing_base_image_is_an_infra_error_with_the_fix(provider, tmp_path):

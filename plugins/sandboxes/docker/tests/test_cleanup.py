@@ -25,7 +25,7 @@ def dead_owner() -> str:
 def leak_container(base_image: str, owner: str) -> str:
     trial = f"leaked-{uuid.uuid4().hex[:8]}"
     subprocess.run(
-        ["docker", "run", "-d", "--network", "none", "--label", "tackroom.managed=1", "--label", f"tackroom.trial={trial}",
+        ["docker", "run", "-d", "--network", "none", "--label", "tackroom.managed=1", "--label", f"tackroom._trial={trial}",
          "--label", f"tackroom.owner={owner}", "--entrypoint", "sleep", base_image, "600"],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
@@ -45,17 +45,17 @@ async def test_cleanup_removes_leaked_containers_and_spares_live_sandboxes(provi
     async with provider.create(live_spec) as live:
         removed = await provider.cleanup()
         assert removed >= 1
-        assert containers(f"tackroom.trial={leaked}") == []
+        assert containers(f"tackroom._trial={leaked}") == []
         assert (await live.exec("echo still here")).stdout == "still here\n"
 
 
 def test_sandbox_cleanup_command_removes_a_leaked_container(base_image, containers):
     leaked = leak_container(base_image, dead_owner())
     out = subprocess.run(
-        [sys.executable, "-m", "tackroom.cli.main", "sandbox", "cleanup", "--sandbox", "docker", "--json"],
+        [sys.executable, "-m", "tackroom._cli.main", "sandbox", "cleanup", "--sandbox", "docker", "--json"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["sandbox"] == "docker" and result["removed"] >= 1
-    assert containers(f"tackroom.trial={leaked}") == []
+    assert containers(f"tackroom._trial={leaked}") == []

@@ -41,7 +41,7 @@ async def test_limits_labels_network_and_keeper_are_applied(provider, inspect):
         assert inspect(name, "{{.HostConfig.Init}}") in ("<nil>", "false"), "PID 1 is the keeper shell, not docker-init"
         assert inspect(name, "{{.Config.StopSignal}}") in ("KILL", "SIGKILL")
         assert inspect(name, '{{index .Config.Labels "tackroom.managed"}}') == "1"
-        assert inspect(name, '{{index .Config.Labels "tackroom.trial"}}') == spec.name
+        assert inspect(name, '{{index .Config.Labels "tackroom._trial"}}') == spec.name
         assert inspect(name, '{{index .Config.Labels "team"}}') == "rl"
         r = await sandbox.exec("cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
         assert r.stdout.strip() == str(256 * 1024 * 1024), "the memory limit must be visible inside the container"
@@ -63,7 +63,7 @@ async def test_stop_removes_the_container_quickly_and_teardown_never_waits_a_gra
         started = time.monotonic()
         await sandbox.stop()
         times.append(time.monotonic() - started)
-        assert containers(f"tackroom.trial={spec.name}") == []
+        assert containers(f"tackroom._trial={spec.name}") == []
     print(f"stop: median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms")
     assert max(times) < 1.5
 
@@ -83,7 +83,7 @@ async def test_a_timed_out_command_does_not_leak_the_container(provider, contain
     with pytest.raises(SandboxTimeoutError):
         await sandbox.exec("sleep 600", timeout=1)
     await sandbox.stop()
-    assert containers(f"tackroom.trial={spec.name}") == []
+    assert containers(f"tackroom._trial={spec.name}") == []
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.05, 0.15, 0.3])
@@ -97,10 +97,10 @@ async def test_a_cancelled_start_leaves_no_container(provider, containers, delay
         await task
     except asyncio.CancelledError:
         # Cancelled mid-start: start() itself must have removed whatever it created, without stop().
-        assert containers(f"tackroom.trial={spec.name}") == []
+        assert containers(f"tackroom._trial={spec.name}") == []
     else:
         await sandbox.stop()  # start finished before the cancel arrived
-        assert containers(f"tackroom.trial={spec.name}") == []
+        assert containers(f"tackroom._trial={spec.name}") == []
 
 
 async def test_a_start_timeout_leaves_no_container(provider, containers):
@@ -109,7 +109,7 @@ async def test_a_start_timeout_leaves_no_container(provider, containers):
     with pytest.raises(SandboxTimeoutError, match="start_timeout_sec"):
         await sandbox.start()
     await asyncio.sleep(1.0)  # give the engine time to finish a creation the killed client asked for
-    assert containers(f"tackroom.trial={spec.name}") == []
+    assert containers(f"tackroom._trial={spec.name}") == []
 
 
 async def test_a_cancelled_exec_kills_the_command_and_stop_still_works(provider, containers):
@@ -128,7 +128,7 @@ async def test_a_cancelled_exec_kills_the_command_and_stop_still_works(provider,
         await asyncio.sleep(0.1)
     assert r.stdout.strip() == "gone"
     await sandbox.stop()
-    assert containers(f"tackroom.trial={spec.name}") == []
+    assert containers(f"tackroom._trial={spec.name}") == []
 
 
 @pytest.mark.parametrize("how", ["kill", "rm"])
@@ -149,7 +149,7 @@ async def test_a_container_killed_mid_trial_gives_sandbox_errors(provider, conta
     with pytest.raises(SandboxError):
         await sandbox.read_file("/etc/hostname")
     await sandbox.stop()
-    assert containers(f"tackroom.trial={spec.name}") == []
+    assert containers(f"tackroom._trial={spec.name}") == []
 
 
 async def test_output_limit_is_an_option(base_image):

@@ -37,7 +37,7 @@ async def test_start_creates_with_spec_limits(fake_modal: Any) -> None:
     fake_modal.create.aio.assert_awaited_once_with(
         "sleep", "infinity",
         app=fake_modal.app, image=fake_modal.image,
-        tags={"world": "w1", "tackroom.managed": "1", "tackroom.trial": "trial-1"},
+        tags={"world": "w1", "tackroom.managed": "1", "tackroom._trial": "trial-1"},
         env={"A": "1"}, timeout=3600, workdir="/app", cpu=2.0, memory=4096,
         block_network=True, encrypted_ports=[],
     )

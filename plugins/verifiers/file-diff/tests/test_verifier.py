@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 import tackroom
-from tackroom.builtins.local_sandbox import LocalSandboxProvider
-from tackroom.runtime import TrialPlugins, TrialRuntime
+from tackroom._builtins.local_sandbox import LocalSandboxProvider
+from tackroom._runtime import TrialPlugins, TrialRuntime
+from tackroom._trial import Trial
 from tackroom.testing import check_registered
-from tackroom.trial import Trial
 from tackroom_file_diff import FileChangeTracker, FileDiffVerifier
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the local sandbox needs bubblewrap")

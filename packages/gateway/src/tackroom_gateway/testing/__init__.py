@@ -8,7 +8,7 @@ failures, so a harness's or gateway's handling of infra faults can be tested. Th
 conformance kits and the scripted chat server stay in core's ``tackroom.testing``.
 """
 
-from tackroom_gateway.testing._served import ServedForTests
+from tackroom_gateway.testing._served import AsgiServedForTests
 from tackroom_gateway.testing.misbehaving_engine import EngineReply, EngineRequest, MisbehavingEngine
 
-__all__ = ["EngineReply", "EngineRequest", "MisbehavingEngine", "ServedForTests"]
+__all__ = ["EngineReply", "EngineRequest", "MisbehavingEngine", "AsgiServedForTests"]

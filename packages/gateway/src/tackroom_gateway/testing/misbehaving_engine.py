@@ -54,7 +54,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tackroom_gateway.engine_client import PROBE_USER
-from tackroom_gateway.testing._served import ServedForTests
+from tackroom_gateway.testing._served import AsgiServedForTests
 
 ReplyKind = Literal["ok", "status", "hang", "close", "raw"]
 
@@ -149,7 +149,7 @@ class EngineRequest:
     """True when the client closed the connection while the engine was still holding the request."""
 
 
-class MisbehavingEngine(ServedForTests):
+class MisbehavingEngine(AsgiServedForTests):
     """An OpenAI-compatible engine double on 127.0.0.1 that follows a script of :class:`EngineReply`.
 
     ``requests`` records every completion request (path, JSON body, the reply it got,

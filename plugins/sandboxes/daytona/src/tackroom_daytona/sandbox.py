@@ -77,7 +77,7 @@ class DaytonaSandbox(TarTransfer, Sandbox):
                 image=image,
                 name=self.spec.name,
                 env_vars=dict(self.spec.env),
-                labels={**self.spec.labels, self.options.cleanup_label: "1", "tackroom.trial": self.spec.name},
+                labels={**self.spec.labels, self.options.cleanup_label: "1", "tackroom._trial": self.spec.name},
                 resources=daytona.Resources(cpu=math.ceil(self.spec.cpus), memory=math.ceil(self.spec.memory_mb / 1024)),
                 network_block_all=not self.spec.allow_internet,
                 auto_stop_interval=self.options.auto_stop_minutes,

@@ -34,7 +34,7 @@ from tackroom_docker.options import DockerOptions
 from tackroom_docker.ownership import owner_label
 
 MANAGED_LABEL = "tackroom.managed"
-TRIAL_LABEL = "tackroom.trial"
+TRIAL_LABEL = "tackroom._trial"
 OWNER_LABEL = "tackroom.owner"
 EXEC_MARKER_ENV = "TACKROOM_EXEC_ID"
 
@@ -466,7 +466,7 @@ class DockerSandbox(Sandbox):
 
         Raises :class:`SandboxPathError` when ``source`` is, or goes through, a link or is a special file.
         Inside a directory, links that could lead out of ``dest`` and special files are left out; nothing
-        is written through a link on the host (see :func:`tackroom.tar_transfer.extract_tar`).
+        is written through a link on the host (see :func:`tackroom._tar_transfer.extract_tar`).
         """
         from tackroom_docker.transfer import unpack_download
 
@@ -515,7 +515,7 @@ class DockerSandbox(Sandbox):
 
     async def forward_host_port(self, port: int) -> str:
         """The host network shares the port as it is; under ``--network none`` a forward opened in the
-        container's network namespace (see :mod:`tackroom.host_forward`; it needs tackroom to run as root,
+        container's network namespace (see :mod:`tackroom._host_forward`; it needs tackroom to run as root,
         as the docker engine does) reaches that one host port and nothing else."""
         self._require_started()
         if self.network == "host":

@@ -1,11 +1,11 @@
-"""Every Modal SDK call under a timeout; transient failures retried with backoff (``tackroom.remote_calls``)."""
+"""Every Modal SDK call under a timeout; transient failures retried with backoff (``tackroom._remote_calls``)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from tackroom import remote_calls
+from tackroom import bounded_call, retried_call
 
 T = TypeVar("T")
 
@@ -18,9 +18,9 @@ def transient_errors() -> tuple[type[BaseException], ...]:
 
 
 async def bounded(what: str, make: Callable[[], Awaitable[T]], timeout: float) -> T:
-    return await remote_calls.bounded(f"modal: {what}", make, timeout)
+    return await bounded_call(f"modal: {what}", make, timeout)
 
 
 async def retried(what: str, make: Callable[[], Awaitable[T]], *, timeout: float, attempts: int, wait: float) -> T:
-    return await remote_calls.retried(f"modal: {what}", make, timeout=timeout, attempts=attempts, wait=wait,
+    return await retried_call(f"modal: {what}", make, timeout=timeout, attempts=attempts, wait=wait,
                                       transient=transient_errors())

@@ -51,7 +51,7 @@ class ModalSandbox(TarTransfer, Sandbox):
         try:
             image = await self.provider.image(self.spec)
             app = await self.provider.app()
-            tags = {**self.spec.labels, self.options.cleanup_tag: "1", "tackroom.trial": self.spec.name}
+            tags = {**self.spec.labels, self.options.cleanup_tag: "1", "tackroom._trial": self.spec.name}
             kwargs: dict[str, Any] = dict(
                 app=app,
                 image=image,

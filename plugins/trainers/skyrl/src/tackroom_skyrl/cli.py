@@ -75,11 +75,10 @@ def add_train_command(app: Any) -> None:
                 raise ConfigError("[[arms]] and [eval] run on the tinker backend (backend = \"tinker\"); on the SkyRL "
                                   "GPU backend train each arm as its own config and evaluate with tackroom matrix")
             if config.backend == "tinker" and config.arms and not preflight_only:
-                import asyncio
-
+                from tackroom.app import run_to_completion
                 from tackroom_skyrl.sweep import run_arms
 
-                report = asyncio.run(run_arms(config, run_dir,
+                report = run_to_completion(run_arms(config, run_dir,
                                               log=lambda s: console.print(s, markup=False, highlight=False)))
                 console.print(report.rich_table())
                 console.print(f"arms table: {run_dir / 'arms.json'}, {run_dir / 'arms.md'}", highlight=False)
@@ -91,8 +90,7 @@ def add_train_command(app: Any) -> None:
                     raise typer.Exit(1)
                 return
             if config.backend == "tinker":
-                import asyncio
-
+                from tackroom.app import run_to_completion
                 from tackroom_skyrl.tinker.loop import run_tinker
 
                 def log(s: str) -> None:
@@ -103,9 +101,9 @@ def add_train_command(app: Any) -> None:
                     from tackroom_skyrl.sweep import train_and_evaluate
 
                     check_eval(config)  # before training: a typo in [eval] costs seconds, not the run
-                    summary = asyncio.run(train_and_evaluate(config, run_dir, log=log))  # trains, serves, evaluates
+                    summary = run_to_completion(train_and_evaluate(config, run_dir, log=log))  # trains, serves, evaluates
                 else:
-                    summary = asyncio.run(run_tinker(config, run_dir, preflight_only=preflight_only, log=log))
+                    summary = run_to_completion(run_tinker(config, run_dir, preflight_only=preflight_only, log=log))
                 if preflight_only:
                     return
                 console.print(f"reward {summary.first_reward:.3f} → {summary.last_reward:.3f} (best {summary.best_reward:.3f}); "

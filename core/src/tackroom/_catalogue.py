@@ -1,0 +1,73 @@
+"""``registry.toml``: the catalogue of known plugins, installed or not."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from tackroom._errors import ConfigError
+from tackroom._plugin import PluginKind
+
+CATALOGUE_ENV = "TACKROOM_REGISTRY"
+
+
+class CatalogueEntry(BaseModel):
+    """A plugin the project knows about."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: PluginKind
+    distribution: str
+    entry_point: str
+    summary: str
+    party: Literal["first", "third"] = "first"
+    install: str | None = None
+    """How to install it, when neither of the lines below is it."""
+    path: str | None = None
+    """First-party plugins: the distribution's folder in the tackroom repository. They are not on
+    PyPI yet, so the install line is a path install from a checkout of the repository."""
+
+    @property
+    def install_hint(self) -> str:
+        if self.install:
+            return self.install
+        if self.path:
+            return f"pip install ./{self.path} (from a checkout of the tackroom repository)"
+        return f"pip install {self.distribution}"
+
+
+class Catalogue(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    plugin: list[CatalogueEntry]
+
+
+def catalogue_text() -> tuple[str, str]:
+    override = os.environ.get(CATALOGUE_ENV)
+    if override:
+        path = Path(override)
+        if not path.is_file():
+            raise ConfigError(f"{CATALOGUE_ENV}={override}: no such file")
+        return path.read_text(encoding="utf-8"), str(path)
+    ref = resources.files("tackroom").joinpath("registry.toml")
+    return ref.read_text(encoding="utf-8"), str(ref)
+
+
+@lru_cache(maxsize=4)
+def _parse(text: str, where: str) -> tuple[CatalogueEntry, ...]:
+    try:
+        return tuple(Catalogue.model_validate(tomllib.loads(text)).plugin)
+    except (tomllib.TOMLDecodeError, ValidationError) as exc:
+        raise ConfigError(f"{where}: invalid plugin catalogue: {exc}") from exc
+
+
+def load_catalogue() -> tuple[CatalogueEntry, ...]:
+    """Entries of the packaged ``registry.toml`` (or ``$TACKROOM_REGISTRY``)."""
+    return _parse(*catalogue_text())

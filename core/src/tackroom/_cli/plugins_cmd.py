@@ -1,0 +1,56 @@
+"""``tackroom plugins``: what is installed (and, with ``--all``, what could be)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from tackroom._catalogue import load_catalogue
+from tackroom._cli.app import app, console
+from tackroom._manager import get_plugin_manager
+
+
+def plugin_rows(include_catalogue: bool) -> list[dict[str, Any]]:
+    manager = get_plugin_manager()
+    rows = [dict(e.as_dict(), installed=True) for e in manager.entries()]
+    rows += [dict(e.as_dict(), installed=True) for e in sorted(manager.registrar.executors.values(), key=lambda e: e.name)]
+    if include_catalogue:
+        have = {(r["kind"], r["name"]) for r in rows}
+        for c in load_catalogue():
+            if (c.kind, c.name) not in have:
+                rows.append(
+                    {
+                        "name": c.name,
+                        "kind": c.kind,
+                        "distribution": c.distribution,
+                        "version": None,
+                        "summary": c.summary,
+                        "capabilities": [],
+                        "installed": False,
+                        "install": c.install_hint,
+                        "party": c.party,
+                    }
+                )
+    return rows
+
+
+@app.command("plugins")
+def plugins(
+    all_: bool = typer.Option(False, "--all", help="Also list catalogue plugins that are not installed."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list of plugin objects."),
+) -> None:
+    """List installed plugins (harnesses, sandboxes, verifiers, losses) and trial executors."""
+    rows = plugin_rows(all_)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title="tackroom plugins")
+    for col in ("kind", "name", "distribution", "version", "summary"):
+        table.add_column(col)
+    for r in rows:
+        version = r["version"] if r["installed"] else f"[dim]not installed: {r['install']}[/]"
+        table.add_row(r["kind"], r["name"], r["distribution"], version, r["summary"])
+    console.print(table)

@@ -1,0 +1,392 @@
+"""TOML config, validated by pydantic, with errors that name the dotted path and what exists."""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from tackroom._errors import ConfigError, PluginNotFoundError
+from tackroom._plugin import Plugin, PluginKind
+from tackroom._policy import register_secret, register_secrets_in, register_url_secrets
+
+M = TypeVar("M", bound=BaseModel)
+
+RUN_ID_MAX_CHARS = 128
+
+
+def check_run_id(value: str, *, what: str = "run id") -> str:
+    """A run id names one folder under the runs directory: a plain name, never a path.
+
+    Refused: empty or blank, ``.``/``..`` or anything containing ``..``, a path separator
+    (``/``, ``\\``), control characters (NUL, newline …), a leading ``-`` or ``~``, more than
+    :data:`RUN_ID_MAX_CHARS` characters.
+    """
+    problem = None
+    if not isinstance(value, str) or not value.strip():
+        problem = "must not be empty"
+    elif value != value.strip():
+        problem = "must not start or end with whitespace"
+    elif "/" in value or "\\" in value or (os.sep in value) or (os.altsep and os.altsep in value):
+        problem = "must be a plain name, not a path (no / or \\)"
+    elif ".." in value or value == ".":
+        problem = "must not be . or contain .."
+    elif any(ord(c) < 32 or ord(c) == 127 for c in value):
+        problem = "must not contain control characters"
+    elif value[0] in "-~":
+        problem = "must not start with - or ~"
+    elif len(value) > RUN_ID_MAX_CHARS:
+        problem = f"must be at most {RUN_ID_MAX_CHARS} characters"
+    if problem:
+        raise ValueError(f"{what} {value!r} {problem}")
+    return value
+
+
+RunId = Annotated[str, AfterValidator(check_run_id)]
+
+
+def _finite_positive(value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a positive, finite number, got {value!r}")
+    return value
+
+
+def _finite_non_negative(value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"must be a finite number >= 0, got {value!r}")
+    return value
+
+
+class FieldError(ValueError):
+    """A cross-field problem raised in a validator, reported under its own dotted ``path``."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+class PluginSelection(BaseModel):
+    """``[harness]`` / ``[sandbox]`` / ``[verifier]``: a ``name`` plus that plugin's options, either in an
+    ``options = {…}`` table (the shape the matrix's ``[[harnesses]]`` rows use) or flat beside ``name``.
+
+    Credentials among the options (secret-named keys such as ``api_keys``, URL userinfo)
+    are remembered so that nothing a run writes carries them (see :mod:`tackroom._policy`).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _options_table(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "options" not in data:
+            return data
+        table = data["options"]
+        if not isinstance(table, dict):
+            raise FieldError("options", f"must be a table of the plugin's options, got {type(table).__name__}")
+        flat = {k: v for k, v in data.items() if k != "options"}
+        if twice := sorted(set(flat) & set(table) - {"name"}):
+            raise FieldError("options", f"{', '.join(twice)} given both in `options` and beside `name`; keep one")
+        if "name" in table:
+            raise FieldError("options.name", "the plugin's name goes beside `options`, not in it")
+        return {**flat, **table}
+
+    @model_validator(mode="after")
+    def _remember_secrets(self) -> PluginSelection:
+        register_secrets_in(self.model_extra or {})
+        return self
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+def dotted(loc: tuple[Any, ...] | list[Any]) -> str:
+    """``("models", 1, "label")`` → ``models[1].label``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def format_validation_error(exc: ValidationError, prefix: str = "", source: str = "", *, sep: str = "\n") -> str:
+    """One entry per problem: ``source: dotted.path[i]: message`` (unknown fields say so; a
+    :class:`FieldError` raised in a validator keeps its own path)."""
+    lines = []
+    for err in exc.errors():
+        ctx_error = (err.get("ctx") or {}).get("error")
+        if isinstance(ctx_error, FieldError):
+            path, msg = ".".join(p for p in (prefix, ctx_error.path) if p), ctx_error.message
+        else:
+            loc = [p for p in err["loc"] if p != "function-after"]
+            path = dotted([*(prefix.split(".") if prefix else []), *loc])
+            msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        lines.append(f"{source + ': ' if source else ''}{path or '(top level)'}: {msg}")
+    return sep.join(lines)
+
+
+def validate(model: type[M], data: Any, *, prefix: str = "", source: str = "") -> M:
+    """``model.model_validate(data)`` with a :class:`ConfigError` naming every bad dotted path."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        message = format_validation_error(exc, prefix, source)
+        for loc in dict.fromkeys(tuple(e["loc"][:-1]) for e in exc.errors() if e["type"] == "extra_forbidden"):
+            owner = _model_at(model, loc)
+            if owner is not None:
+                where = ".".join(p for p in (prefix, *map(str, loc)) if p)
+                fields = ", ".join(sorted(owner.model_fields)) or "(none)"
+                message += f"\nvalid fields{' of ' + where if where else ''}: {fields}"
+        raise ConfigError(message) from exc
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model a validation error's location (minus its last part) points into, when it is one."""
+    import typing
+
+    current: Any = model
+    for part in loc:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
+            return None
+        annotation = current.model_fields[part].annotation
+        candidates = [a for a in (annotation, *typing.get_args(annotation))
+                      if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not candidates:
+            return None
+        current = candidates[0]
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML file; missing files and syntax errors become :class:`ConfigError`."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: config file not found")
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: invalid TOML: {exc}") from exc
+
+
+def instantiate(kind: PluginKind, selection: PluginSelection | str, *, where: str = "", manager: Any = None) -> Any:
+    """Resolve a plugin by name and build it with validated options.
+
+    Unknown names raise :class:`PluginNotFoundError` listing the installed
+    plugins of that kind (and the install line when the catalogue knows the
+    name); bad options raise :class:`ConfigError` with the dotted path.
+    """
+    from tackroom._manager import get_plugin_manager
+
+    manager = manager or get_plugin_manager()
+    if isinstance(selection, str):
+        selection = PluginSelection(name=selection)
+    where = where or kind
+    try:
+        cls = manager.get(kind, selection.name)
+    except PluginNotFoundError as exc:
+        raise PluginNotFoundError(f"{where}.name: {exc}") from None
+    if kind == "loss":
+        options = validate(cls.Options, selection.options, prefix=where)
+        return cls, options
+    assert issubclass(cls, Plugin)
+    options = validate(cls.Options, selection.options, prefix=where)
+    return cls(options)
+
+
+class PolicyConfig(BaseModel):
+    """``[policy]``: the model endpoint harnesses call (see :class:`tackroom._policy.Policy`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str | None = None
+    model: str = "default"
+    api_key: SecretStr = SecretStr("EMPTY")
+    """Sent as ``Authorization: Bearer …``; never written by a run (run.json shows ``**********``)."""
+    api_key_env: str | None = None
+    """Name of an environment variable holding the API key (keeps keys out of config files)."""
+    tokenizer: str | None = None
+    sampling: dict[str, Any] = Field(default_factory=dict)
+    label: str | None = None
+    gateway: bool | None = None
+    """Route through the policy gateway; default: when the harness speaks only chat."""
+
+    @model_validator(mode="after")
+    def _key(self) -> PolicyConfig:
+        if self.api_key_env is not None and self.api_key.get_secret_value() != "EMPTY":
+            raise ValueError("give either api_key or api_key_env, not both")
+        register_secret(self.api_key)
+        register_url_secrets(self.base_url)
+        return self
+
+    def resolved_api_key(self) -> str:
+        """The key to send: ``$api_key_env`` when named (it must be set), else ``api_key``."""
+        return resolve_api_key(self.api_key, self.api_key_env, where="policy.api_key_env")
+
+
+def resolve_api_key(api_key: SecretStr | None, api_key_env: str | None, *, where: str) -> str:
+    """An endpoint's key: ``$api_key_env`` when named (it must be set; ``where`` names the setting in the
+    error), else ``api_key``, else ``EMPTY``. A key read from the environment is redacted from then on."""
+    if api_key_env is not None:
+        value = os.environ.get(api_key_env)
+        if not value:
+            raise ConfigError(f"{where}: environment variable {api_key_env} is not set; "
+                              "export it or put api_key in the config")
+        register_secret(value)
+        return value
+    return api_key.get_secret_value() if api_key is not None else "EMPTY"
+
+
+def _registered_executor(name: str) -> str:
+    from tackroom.executors import unknown_executor_message  # the executors package reads configs
+
+    problem = unknown_executor_message(name)
+    if problem is not None:
+        raise ValueError(problem)
+    return name
+
+
+ExecutorName = Annotated[str, AfterValidator(_registered_executor)]
+"""An executor's name, checked against those registered (``tackroom_executors``); the error lists them."""
+
+
+class RuntimeConfig(BaseModel):
+    """``[runtime]``: how trials are run.
+
+    ``executor`` names a registered executor (``tackroom_executors`` hook);
+    a ``[runtime.<executor>]`` table holds that executor's options and is
+    validated by the options model it was registered with. Tables of
+    executors other than the selected one are validated too, and kept.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    attempts: int = Field(default=3, ge=1, strict=True)
+    concurrency: int = Field(default=4, ge=1, strict=True)
+    out: str = "runs"
+    run_id: RunId | None = None
+    """A plain folder name under ``out`` (no path separators, no ``..``); default: a fresh, unique one."""
+    executor: ExecutorName = "asyncio"
+    """Where attempts run: ``asyncio`` (in this process), ``ray`` (tackroom-ray), or any registered executor."""
+    teardown_timeout_sec: Annotated[float, AfterValidator(_finite_positive)] = 60.0
+    retry_backoff_sec: Annotated[float, AfterValidator(_finite_non_negative)] = 1.0
+
+    @model_validator(mode="after")
+    def _executor_tables(self) -> RuntimeConfig:
+        """Each ``[runtime.<name>]`` through the options model of the executor ``name``."""
+        from tackroom.executors import executor_entry, unknown_executor_message
+
+        extra = self.__pydantic_extra__ or {}
+        errors: list[InitErrorDetails] = []
+        for name, table in extra.items():
+            problem = unknown_executor_message(name)
+            if problem is None:
+                try:
+                    extra[name] = executor_entry(name).options.model_validate(table)
+                except ValidationError as exc:
+                    errors += [InitErrorDetails(type=e["type"], loc=(name, *e["loc"]),  # type: ignore[typeddict-item]
+                                                input=e["input"], ctx=e.get("ctx", {})) for e in exc.errors()]
+            elif isinstance(table, dict):
+                errors.append(InitErrorDetails(type=PydanticCustomError(
+                    "unknown_executor", "a table of executor options, but {problem}", {"problem": problem}),
+                    loc=(name,), input=table))
+            else:  # a misspelt field
+                errors.append(InitErrorDetails(type="extra_forbidden", loc=(name,), input=table))
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
+
+    def executor_options(self) -> BaseModel | None:
+        """The selected executor's ``[runtime.<executor>]`` options; ``None`` when the config has no such table."""
+        return (self.model_extra or {}).get(self.executor)
+
+
+class RunConfig(BaseModel):
+    """A ``tackroom run`` config file.
+
+    ```toml
+    tasks = ["examples/tasks"]
+    [harness]
+    name = "oracle"
+    [sandbox]
+    name = "local"
+    [verifier]
+    name = "test-script"
+    ```
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: list[str] = Field(default_factory=list)
+    include: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+    harness: PluginSelection = Field(default_factory=lambda: PluginSelection(name="oracle"))
+    sandbox: PluginSelection = Field(default_factory=lambda: PluginSelection(name="local"))
+    verifier: PluginSelection = Field(default_factory=lambda: PluginSelection(name="test-script"))
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+    def build_plugins(self, manager: Any = None) -> tuple[Any, Any, Any]:
+        """Instantiate (harness, sandbox provider, verifier), validating every option."""
+        return (
+            instantiate("harness", self.harness, where="harness", manager=manager),
+            instantiate("sandbox", self.sandbox, where="sandbox", manager=manager),
+            instantiate("verifier", self.verifier, where="verifier", manager=manager),
+        )
+
+
+def with_overrides(config: M, overrides: dict[str, Any], *, source: str = "",
+                   flags: dict[str, str] | None = None) -> M:
+    """``config`` with dotted-path overrides (``{"runtime.concurrency": 0}``) applied and the whole of it
+    validated again, so a command-line flag gets exactly the checks its config field gets.
+
+    ``flags`` maps dotted paths to the flag that set them; a problem in one is reported as
+    ``--flag (dotted.path): …``, one in a value from the file as ``source: dotted.path: …``.
+    Credentials (``SecretStr``) pass through unrevealed.
+    """
+    flags = flags or {}
+    data = config.model_dump(mode="python")
+    for dotted, value in overrides.items():
+        *parents, last = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    try:
+        return type(config).model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+            flag = next((f for path, f in flags.items() if loc == path or loc.startswith(path + ".")), None)
+            if flag is not None:
+                lines.append(f"{flag} ({loc}): {msg}")
+            else:
+                lines.append(f"{source + ': ' if source else ''}{loc or '(top level)'}: {msg}")
+        raise ConfigError("\n".join(lines)) from exc
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """Read and validate a run config; relative task paths resolve against the file's folder."""
+    p = Path(path)
+    config = validate(RunConfig, read_toml(p), source=str(p))
+    config.tasks = [str((p.parent / t).resolve()) if not Path(t).is_absolute() else t for t in config.tasks]
+    return config

@@ -1,0 +1,41 @@
+"""The harness interface: the agent loop."""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+from tackroom._plugin import Plugin, PluginKind
+from tackroom._policy import Policy
+from tackroom._sandbox import Sandbox
+from tackroom._task import Task
+from tackroom._trajectory import Trajectory
+
+
+class Harness(Plugin):
+    """A harness plugin: drives one episode of an agent in a sandbox.
+
+    The runtime calls :meth:`setup` once the sandbox is up, then :meth:`run`
+    under the task's agent timeout (cancellation is how the timeout arrives:
+    clean up in ``finally``). A harness reaches the model only through the
+    :class:`~tackroom._policy.Policy` it is given. Raise
+    :class:`~tackroom._errors.ModelError` for the policy's own failures
+    (context exhausted, no valid answer) and :class:`~tackroom._errors.InfraError`
+    for machinery failures.
+
+    Capabilities: ``token_ids`` (keeps its own exact token accounting),
+    ``needs_policy`` (calls a model; ``oracle``/``nop`` do not), ``chat``
+    (speaks only chat completions, so the runtime routes it through the gateway),
+    ``agent_in_sandbox`` (its agent runs inside the sandbox and calls the policy
+    from there, through :meth:`~tackroom._sandbox.Sandbox.forward_host_port`).
+    """
+
+    kind: ClassVar[PluginKind] = "harness"
+
+    async def setup(self, sandbox: Sandbox, task: Task) -> None:
+        """Prepare the sandbox for this harness (install tools, start servers). Default: nothing."""
+
+    @abc.abstractmethod
+    async def run(self, task: Task, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
+        """Run the episode on ``task`` (``task.instruction`` is the prompt; its config, paths and metadata are
+        all here, so nothing needs keeping from :meth:`setup`) and return its trajectory."""

@@ -1,0 +1,59 @@
+"""The loss interface: a named policy-loss function plus its token aggregation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
+
+from tackroom._errors import PluginDefinitionError
+from tackroom._plugin import PluginOptions, check_name
+
+Aggregation = Literal["token_mean", "sequence_mean", "prompt_mean"]
+AGGREGATIONS: tuple[str, ...] = ("token_mean", "sequence_mean", "prompt_mean")
+
+
+class LossSpec(BaseModel):
+    """A loss registered by a plugin.
+
+    ``fn`` is the callable or a ``"module:attr"`` reference imported on first
+    use, so listing plugins never imports torch. Its signature follows SkyRL's
+    policy-loss registry: ``fn(log_probs, old_log_probs, advantages, config,
+    loss_mask, rollout_logprobs, ...) -> (loss, metrics)``.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    name: str
+    fn: Callable[..., Any] | str
+    aggregation: Aggregation = "token_mean"
+    summary: str = ""
+    Options: type[PluginOptions] = PluginOptions
+    capabilities: frozenset[str] = frozenset()
+    _loaded: Callable[..., Any] | None = PrivateAttr(default=None)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        try:
+            return check_name(v, "LossSpec")
+        except PluginDefinitionError as exc:  # pydantic reports ValueErrors as validation errors
+            raise ValueError(str(exc)) from None
+
+    @field_validator("fn")
+    @classmethod
+    def _ref(cls, v: Any) -> Any:
+        if isinstance(v, str) and ":" not in v:
+            raise ValueError(f"fn reference {v!r} must look like 'package.module:function'")
+        return v
+
+    def load(self) -> Callable[..., Any]:
+        """The loss callable (imports a ``"module:attr"`` reference on first call)."""
+        if callable(self.fn):
+            return self.fn
+        if self._loaded is None:
+            from tackroom._registrar import import_ref
+
+            self._loaded = import_ref(self.fn)
+        return self._loaded

@@ -1,0 +1,180 @@
+"""Finding plugins: entry points in the group ``tackroom``, filtered, registered, resolved by name.
+
+Environment variables (read when the manager is created):
+
+``TACKROOM_LOAD_PLUGINS``   comma-separated allowlist of entry-point or distribution
+                            names to load besides core's built-ins; set but empty
+                            loads no third-party plugin.
+``TACKROOM_BLOCK_PLUGINS``  comma-separated blocklist (entry-point or distribution
+                            names); applies to built-ins too.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+import pluggy
+
+from tackroom import _hookspecs as hookspecs
+from tackroom._errors import PluginDefinitionError, PluginNotFoundError
+from tackroom._markers import PROJECT_NAME
+from tackroom._plugin import PluginKind
+from tackroom._registrar import PluginEntry, Registrar
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "tackroom"
+CORE_DISTRIBUTION = "tackroom"
+LOAD_ENV = "TACKROOM_LOAD_PLUGINS"
+BLOCK_ENV = "TACKROOM_BLOCK_PLUGINS"
+
+REGISTRATION_HOOKS: dict[PluginKind, str] = {
+    "harness": "tackroom_harnesses",
+    "sandbox": "tackroom_sandboxes",
+    "verifier": "tackroom_verifiers",
+    "loss": "tackroom_losses",
+}
+
+
+def _names(value: str | None) -> set[str] | None:
+    if value is None:
+        return None
+    return {n.strip() for n in value.split(",") if n.strip()}
+
+
+class PluginManager:
+    """Loads plugins and answers "which harness/sandbox/verifier/loss is called X?"."""
+
+    def __init__(self, *, load_entry_points: bool = True, env: dict[str, str] | None = None) -> None:
+        env = os.environ if env is None else env
+        self.pm = pluggy.PluginManager(PROJECT_NAME)
+        self.pm.add_hookspecs(hookspecs)
+        self.allow = _names(env.get(LOAD_ENV))
+        self.block = _names(env.get(BLOCK_ENV)) or set()
+        self._sources: dict[int, tuple[str, str]] = {}
+        self.skipped: list[str] = []
+        self.broken: list[str] = []
+        """Entry points whose module failed to import (reported, not fatal)."""
+        self._registrar: Registrar | None = None
+        if load_entry_points:
+            for ep in entry_points(group=ENTRY_POINT_GROUP):
+                self._load_entry_point(ep)
+
+    # -- loading --------------------------------------------------------------------
+    def _load_entry_point(self, ep: EntryPoint) -> None:
+        dist = ep.dist.name if ep.dist is not None else "<unknown>"
+        version = ep.dist.version if ep.dist is not None else ""
+        names = {ep.name, dist}
+        if names & self.block:
+            self.skipped.append(f"{dist}:{ep.name} (blocked by {BLOCK_ENV})")
+            return
+        if self.allow is not None and dist != CORE_DISTRIBUTION and not names & self.allow:
+            self.skipped.append(f"{dist}:{ep.name} (not in {LOAD_ENV})")
+            return
+        if self.pm.get_plugin(f"{dist}:{ep.name}") is not None:
+            return  # the same distribution seen twice on sys.path
+        try:
+            plugin = ep.load()
+        except Exception as exc:  # a broken third-party plugin must not take every command down
+            message = f"{dist}:{ep.name} failed to import ({ep.value}): {type(exc).__name__}: {exc}"
+            self.broken.append(message)
+            log.warning("tackroom plugin %s; it is skipped", message)
+            return
+        try:
+            self.register(plugin, name=f"{dist}:{ep.name}", distribution=dist, version=version)
+        except PluginDefinitionError as exc:
+            self.broken.append(str(exc))
+            log.warning("tackroom plugin %s; it is skipped", exc)
+
+    def register(self, plugin: Any, *, name: str | None = None, distribution: str = "<local>",
+                 version: str = "") -> None:
+        """Register a plugin object directly (tests, notebooks); same rules as entry points.
+
+        A ``@hookimpl`` whose name matches no tackroom hook (a typo that would otherwise never be called)
+        raises :class:`PluginDefinitionError` naming it and the hooks that exist.
+        """
+        self.pm.register(plugin, name=name)
+        unknown = sorted(
+            caller.name for caller in self.pm.get_hookcallers(plugin) or []
+            if not caller.has_spec() and any(i.plugin is plugin and not i.optionalhook for i in caller.get_hookimpls())
+        )
+        if unknown:
+            self.pm.unregister(plugin)
+            known = sorted(n for n in dir(hookspecs) if n.startswith("tackroom_"))
+            hints = [f"{n} (did you mean {', '.join(close)}?)" if (close := difflib.get_close_matches(n, known, 2))
+                     else n for n in unknown]
+            raise PluginDefinitionError(f"plugin {name or plugin!r} implements hooks that do not exist: "
+                                        f"{'; '.join(hints)}. tackroom's hooks: {', '.join(known)}")
+        self._sources[id(plugin)] = (distribution, version)
+        self._registrar = None
+
+    # -- registry -------------------------------------------------------------------
+    @property
+    def registrar(self) -> Registrar:
+        """Call every registration hook once, implementation by implementation."""
+        if self._registrar is None:
+            registrar = Registrar()
+            for hook_name in (*REGISTRATION_HOOKS.values(), "tackroom_executors"):
+                hook = getattr(self.pm.hook, hook_name)
+                for impl in hook.get_hookimpls():  # registration order
+                    registrar.source = self._sources.get(id(impl.plugin), ("<local>", ""))
+                    impl.function(register=registrar)
+            registrar.source = ("<unknown>", "")
+            self._registrar = registrar
+        return self._registrar
+
+    def entries(self, kind: PluginKind | None = None) -> list[PluginEntry]:
+        """Registered plugins, sorted by kind then name."""
+        return sorted(
+            (e for e in self.registrar.entries.values() if kind is None or e.kind == kind),
+            key=lambda e: (e.kind, e.name),
+        )
+
+    def entry(self, kind: PluginKind, name: str) -> PluginEntry:
+        """The entry for ``name``; a :class:`PluginNotFoundError` listing what exists otherwise."""
+        found = self.registrar.entries.get((kind, name))
+        if found is not None:
+            return found
+        installed = ", ".join(e.name for e in self.entries(kind)) or "(none)"
+        plural = {"harness": "harnesses", "sandbox": "sandboxes", "verifier": "verifiers", "loss": "losses"}[kind]
+        message = f"no {kind} named {name!r} is installed; installed {plural}: {installed}"
+        from tackroom._catalogue import load_catalogue
+
+        known = next((c for c in load_catalogue() if c.kind == kind and c.name == name), None)
+        if known is not None:
+            message += f". {name!r} is provided by {known.distribution}: {known.install_hint}"
+        if self.skipped:
+            message += f". Skipped plugins: {', '.join(self.skipped)}"
+        if self.broken:
+            message += f". Plugins that failed to import: {'; '.join(self.broken)}"
+        raise PluginNotFoundError(message)
+
+    def get(self, kind: PluginKind, name: str) -> Any:
+        """The plugin class (or :class:`~tackroom._loss.LossSpec` for losses) called ``name``."""
+        return self.entry(kind, name).load()
+
+    @property
+    def hook(self) -> Any:
+        """pluggy's hook relay, for the lifecycle hooks."""
+        return self.pm.hook
+
+
+_manager: PluginManager | None = None
+
+
+def get_plugin_manager() -> PluginManager:
+    """The process-wide manager (created on first use)."""
+    global _manager
+    if _manager is None:
+        _manager = PluginManager()
+    return _manager
+
+
+def reset_plugin_manager() -> None:
+    """Forget the process-wide manager (tests; after installing a plugin in-process)."""
+    global _manager
+    _manager = None

@@ -1,0 +1,82 @@
+"""Policy routing: which harnesses reach their model through the policy gateway, and the gateway that does it.
+
+A harness that speaks only chat (capability ``chat``) goes through a policy
+gateway, which renders, tokenizes and records exact tokens; one with its own
+token accounting calls the engine directly. ``[policy] gateway = true/false``
+overrides the choice. `tackroom run` (one gateway per run), the matrix (one per
+cell) and the trainer (one per training run) all decide it here. The gateway
+itself comes from a plugin, through the ``tackroom_policy_gateway`` hook
+(tackroom-gateway provides it): core never imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from tackroom._config import PolicyConfig
+from tackroom._errors import ConfigError
+from tackroom._manager import PluginManager, get_plugin_manager
+
+GATEWAY_MISSING = (
+    "{what} speaks only chat, so it reaches the model through the policy gateway (exact token ids), "
+    "and no installed package provides one: pip install tackroom-gateway (./packages/gateway in the tackroom "
+    "repository), or set policy.gateway = false to call the engine directly without token ids"
+)
+
+
+def wants_gateway(policy: PolicyConfig, harness_cls: type) -> bool:
+    """Chat-only harnesses go through the policy gateway (exact tokens) unless ``policy.gateway`` says otherwise."""
+    if policy.gateway is not None:
+        return policy.gateway
+    return "chat" in harness_cls.capabilities
+
+
+def check_gateway_installed(policy: PolicyConfig, harness_cls: type, manager: PluginManager | None = None) -> None:
+    """The :class:`ConfigError` :func:`policy_routing` would raise for a missing gateway, raised now: before a
+    run claims a folder or starts a sandbox."""
+    if policy.base_url is None or not wants_gateway(policy, harness_cls):
+        return
+    if not (manager or get_plugin_manager()).hook.tackroom_policy_gateway.get_hookimpls():
+        raise ConfigError(GATEWAY_MISSING.format(what=f"harness {getattr(harness_cls, 'name', None)!r}"))
+
+
+def policy_gateway(*, base_url: str, model: str | None, api_key: str, tokenizer: str,
+                   manager: PluginManager | None = None,
+                   harness: str | None = None) -> contextlib.AbstractAsyncContextManager[Any]:
+    """A policy gateway in front of the engine at ``base_url`` (enter it with ``async with``).
+
+    ``model`` ``None`` or ``"default"``: the model the engine serves. ``tokenizer``
+    must match the engine: the wrong one corrupts every token id silently. The
+    gateway is the ``tackroom_policy_gateway`` hook's; a :class:`ConfigError` saying
+    what to install when no plugin provides one (``harness``: whose trials needed it).
+    """
+    manager = manager or get_plugin_manager()
+    gateway = manager.hook.tackroom_policy_gateway(
+        base_url=base_url, model=None if model == "default" else model, api_key=api_key, tokenizer=tokenizer)
+    if gateway is None:
+        raise ConfigError(GATEWAY_MISSING.format(what=f"harness {harness!r}" if harness else "the harness"))
+    return gateway
+
+
+def gateway_sessions(gateway: Any, *, sampling: dict[str, Any] | None = None, label: str | None = None) -> Any:
+    """``TrialPlugins.policy_for`` for a running ``gateway``: a fresh gateway session per trial attempt."""
+    return gateway.trial_sessions(sampling=sampling or {}, label=label)
+
+
+@contextlib.asynccontextmanager
+async def policy_routing(policy: PolicyConfig, harness_cls: type, plugins: Any,
+                         manager: PluginManager | None = None) -> AsyncIterator[None]:
+    """While open, route the trials of ``plugins`` through one policy gateway when the harness needs it.
+
+    Nothing happens when ``policy`` has no ``base_url`` or the harness calls the engine directly.
+    """
+    if policy.base_url is None or not wants_gateway(policy, harness_cls):
+        yield
+        return
+    async with policy_gateway(base_url=policy.base_url, model=policy.model, api_key=policy.resolved_api_key(),
+                              tokenizer=policy.tokenizer or "smollm2", manager=manager,
+                              harness=getattr(harness_cls, "name", None)) as gateway:
+        plugins.policy_for = gateway_sessions(gateway, sampling=policy.sampling, label=policy.label)
+        yield

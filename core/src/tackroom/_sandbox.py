@@ -1,0 +1,296 @@
+"""The sandbox interface: where a harness's actions happen and a verifier looks.
+
+Every method has a timeout and fails the same way on every provider:
+
+- :class:`SandboxTimeoutError` (a ``TimeoutError``): a command or transfer ran
+  past its limit; the sandbox killed it and is still usable.
+- :class:`SandboxPathError` (a ``PermissionError``): a path escapes the allowed
+  roots (``..`` traversal, absolute path outside the sandbox, link escape).
+- :class:`SandboxError` (an :class:`~tackroom._errors.InfraError`): the sandbox
+  itself failed (died, could not start, transfer broke); the trial is retried.
+
+Large command output is capped, never fatal (``ExecResult.truncated``).
+"""
+
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tackroom._errors import InfraError, TaskError
+from tackroom._plugin import Plugin, PluginKind
+
+DEFAULT_EXEC_TIMEOUT = 600.0
+DEFAULT_OUTPUT_LIMIT = 1_000_000
+
+
+class SandboxError(InfraError):
+    """The sandbox failed (died, could not start, a transfer broke)."""
+
+
+class SandboxBuildError(SandboxError):
+    """The environment could not be built; a ``task`` error when the Dockerfile itself is broken."""
+
+    def __init__(self, message: str, *, task_fault: bool = False) -> None:
+        super().__init__(message)
+        if task_fault:
+            self.error_class = "task"
+
+
+class SandboxTimeoutError(SandboxError, TimeoutError):
+    """A command or transfer ran past its timeout and was killed."""
+
+
+class SandboxPathError(SandboxError, PermissionError):
+    """A path escapes the sandbox (``..``, an absolute path outside it, a link escape)."""
+
+    error_class = "task"
+
+
+class ExecResult(BaseModel):
+    """What a command did. Output beyond the provider's cap is cut and ``truncated`` set."""
+
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+    truncated: bool = False
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class SandboxSpec(BaseModel):
+    """What to start: the task environment plus the limits the runtime applies."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str
+    """A unique, label-safe name (the trial id)."""
+    environment_dir: Path | None = None
+    """The task's ``environment/`` (Dockerfile + the files it COPYs), if any."""
+    image: str | None = None
+    """A prebuilt image reference; wins over ``environment_dir``."""
+    cpus: float = 1.0
+    memory_mb: int = 2048
+    allow_internet: bool = False
+    build_timeout_sec: float = 600.0
+    start_timeout_sec: float = 120.0
+    workdir: str = "/app"
+    env: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+KILL_ALL_SCRIPT = r"""
+# Every step is a bash builtin: a fork bomb that holds every free pid cannot make this script fail to fork.
+for _ in $(seq 1 100); do
+    kill -9 -1 2>/dev/null  # every process but PID 1 and this shell, at once
+    left=""
+    for d in /proc/[0-9]*; do
+        p=${d#/proc/}
+        if [ "$p" = 1 ] || [ "$p" = "$$" ]; then continue; fi
+        read -r line < "$d/stat" 2>/dev/null || continue
+        rest=${line##*) }  # after the last ")": a process name may hold spaces and parentheses
+        state=${rest%% *}
+        if [ "$state" = Z ] || [ "$state" = X ]; then continue; fi  # dead, waiting to be reaped
+        left="$left $p"
+    done
+    if [ -z "$left" ]; then exit 0; fi
+done
+echo "still alive after SIGKILL:$left"
+exit 1
+"""
+"""What :meth:`Sandbox.kill_processes` runs by default (bash, inside the sandbox, as its exec user)."""
+
+
+class Sandbox(abc.ABC):
+    """A started (or startable) sandbox. Create one through :meth:`SandboxProvider.create`."""
+
+    spec: SandboxSpec
+    notes: list[str]
+    """Things a user should know about this sandbox's fidelity (e.g. an ignored FROM line)."""
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        self.spec = spec
+        self.notes = []
+        self._forwards: list[Any] = []
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Build (if needed) and start. Raises :class:`SandboxError` / :class:`SandboxTimeoutError`."""
+
+    @abc.abstractmethod
+    async def exec(
+        self,
+        cmd: str | list[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = DEFAULT_EXEC_TIMEOUT,
+        stdin: str | bytes | None = None,
+    ) -> ExecResult:
+        """Run ``cmd`` (a string goes through ``bash -c``). A non-zero exit is not an error.
+
+        Raises :class:`SandboxTimeoutError` when ``timeout`` passes (the
+        command is killed first), :class:`SandboxError` when the sandbox is gone.
+        """
+
+    @abc.abstractmethod
+    async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
+        """Copy a local file or directory to ``dest`` (a directory's contents land in ``dest``)."""
+
+    @abc.abstractmethod
+    async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
+        """Copy a sandbox file or directory to local ``dest``.
+
+        Raises :class:`FileNotFoundError` when ``source`` does not exist.
+        """
+
+    async def write_file(self, path: str, content: str | bytes, *, timeout: float = 60.0) -> None:
+        """Write one file (parents created)."""
+        import tempfile
+
+        data = content.encode() if isinstance(content, str) else content
+        with tempfile.TemporaryDirectory(prefix="tackroom-") as tmp:
+            local = Path(tmp) / "file"
+            local.write_bytes(data)
+            await self.upload(local, path, timeout=timeout)
+
+    async def read_file(self, path: str, *, timeout: float = 60.0) -> bytes:
+        """Read one file. Raises :class:`FileNotFoundError` when it does not exist."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="tackroom-") as tmp:
+            local = Path(tmp) / "file"
+            await self.download(path, local, timeout=timeout)
+            if local.is_dir():
+                raise IsADirectoryError(path)
+            return local.read_bytes()
+
+    async def expose(self, port: int) -> str:
+        """Return a URL the harness (on the host) can reach for ``port`` inside the sandbox."""
+        raise NotImplementedError(f"{type(self).__name__} cannot expose ports")
+
+    async def forward_host_port(self, port: int) -> str:
+        """A base URL (``http://127.0.0.1:P``) that reaches the host's ``127.0.0.1:port`` from inside the sandbox.
+
+        For harnesses whose agent runs inside the sandbox and calls the policy on the host (the
+        ``agent_in_sandbox`` capability). A sandbox without network gets that one port and nothing else of
+        the host (no route, no other port, no internet); the forward ends with :meth:`kill_processes` (the end
+        of the agent's turn) or :meth:`stop`. Sandboxes that cannot do it raise ``NotImplementedError``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot forward a host port into the sandbox")
+
+    async def _open_forward(self, pid: int, port: int, *, enter_user: bool) -> str:
+        """:meth:`forward_host_port` for a sandbox whose network namespace is that of host process ``pid``
+        (see :mod:`tackroom._host_forward`); :meth:`_close_forwards` ends every forward opened so."""
+        from tackroom._host_forward import forward_into_namespace  # it raises this module's SandboxError
+
+        forward = await forward_into_namespace(pid, port, enter_user=enter_user)
+        self._forwards.append(forward)
+        return f"http://127.0.0.1:{forward.port}"
+
+    async def _close_forwards(self) -> None:
+        forwards, self._forwards = self._forwards, []
+        for forward in forwards:
+            await forward.close()
+
+    async def snapshot(self, paths: list[str], *, timeout: float = 120.0) -> bytes:
+        """Return a tar archive (bytes) of ``paths``; paths that do not exist are skipped."""
+        import shlex
+
+        existing = " ".join(shlex.quote(p) for p in paths)
+        # A fresh directory (mktemp -d) for the archive: a fixed path could be a planted link or FIFO.
+        script = (f'd=$(mktemp -d /tmp/.tackroom-snapshot.XXXXXXXX) || exit 1; echo "$d"; '
+                  f'for p in {existing}; do [ -e "$p" ] && printf "%s\\0" "$p"; done '
+                  f'| tar --null -cf "$d/snapshot.tar" -T - 2>/dev/null || tar -cf "$d/snapshot.tar" -T /dev/null')
+        result = await self.exec(script, timeout=timeout)
+        folder = result.stdout.strip().splitlines()[0] if result.stdout.strip() else ""
+        if not result.ok or not folder.startswith("/tmp/.tackroom-snapshot."):
+            raise SandboxError(f"snapshot of {paths} failed: {result.stderr.strip()}")
+        try:
+            return await self.read_file(f"{folder}/snapshot.tar", timeout=timeout)
+        finally:
+            await self.exec(f"rm -rf {shlex.quote(folder)}", timeout=30)
+
+    async def kill_processes(self, *, timeout: float = 10.0) -> None:
+        """Kill every process started inside the sandbox and confirm they are gone; the sandbox stays usable.
+
+        The runtime calls it when the agent's turn ends (normally, by timeout or by error) and again when
+        the verifier's ends, so nothing the agent started (background jobs, ``setsid``/double-forked
+        children, tmux servers) can change the sandbox while it is graded. Files stay as they are.
+
+        This default runs :data:`KILL_ALL_SCRIPT` through :meth:`exec`: ``kill -9 -1`` (every process but
+        PID 1 and the caller) until ``/proc`` lists no other live process (zombies are dead). It assumes
+        that ``exec`` runs as root in the sandbox's own pid namespace and that PID 1 is the sandbox's
+        keeper and starts no children; sandboxes where that is not so (docker's keeper respawns a
+        ``sleep``; local restarts its pid namespace, which is faster) override it.
+
+        Raises :class:`SandboxError` when processes survive ``timeout`` (a trial must not be graded then)
+        and :class:`SandboxTimeoutError` when the sandbox does not answer within it.
+        """
+        result = await self.exec(KILL_ALL_SCRIPT, timeout=timeout)
+        if result.exit_code != 0:
+            raise SandboxError(f"processes survived kill_processes(): {(result.stdout + result.stderr).strip()[:500]}")
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Tear down; idempotent, safe to call on a sandbox that never started or already died."""
+
+    async def __aenter__(self) -> Sandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+class SandboxProvider(Plugin):
+    """A sandbox plugin: makes :class:`Sandbox` objects from a :class:`SandboxSpec`.
+
+    Creating must be cheap and import-light (heavy SDKs load in ``start``).
+    Capabilities used by the runtime: ``expose`` (can publish ports),
+    ``network`` (can grant internet), ``dockerfile`` (honours Dockerfiles fully).
+    """
+
+    kind: ClassVar[PluginKind] = "sandbox"
+
+    @abc.abstractmethod
+    def create(self, spec: SandboxSpec) -> Sandbox:
+        """Return an unstarted sandbox for ``spec``."""
+
+    async def cleanup(self) -> int:
+        """Remove leaked sandboxes this provider labelled; return how many were removed."""
+        return 0
+
+
+def check_relative_inside(path: str, root: str = "/") -> str:
+    """Normalise a sandbox path and reject ``..`` escapes; returns the absolute path."""
+    import posixpath
+
+    if "\x00" in path:
+        raise SandboxPathError(f"path {path!r} contains a NUL byte")
+    full = posixpath.normpath(posixpath.join(root, path))
+    if full != root and not full.startswith(root.rstrip("/") + "/"):
+        raise SandboxPathError(f"path {path!r} escapes {root}")
+    if ".." in path.split("/"):
+        raise SandboxPathError(f"path {path!r} contains '..'; use a path without parent references")
+    return full
+
+
+__all__ = [
+    "ExecResult",
+    "Sandbox",
+    "SandboxBuildError",
+    "SandboxError",
+    "SandboxPathError",
+    "SandboxProvider",
+    "SandboxSpec",
+    "SandboxTimeoutError",
+    "TaskError",
+    "check_relative_inside",
+]

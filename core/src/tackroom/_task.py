@@ -1,0 +1,413 @@
+"""Harbor-compatible tasks: a directory with instruction.md, task.toml, environment/, tests/, solution/.
+
+APEX-style world tasks add ``[world]`` (a reference to a shared world
+directory) and a rubric (``rubric.toml`` / ``[[rubric]]`` in task.toml, or
+``rubric.json``); they are read here so every plugin sees one ``Task``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import stat
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
+from tackroom._errors import TaskError
+
+MAX_TIMEOUT_SEC = 7 * 24 * 3600.0
+"""No phase of a trial may be given longer than a week: a larger value is a typo or a task that would stall a run."""
+
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"must be a number, not {str(value).lower()}")
+    return value
+
+
+def _seconds(value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a positive, finite number of seconds, got {value!r}")
+    if value > MAX_TIMEOUT_SEC:
+        raise ValueError(f"must be at most {MAX_TIMEOUT_SEC:g} seconds (7 days), got {value!r}")
+    return value
+
+
+def _positive(value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a positive, finite number, got {value!r}")
+    return value
+
+
+Seconds = Annotated[float, BeforeValidator(_not_bool), AfterValidator(_seconds)]
+"""A timeout: positive, finite, at most :data:`MAX_TIMEOUT_SEC` (0, -5, nan and inf are rejected)."""
+PositiveFloat = Annotated[float, BeforeValidator(_not_bool), AfterValidator(_positive)]
+PositiveInt = Annotated[int, BeforeValidator(_not_bool), AfterValidator(_positive)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class AgentSection(_Section):
+    timeout_sec: Seconds = 600.0
+
+
+class VerifierSection(_Section):
+    timeout_sec: Seconds = 600.0
+    env: dict[str, str] = Field(default_factory=dict)
+    reward_range: tuple[float, float] = (0.0, 1.0)
+    """The range every reward and named sub-score must fall in; anything outside (or not finite) is a task error."""
+
+    @field_validator("reward_range")
+    @classmethod
+    def _range(cls, v: tuple[float, float]) -> tuple[float, float]:
+        lo, hi = v
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ValueError(f"reward_range must be two finite numbers [low, high] with low < high, got {list(v)}")
+        return v
+
+
+class EnvironmentSection(_Section):
+    """``[environment]``: image and resources. ``docker_image`` wins over ``environment/Dockerfile``."""
+
+    docker_image: str | None = None
+    build_timeout_sec: Seconds = 600.0
+    cpus: PositiveFloat = 1.0
+    memory_mb: PositiveInt = 2048
+    storage_mb: PositiveInt | None = None
+    allow_internet: bool = False
+
+    @field_validator("memory_mb", mode="before")
+    @classmethod
+    def _memory(cls, v: Any) -> Any:
+        # Harbor also accepts strings like "2G" / "512M".
+        if isinstance(v, str):
+            s = v.strip().upper()
+            scale = {"G": 1024, "M": 1, "K": 1 / 1024}
+            if s and s[-1] in scale:
+                try:
+                    number = float(s[:-1])
+                    if not math.isfinite(number):
+                        raise ValueError(s)
+                    return int(number * scale[s[-1]])
+                except (ValueError, OverflowError):
+                    raise ValueError(f"must be a positive size like 2048, \"2G\" or \"512M\", got {v!r}") from None
+        return v
+
+
+class MetadataSection(_Section):
+    category: str | None = None
+    domain: str | None = None
+    difficulty: str | None = None
+    tags: list[str] = Field(default_factory=list)
+
+
+class RubricCriterion(BaseModel):
+    """One gradable criterion; ``weight`` scales its share of the rubric score.
+
+    A *penalty* criterion describes a mistake (``"The agent deleted the input
+    file"``): when it holds, its weight is taken off the score. Mark one with
+    ``penalty = true`` or a negative ``weight``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = None
+    criterion: str
+    weight: float = 1.0
+    penalty: bool = False
+
+    @property
+    def is_penalty(self) -> bool:
+        return self.penalty or self.weight < 0
+
+
+class WorldSection(_Section):
+    """``[world]``: ``path`` to a world directory, relative to the task directory."""
+
+    path: str
+
+
+class TaskConfig(BaseModel):
+    """The parsed ``task.toml``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    version: str = "1.0"
+    agent: AgentSection = Field(default_factory=AgentSection)
+    verifier: VerifierSection = Field(default_factory=VerifierSection)
+    environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
+    metadata: MetadataSection = Field(default_factory=MetadataSection)
+    world: WorldSection | None = None
+    rubric: list[RubricCriterion] = Field(default_factory=list)
+    expected_outputs: list[str] = Field(default_factory=list)
+    """Sandbox paths the agent is expected to write (graded by file-output verifiers)."""
+
+
+class Task(BaseModel):
+    """A loaded task directory."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    id: str
+    """The task's name: its directory name, qualified by its parent folders when two loaded tasks share one."""
+    path: Path
+    instruction: str
+    config: TaskConfig
+    source_hash: str = ""
+    """Hash of the task's resolved path and every file under it (and its world); see :func:`task_source_hash`."""
+
+    @property
+    def environment_dir(self) -> Path:
+        return self.path / "environment"
+
+    @property
+    def dockerfile(self) -> Path | None:
+        p = self.environment_dir / "Dockerfile"
+        return p if p.is_file() else None
+
+    @property
+    def tests_dir(self) -> Path:
+        return self.path / "tests"
+
+    @property
+    def solution_dir(self) -> Path:
+        return self.path / "solution"
+
+    @property
+    def world_dir(self) -> Path | None:
+        if self.config.world is None:
+            return None
+        return (self.path / self.config.world.path).resolve()
+
+    @property
+    def category(self) -> str | None:
+        return self.config.metadata.category or self.config.metadata.domain
+
+    @property
+    def domain(self) -> str | None:
+        return self.config.metadata.domain or self.config.metadata.category
+
+
+HASH_IGNORED = frozenset({"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".DS_Store"})
+"""Names left out of a task's content hash (caches and VCS data that change without the task changing)."""
+
+
+def task_source_hash(path: str | Path) -> str:
+    """SHA-256 (hex) of a task's resolved path and content: every file under it (name, executable bit, bytes),
+    every symlink (its target text; links are never followed) and, for a world task, the world directory's
+    content too. Special files (FIFOs, devices) count by name only and are never opened, so a hostile task
+    cannot hang or exhaust the loader. Trial ids carry a prefix of it (:class:`tackroom._trial.Trial`)."""
+    root = Path(path).resolve()
+    h = hashlib.sha256(b"tackroom-task-source-v1\0")
+    h.update(os.fsencode(str(root)) + b"\0")
+    _hash_tree(root, h)
+    world = _world_path(root)
+    if world is not None:
+        h.update(b"world\0" + os.fsencode(str(world)) + b"\0")
+        _hash_tree(world, h)
+    return h.hexdigest()
+
+
+def _world_path(root: Path) -> Path | None:
+    try:
+        raw = tomllib.loads((root / "task.toml").read_text(encoding="utf-8"))
+        world = raw.get("world", {}).get("path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(world, str) or not world:
+        return None
+    resolved = (root / world).resolve()
+    return resolved if resolved.is_dir() else None
+
+
+def _hash_tree(root: Path, h: Any) -> None:
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        try:
+            with os.scandir(root / rel if rel else root) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            h.update(b"unreadable-dir\0" + os.fsencode(rel) + f"\0{exc.errno}\0".encode())
+            continue
+        for entry in entries:
+            if entry.name in HASH_IGNORED or entry.name.endswith(".pyc"):
+                continue
+            name = os.fsencode(f"{rel}/{entry.name}" if rel else entry.name)
+            try:
+                if entry.is_symlink():
+                    h.update(b"L\0" + name + b"\0" + os.fsencode(os.readlink(entry.path)) + b"\0")
+                elif entry.is_dir(follow_symlinks=False):
+                    h.update(b"D\0" + name + b"\0")
+                    pending.append(os.fsdecode(name))
+                elif entry.is_file(follow_symlinks=False):
+                    h.update(b"F\0" + name + b"\0" + _file_digest(entry.path) + b"\0")
+                else:
+                    h.update(b"S\0" + name + b"\0")
+            except OSError as exc:
+                h.update(b"E\0" + name + f"\0{exc.errno}\0".encode())
+
+
+def _file_digest(path: str) -> bytes:
+    """Executable bit and SHA-256 of a regular file, opened without following links or blocking."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # swapped for something else since it was listed
+            return b"not-a-regular-file"
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+        return (b"x" if st.st_mode & 0o111 else b"-") + digest.digest()
+    finally:
+        os.close(fd)
+
+
+def load_task(path: str | Path, task_id: str | None = None) -> Task:
+    """Load one task directory; raise :class:`TaskError` naming the file and the problem.
+
+    ``task_id`` defaults to the directory's name (:func:`load_dataset` qualifies it when two
+    tasks share a name).
+    """
+    root = Path(path).resolve()
+    if not root.is_dir():
+        raise TaskError(f"{root}: not a task directory (it does not exist or is a file)")
+    instruction_file = root / "instruction.md"
+    if not instruction_file.is_file():
+        raise TaskError(f"{instruction_file}: missing; every task needs its instruction in instruction.md")
+    try:
+        instruction = instruction_file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TaskError(f"{instruction_file}: not UTF-8 text ({exc})") from exc
+    if not instruction.strip():
+        raise TaskError(f"{instruction_file}: empty instruction")
+    raw: dict[str, Any] = {}
+    toml_file = root / "task.toml"
+    if toml_file.is_file():
+        try:
+            raw = tomllib.loads(toml_file.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise TaskError(f"{toml_file}: invalid TOML: {exc}") from exc
+    for extra_rubric in ("rubric.json",):
+        f = root / extra_rubric
+        if f.is_file() and "rubric" not in raw:
+            try:
+                raw["rubric"] = json.loads(f.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise TaskError(f"{f}: invalid JSON: {exc}") from exc
+    try:
+        config = TaskConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise TaskError(f"{toml_file}: {_describe(exc)}") from exc
+    task = Task(id=task_id or root.name, path=root, instruction=instruction, config=config)
+    if task.world_dir is not None and not task.world_dir.is_dir():
+        raise TaskError(f"{toml_file}: [world].path {config.world.path!r} does not exist ({task.world_dir})")
+    task.source_hash = task_source_hash(root)
+    return task
+
+
+def _describe(exc: ValidationError) -> str:
+    from tackroom._config import format_validation_error  # config imports this module
+
+    return format_validation_error(exc, sep="; ")
+
+
+class TaskLoadFailure(BaseModel):
+    """A task directory that could not be loaded, with the reason."""
+
+    path: Path
+    message: str
+
+
+class Dataset(BaseModel):
+    """Loaded tasks plus the directories that failed to load (one bad task never stops the rest)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    tasks: list[Task]
+    failures: list[TaskLoadFailure] = Field(default_factory=list)
+
+
+def is_task_dir(path: Path) -> bool:
+    return (path / "instruction.md").is_file() or (path / "task.toml").is_file()
+
+
+def load_dataset(
+    sources: list[str | Path] | str | Path,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
+) -> Dataset:
+    """Load tasks from task directories and/or dataset directories (directories of tasks).
+
+    ``include``/``exclude`` are shell-style patterns matched against task ids
+    (a qualified id or the plain directory name). A source that does not exist
+    is an error of its own (a typo should not silently shrink a run).
+
+    A task's id is its directory name; when two sources hold tasks of the same
+    name (``a/t1`` and ``b/t1``), both ids are qualified by as many parent
+    folders as it takes to tell them apart (``a/t1``, ``b/t1``), so they are two
+    tasks in every result and report. A directory reached twice (also through a
+    symlink) is loaded once.
+    """
+    from fnmatch import fnmatch
+
+    if isinstance(sources, (str, Path)):
+        sources = [sources]
+    tasks: list[Task] = []
+    failures: list[TaskLoadFailure] = []
+    seen: set[Path] = set()
+    found: list[Path] = []
+    for source in sources:
+        src = Path(source).resolve()
+        if not src.exists():
+            raise TaskError(f"{src}: no such task or dataset directory")
+        candidates = [src] if is_task_dir(src) else sorted(p for p in src.iterdir() if p.is_dir())
+        if not candidates:
+            raise TaskError(f"{src}: no task directories inside (a task has instruction.md and task.toml)")
+        for cand in candidates:
+            real = cand.resolve()
+            if real in seen:
+                continue
+            seen.add(real)
+            found.append(real)
+    ids = task_ids(found)
+    for cand in found:
+        tid = ids[cand]
+        names = {tid, cand.name}
+        if include and not any(fnmatch(n, pat) for n in names for pat in include):
+            continue
+        if exclude and any(fnmatch(n, pat) for n in names for pat in exclude):
+            continue
+        try:
+            tasks.append(load_task(cand, task_id=tid))
+        except TaskError as exc:
+            failures.append(TaskLoadFailure(path=cand, message=str(exc)))
+    return Dataset(tasks=tasks, failures=failures)
+
+
+def task_ids(paths: list[Path]) -> dict[Path, str]:
+    """Each task directory's id: its name, or ``parent/name`` (more parents as needed) where names collide."""
+    ids: dict[Path, str] = {}
+    by_name: dict[str, list[Path]] = {}
+    for p in paths:
+        by_name.setdefault(p.name, []).append(p)
+    for name, group in by_name.items():
+        if len(group) == 1:
+            ids[group[0]] = name
+            continue
+        depth = 2
+        while True:
+            qualified = {p: "/".join(p.parts[-depth:]).lstrip("/") for p in group}
+            if len(set(qualified.values())) == len(group) or depth >= max(len(p.parts) for p in group):
+                ids.update({p: q if len(set(qualified.values())) == len(group) else str(p)
+                            for p, q in qualified.items()})
+                break
+            depth += 1
+    return ids

@@ -58,3 +58,21 @@ def test_plain_asyncio_run_would_leave_it_behind(tmp_path: Path) -> None:
     """The reason for run_to_completion: asyncio.run dies on SIGTERM without running any finally."""
     done = _terminate(tmp_path, WORK.replace("run_to_completion(work())", "asyncio.run(work())"))
     assert not (tmp_path / "cleaned").exists() and done.returncode == -signal.SIGTERM
+
+
+def test_off_the_main_thread_it_is_asyncio_run(tmp_path: Path) -> None:
+    """A command invoked from a worker thread (a test runner, an embedding app) still runs; no handler is set."""
+    import asyncio
+    import threading
+
+    from tackroom.app import run_to_completion
+
+    async def work() -> int:
+        await asyncio.sleep(0)
+        return 7
+
+    got: list[object] = []
+    thread = threading.Thread(target=lambda: got.append(run_to_completion(work())))
+    thread.start()
+    thread.join(30)
+    assert got == [7]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -73,6 +74,8 @@ def run_to_completion(main: Coroutine[Any, Any, T]) -> T:
             terminated = True
             task.cancel()
 
+        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+            return await main
         loop.add_signal_handler(signal.SIGTERM, on_sigterm)
         try:
             return await main

@@ -210,11 +210,15 @@ class EngineClient:
             (b"content-type", b"application/json"),
             (b"authorization", f"Bearer {settings.api_key}".encode()),
         ]
+        # Idle connections are let go before the engine's own keep-alive timeout (uvicorn's, vLLM's server: 5 s)
+        # closes them: a request sent just as the server closes its connection fails at once.
         self._pool = httpcore.AsyncConnectionPool(
-            max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections, keepalive_expiry=60.0
+            max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections, keepalive_expiry=4.0
         )
         # Probes get their own connections: agents' requests filling the main pool must not look like a dead engine.
-        self._probe_pool = httpcore.AsyncConnectionPool(max_connections=2, max_keepalive_connections=2, keepalive_expiry=60.0)
+        # And a fresh one each (no keep-alive): a probe is never retried, so one lost to that close race would read
+        # as a silent engine and turn every waiting trial into infra.
+        self._probe_pool = httpcore.AsyncConnectionPool(max_connections=2, max_keepalive_connections=0)
         self.info: EngineInfo | None = None
 
     async def aclose(self) -> None:

@@ -61,10 +61,11 @@ def run_to_completion(main: Coroutine[Any, Any, T]) -> T:
     every ``finally`` runs (sandboxes torn down, engines and Tinker servers stopped), then the process exits
     with :data:`TERMINATED_EXIT_CODE`. Plain ``asyncio.run`` dies at once on SIGTERM (a scheduler's stop, a
     ``timeout``), leaving what the run started behind."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        return asyncio.run(main)
     terminated = False
 
     async def guarded() -> T:
-        nonlocal terminated
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         assert task is not None
@@ -74,8 +75,6 @@ def run_to_completion(main: Coroutine[Any, Any, T]) -> T:
             terminated = True
             task.cancel()
 
-        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
-            return await main
         loop.add_signal_handler(signal.SIGTERM, on_sigterm)
         try:
             return await main

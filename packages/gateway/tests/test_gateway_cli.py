@@ -18,6 +18,22 @@ from fake_engine import FakeEngineForTests, Scripted, serve_app
 from tackroom_gateway.testing import EngineReply, MisbehavingEngine
 
 
+async def _exit_after_signal(proc: asyncio.subprocess.Process, limit_s: float) -> tuple[bytes, bytes]:
+    """The process's output once it exits. One still running after ``limit_s`` is aborted with SIGABRT (the
+    interpreter runs with PYTHONFAULTHANDLER, so every thread's stack lands on stderr) and the test fails
+    showing where it hung, not with a bare TimeoutError."""
+    try:
+        return await asyncio.wait_for(asyncio.shield(communicating := asyncio.ensure_future(proc.communicate())), limit_s)
+    except TimeoutError:
+        proc.send_signal(signal.SIGABRT)
+        _, err = await asyncio.wait_for(communicating, 30)
+        raise AssertionError(f"still running {limit_s:.0f}s after the signal; its threads:\n{err.decode()[-6000:]}") from None
+
+
+def _gateway_env() -> dict[str, str]:
+    return {**os.environ, "COLUMNS": "200", "PYTHONFAULTHANDLER": "1"}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -32,7 +48,7 @@ async def test_gateway_command_serves_until_signalled(smollm2_tokenizer, stop_si
     async with serve_app(fake.app) as engine_url:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tackroom._cli.main", "gateway", "--engine", engine_url, "--port", str(port),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "COLUMNS": "200"},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=_gateway_env(),
         )
         try:
             banner = (await asyncio.wait_for(proc.stdout.readuntil(b"stops it"), 120)).decode()
@@ -61,7 +77,7 @@ async def test_gateway_command_serves_until_signalled(smollm2_tokenizer, stop_si
                     assert proc.returncode is None
                     await asyncio.sleep(1.0)
             proc.send_signal(stop_signal)
-            out, err = await asyncio.wait_for(proc.communicate(), 30)
+            out, err = await _exit_after_signal(proc, 60)
             assert proc.returncode == 0, err.decode()
             assert "gateway stopped" in out.decode()
             assert "Traceback" not in err.decode()
@@ -78,7 +94,7 @@ async def test_gateway_command_stops_cleanly_with_requests_cut_off_and_open():
         port = _free_port()
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tackroom._cli.main", "gateway", "--engine", engine.base_url, "--port", str(port),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "COLUMNS": "200"},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=_gateway_env(),
         )
         try:
             banner = (await asyncio.wait_for(proc.stdout.readuntil(b"stops it"), 120)).decode()
@@ -102,7 +118,7 @@ async def test_gateway_command_stops_cleanly_with_requests_cut_off_and_open():
                     await asyncio.sleep(0.02)
                 start = time.monotonic()
                 proc.send_signal(signal.SIGTERM)
-                out, err = await asyncio.wait_for(proc.communicate(), 30)
+                out, err = await _exit_after_signal(proc, 30)
                 took = time.monotonic() - start
                 cut_off = await pending
             assert proc.returncode == 0, err.decode()

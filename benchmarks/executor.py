@@ -65,15 +65,15 @@ class TimedExecutor(Executor):
         self.options = inner.options
         self.spans: list[tuple[float, float]] = []
 
-    async def start(self, items: list[Any]) -> None:
-        await self.inner.start(items)
+    async def start(self, plans: list[Any]) -> None:
+        await self.inner.start(plans)
 
     def max_in_flight(self, concurrency: int) -> int:
         return self.inner.max_in_flight(concurrency)
 
-    async def run_attempt(self, runtime, trial, task, plugins, attempt, policy=None):
+    async def run(self, plan, *, manager, on_started):
         t0 = time.perf_counter()
-        result, trajectory = await self.inner.run_attempt(runtime, trial, task, plugins, attempt, policy)
+        result, trajectory = await self.inner.run(plan, manager=manager, on_started=on_started)
         self.spans.append((time.perf_counter() - t0, result.timings.get("total", 0.0)))
         return result, trajectory
 

@@ -4,9 +4,10 @@ forwarded port (their policy), never through the host's network."""
 import asyncio
 
 import tackroom
+from tackroom._attempt import sandbox_spec
 from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
-from tackroom._runtime import TrialPlugins, TrialRuntime, sandbox_spec
+from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._trial import Trial
 
 

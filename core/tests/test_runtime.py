@@ -253,7 +253,7 @@ async def test_outcomes_carry_the_written_trajectory_fresh_and_resumed(tmp_path)
 
 
 def test_the_attempt_time_limit_is_the_sum_of_the_phase_limits(tmp_path):
-    from tackroom._runtime import KILL_TIMEOUT_SEC, VERIFY_GRACE_SEC
+    from tackroom._attempt import KILL_TIMEOUT_SEC, VERIFY_GRACE_SEC
 
     task = write_task(tmp_path, "t", "true", toml="[agent]\ntimeout_sec = 10\n[verifier]\ntimeout_sec = 20\n")
     rt = runtime(tmp_path, setup_timeout_sec=7, teardown_timeout_sec=3)

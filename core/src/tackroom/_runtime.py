@@ -1,7 +1,8 @@
-"""The trial runtime: sandbox start → harness setup → harness run → verify → teardown, with retries.
+"""The trial runtime: runs trials into a run directory, each attempt planned here and run by an executor.
 
-Every phase has a timeout; teardown always runs (also on cancellation) and is
-itself time-limited. Failures are classified by the ``tackroom_classify_error``
+One attempt (``_attempt.run_attempt``) is sandbox start → harness setup → harness
+run → verify → teardown. Every phase has a timeout; teardown always runs (also on
+cancellation) and is itself time-limited. Failures are classified by the ``tackroom_classify_error``
 hook (then by built-in rules) into ``infra`` (retried with backoff), ``model``
 (counts: the verifier still grades what the agent left, as Harbor does after an
 agent timeout) and ``task`` (not retried).
@@ -23,10 +24,8 @@ import asyncio
 import json
 import logging
 import os
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,34 +33,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt, wait_exponential
 
-from tackroom._errors import ErrorClass, ModelError, TackroomError
+from tackroom._attempt import AttemptDeadlines, AttemptPlan, PluginRef, error_info
 from tackroom._harness import Harness
 from tackroom._manager import PluginManager, get_plugin_manager
 from tackroom._policy import Policy, redact
-from tackroom._sandbox import SandboxProvider, SandboxSpec
+from tackroom._sandbox import SandboxProvider
 from tackroom._task import Task
 from tackroom._trajectory import Trajectory
-from tackroom._trial import AttemptRecord, Trial, TrialErrorInfo, TrialResult, slug
+from tackroom._trial import AttemptRecord, Trial, TrialResult
 from tackroom._verifier import Verifier
 from tackroom.executors import Executor, make_executor
 
 log = logging.getLogger(__name__)
-
-ERROR_CLASSES: tuple[ErrorClass, ...] = ("infra", "model", "task")
-KILL_TIMEOUT_SEC = 30.0
-VERIFY_GRACE_SEC = 120.0
-"""Beyond the task's verifier timeout: uploading the tests and reading the reward around ``test.sh``."""
-"""How long a sandbox gets to kill and confirm gone every process the agent started."""
-
-
-class AgentTimeoutError(ModelError, TimeoutError):
-    """The harness ran past the task's agent timeout."""
-
-
-class PhaseTimeoutError(TackroomError, TimeoutError):
-    """A runtime phase other than the agent run ran past its limit."""
-
-    error_class = "infra"
 
 
 @dataclass(frozen=True)
@@ -94,43 +77,6 @@ class TrialPlugins:
     @property
     def label(self) -> str:
         return self.harness_label or self.harness_cls.name
-
-
-def classify(error: BaseException, phase: str, manager: PluginManager) -> ErrorClass:
-    """Plugins first (``tackroom_classify_error``), then the built-in rules."""
-    try:
-        answer = manager.hook.tackroom_classify_error(error=error, phase=phase)
-    except Exception:  # a broken classifier must not break the trial
-        log.exception("tackroom_classify_error raised; using the built-in rules")
-        answer = None
-    if answer in ERROR_CLASSES:
-        return answer
-    own = getattr(error, "error_class", None)
-    if own in ERROR_CLASSES:
-        return own
-    if phase == "harness_run" and isinstance(error, TimeoutError):
-        return "model"
-    return "infra"
-
-
-def sandbox_spec(task: Task, name: str) -> SandboxSpec:
-    """The sandbox a trial of ``task`` gets.
-
-    A harness with the ``agent_in_sandbox`` capability (e.g. OpenCode) gets the same
-    sandbox: it reaches the policy through :meth:`Sandbox.forward_host_port`, one host
-    port and nothing else, never through the host's network.
-    """
-    env = task.config.environment
-    return SandboxSpec(
-        name=name,
-        environment_dir=task.environment_dir if task.environment_dir.is_dir() else None,
-        image=env.docker_image,
-        cpus=env.cpus,
-        memory_mb=env.memory_mb,
-        allow_internet=env.allow_internet,
-        build_timeout_sec=env.build_timeout_sec,
-        labels={"tackroom._task": slug(task.id)},
-    )
 
 
 def _atomic_write(path: Path, data: Any) -> None:
@@ -172,97 +118,36 @@ class TrialRuntime:
         tackroom.executors."""
 
     # -- one attempt ----------------------------------------------------------------
+    @property
+    def deadlines(self) -> AttemptDeadlines:
+        return AttemptDeadlines(setup_timeout_sec=self.setup_timeout_sec, teardown_timeout_sec=self.teardown_timeout_sec)
+
+    def plan(self, trial: Trial, task: Task, plugins: TrialPlugins, attempt: int,
+             policy: Policy | None = None) -> AttemptPlan:
+        """What one attempt of ``trial`` runs: plugins by reference (the live objects ride along in this process)."""
+        return AttemptPlan(
+            trial=trial, task=task, attempt=attempt, deadlines=self.deadlines, policy=policy or plugins.policy,
+            harness=PluginRef.of(plugins.harness_cls, plugins.harness_options),
+            sandbox=PluginRef.of(type(plugins.sandbox), plugins.sandbox.options, plugins.sandbox),
+            verifier=PluginRef.of(plugins.verifier_cls, plugins.verifier_options),
+        )
+
     async def run_attempt(self, trial: Trial, task: Task, plugins: TrialPlugins, attempt: int,
                           policy: Policy | None = None) -> tuple[TrialResult, Trajectory]:
-        """Run one attempt end to end; never raises (except on cancellation)."""
-        result = TrialResult(
-            trial_id=trial.id, task=task.id, harness=trial.harness, sandbox=trial.sandbox, verifier=trial.verifier,
-            model=trial.model, pass_index=trial.pass_index, attempt=attempt,
-            domain=task.domain, category=task.category,
-        )
-        trajectory = Trajectory(stop_reason="not_started")
-        harness = plugins.harness_cls(plugins.harness_options)
-        verifier = plugins.verifier_cls(plugins.verifier_options)
-        policy = policy or plugins.policy
-        spec = sandbox_spec(task, f"{trial.id}-a{attempt}")
-        sandbox = plugins.sandbox.create(spec)
-        started = time.monotonic()
-        self._notify("tackroom_trial_started", trial=trial)
-        phase = "sandbox_start"
-        model_error: TrialErrorInfo | None = None
+        """Run one attempt end to end on the executor, with its lifecycle hooks; never raises (but on cancellation)."""
+        announced = False
 
-        async def timed(name: str, coro: Any, timeout: float) -> Any:
-            t0 = time.monotonic()
-            try:
-                return await asyncio.wait_for(coro, timeout)
-            except TimeoutError as exc:
-                if name == "harness_run":
-                    raise AgentTimeoutError(f"agent ran past the task's agent timeout ({timeout}s)") from exc
-                raise PhaseTimeoutError(f"{name} ran past its {timeout}s limit") from exc
-            finally:
-                result.timings[name] = round(time.monotonic() - t0, 4)
+        def started() -> None:
+            nonlocal announced
+            if not announced:
+                announced = True
+                self._notify("tackroom_trial_started", trial=trial)
 
-        try:
-            await timed("sandbox_start", sandbox.start(), spec.build_timeout_sec + spec.start_timeout_sec)
-            phase = "verifier_prepare"
-            await timed("verifier_prepare", verifier.prepare(task, sandbox), self.setup_timeout_sec)
-            phase = "harness_setup"
-            await timed("harness_setup", harness.setup(sandbox, task), self.setup_timeout_sec)
-            phase = "harness_run"
-            try:
-                trajectory = await timed("harness_run", harness.run(task, sandbox, policy),
-                                         task.config.agent.timeout_sec)
-            except Exception as exc:
-                if classify(exc, phase, self.manager) != "model":
-                    raise
-                model_error = self._error_info(exc, phase, "model")
-                trajectory = Trajectory(stop_reason="agent_timeout" if isinstance(exc, TimeoutError) else "model_error")
-                if isinstance(exc, TackroomError) and getattr(exc, "trajectory", None) is not None:
-                    trajectory = exc.trajectory  # harnesses may attach what they had
-            # The agent's turn is over (normally, by timeout or by its own error): nothing it started may
-            # go on changing the sandbox while it is graded, so every process in it is killed and confirmed
-            # gone first. A sandbox that cannot confirm it is an infra failure: the trial is not graded.
-            phase = "kill_agent"
-            await timed("kill_agent", sandbox.kill_processes(timeout=KILL_TIMEOUT_SEC), KILL_TIMEOUT_SEC + 5)
-            phase = "verify"
-            reward = await timed("verify", verifier.verify(task, sandbox, trajectory),
-                                 task.config.verifier.timeout_sec + VERIFY_GRACE_SEC)
-            reward.check_range(*task.config.verifier.reward_range, where=f"verifier {verifier.name!r}")
-            result.reward = reward.score
-            result.components = reward.components
-            result.reward_details = reward.details
-            result.error = model_error
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            error = self._error_info(exc, phase, classify(exc, phase, self.manager))
-            if model_error is not None and error.error_class == "model":
-                error = model_error  # the agent's own failure came first; what followed is its consequence
-            elif model_error is not None:
-                result.other_errors.append(model_error)  # kept beside the deciding task/infra error
-            result.error = error
-            if error.error_class == "model":
-                result.reward = 0.0
-        finally:
-            t0 = time.monotonic()
-            try:
-                await asyncio.shield(asyncio.wait_for(sandbox.stop(), self.teardown_timeout_sec))
-            except (Exception, asyncio.CancelledError) as exc:
-                result.notes.append(f"teardown failed: {type(exc).__name__}: {exc}")
-            result.timings["teardown"] = round(time.monotonic() - t0, 4)
-            result.timings["total"] = round(time.monotonic() - started, 4)
-            result.notes.extend(sandbox.notes)
-        result.stop_reason = trajectory.stop_reason
-        result.metrics = dict(trajectory.metrics)
-        result.notes.extend(trajectory.notes)
-        result.finished_at = datetime.now(UTC).isoformat()
+        result, trajectory = await self.executor.run(self.plan(trial, task, plugins, attempt, policy),
+                                                     manager=self.manager, on_started=started)
+        started()  # an attempt that failed before it began (a lost worker) is still reported as one
         self._notify("tackroom_trial_finished", trial=trial, result=result)
         return result, trajectory
-
-    @staticmethod
-    def _error_info(exc: BaseException, phase: str, error_class: ErrorClass) -> TrialErrorInfo:
-        message = str(exc) or repr(exc)
-        return TrialErrorInfo(error_class=error_class, type=type(exc).__name__, message=message[:4000], phase=phase)
 
     def _notify(self, hook: str, **kwargs: Any) -> None:
         try:
@@ -306,14 +191,13 @@ class TrialRuntime:
     async def _attempt_with_policy(self, trial: Trial, task: Task, plugins: TrialPlugins,
                                    attempt: int) -> tuple[TrialResult, Trajectory]:
         if plugins.policy_for is None:
-            return await self.executor.run_attempt(self, trial, task, plugins, attempt)
+            return await self.run_attempt(trial, task, plugins, attempt)
         async with plugins.policy_for(trial) as session:
-            result, trajectory = await self.executor.run_attempt(self, trial, task, plugins, attempt,
-                                                                 policy=session.policy)
+            result, trajectory = await self.run_attempt(trial, task, plugins, attempt, policy=session.policy)
             engine_error = session.error()
             if engine_error is not None and result.error is not None and result.error.phase == "harness_run":
                 # The engine's own classification (down → infra, context exceeded → model) decides.
-                result.error = self._error_info(engine_error, "harness_run", engine_error.error_class or "infra")
+                result.error = error_info(engine_error, "harness_run", engine_error.error_class or "infra")
                 if result.error.error_class != "model":
                     result.reward = None
             elif result.error is None and getattr(session, "unrecovered_error", None) is not None:
@@ -321,16 +205,13 @@ class TrialRuntime:
                 # short by the machinery, so its reward says nothing about the policy.
                 cut = session.unrecovered_error()
                 if cut is not None and cut.error_class == "infra":
-                    result.error = self._error_info(cut, "harness_run", "infra")
+                    result.error = error_info(cut, "harness_run", "infra")
                     result.reward = None
             return result, await session.complete(trajectory)
 
     def attempt_time_limit(self, task: Task) -> float:
-        """The longest one attempt can legitimately take: the sum of its phase limits in :meth:`run_attempt`."""
-        spec = sandbox_spec(task, "limit")
-        return (spec.build_timeout_sec + spec.start_timeout_sec + 2 * self.setup_timeout_sec
-                + task.config.agent.timeout_sec + KILL_TIMEOUT_SEC + 5
-                + task.config.verifier.timeout_sec + VERIFY_GRACE_SEC + self.teardown_timeout_sec)
+        """The longest one attempt can legitimately take (see :meth:`AttemptDeadlines.time_limit`)."""
+        return self.deadlines.time_limit(task)
 
     # -- many trials ------------------------------------------------------------------
     def finished(self, trial: Trial) -> TrialResult | None:
@@ -365,7 +246,7 @@ class TrialRuntime:
             else:
                 todo.append((trial, task, plugins))
         if todo:
-            await self.executor.start(todo)
+            await self.executor.start([self.plan(trial, task, plugins, 1) for trial, task, plugins in todo])
         semaphore = asyncio.Semaphore(self.executor.max_in_flight(self.concurrency))
 
         with Progress(

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tackroom._attempt import sandbox_spec
 from tackroom._config import (
     ExecutorName,
     FieldError,
@@ -43,7 +44,7 @@ from tackroom._run_dirs import (
     unique_trials,
     validated_run_id,
 )
-from tackroom._runtime import TrialOutcome, TrialPlugins, TrialRuntime, sandbox_spec
+from tackroom._runtime import TrialOutcome, TrialPlugins, TrialRuntime
 from tackroom._task import TaskLoadFailure
 from tackroom._trial import Trial, TrialErrorInfo, TrialResult, slug
 

@@ -97,7 +97,7 @@ def test_bad_executor_registrations_are_refused():
     class NoName(Executor):
         name = "Bad Name"
 
-        async def run_attempt(self, *args, **kwargs):
+        async def run(self, plan, *, manager, on_started):
             raise NotImplementedError
 
     class LooseOptions(BaseModel):

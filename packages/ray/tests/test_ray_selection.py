@@ -1,5 +1,7 @@
 """Selecting the ray executor, its ``[runtime.ray]`` options, and what cannot be shipped to a worker (no cluster)."""
 
+import asyncio
+import pickle
 import subprocess
 import sys
 
@@ -11,10 +13,10 @@ from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom._config import load_run_config
 from tackroom._runtime import TrialPlugins, TrialRuntime
-from tackroom.executors import AsyncioExecutor, ExecutorUnavailableError, make_executor
+from tackroom.executors import AsyncioExecutor, ExecutorUnavailableError, PluginRef, make_executor
 from tackroom_ray import PluginNotShippableError, RayOptions
 from tackroom_ray.executor import RayExecutor
-from tackroom_ray.shipping import PluginRef, ShippedPlugins
+from tackroom_ray.shipping import check_shippable
 
 
 def test_tackroom_ray_registers_ray_lazily_through_tackroom_executors():
@@ -78,20 +80,31 @@ def test_plugins_a_worker_cannot_import_are_refused_before_anything_runs():
         return Local
 
     with pytest.raises(PluginNotShippableError, match=r"cannot be imported by a worker process; define it at module"):
-        PluginRef.of(local_class(), {})
+        check_shippable(PluginRef.of(local_class(), {}))
     main_class = type("Main", (OracleHarness,), {"name": "main-one", "__module__": "__main__", "__doc__": "x"})
     with pytest.raises(PluginNotShippableError, match="__main__"):
-        PluginRef.of(main_class, {})
+        check_shippable(PluginRef.of(main_class, {}))
     elsewhere = type("Gone", (OracleHarness,), {"name": "gone", "__module__": "no_such_module_here", "__doc__": "x"})
     with pytest.raises(PluginNotShippableError, match="no_such_module_here:Gone does not import back"):
-        PluginRef.of(elsewhere, {})
+        check_shippable(PluginRef.of(elsewhere, {}))
+    check_shippable(PluginRef.of(OracleHarness, {}))
 
 
-def test_built_in_plugins_ship_by_reference_and_come_back_equal(manager):
+def test_built_in_plugins_ship_by_reference_and_come_back_equal(manager, tmp_path):
     provider = LocalSandboxProvider({"root_dir": "/tmp/somewhere", "output_limit_bytes": 4096})
     plugins = TrialPlugins(OracleHarness, OracleHarness.Options(max_output_chars=10), provider,
                            TestScriptVerifier, TestScriptVerifier.Options())
-    shipped = ShippedPlugins.of(plugins)
+    (tmp_path / "t" / "tests").mkdir(parents=True)
+    (tmp_path / "t" / "instruction.md").write_text("Say hi")
+    task = tackroom.load_task(tmp_path / "t")
+    trial = tackroom.Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox="local",
+                           verifier="test-script")
+    runtime = TrialRuntime(tmp_path / "run", progress=False, setup_timeout_sec=7, teardown_timeout_sec=9)
+    plan = runtime.plan(trial, task, plugins, 2)
+    assert plan.sandbox.provider(manager) is provider, "in this process the plan carries the live provider"
+    shipped = pickle.loads(pickle.dumps(plan))  # what a worker gets: references, no live objects
+    assert shipped.model_dump() == plan.model_dump() and shipped.time_limit == runtime.attempt_time_limit(task)
+    assert (shipped.attempt, shipped.deadlines.setup_timeout_sec, shipped.deadlines.teardown_timeout_sec) == (2, 7, 9)
     assert shipped.harness.reference == "tackroom._builtins.oracle_harness:OracleHarness"
     assert shipped.sandbox.name == "local" and shipped.sandbox.options["output_limit_bytes"] == 4096
     full = tackroom.PluginManager()
@@ -100,4 +113,39 @@ def test_built_in_plugins_ship_by_reference_and_come_back_equal(manager):
                               (shipped.verifier, TestScriptVerifier, plugins.verifier_options)):
         assert ref.load(full) is cls, "resolved through the plugin manager"
         assert ref.load(manager) is cls, "resolved by import when the manager does not know the name"
-        assert ref.build_options(cls) == options
+        assert ref.resolve(manager) == (cls, options)
+    built = shipped.sandbox.provider(manager)
+    assert built is not provider and built.options == provider.options, "a worker builds its own provider"
+    assert shipped.sandbox.provider(manager) is built, "and keeps it for its later attempts"
+
+
+async def test_a_worker_whose_cancel_interrupt_went_astray_still_tears_down_on_rays_flag(tmp_path, monkeypatch):
+    """Ray raises KeyboardInterrupt in the worker for a soft cancel, and sets a flag. A worker once ran on past
+    the interrupt (the driver then force-killed it and its sandbox stayed behind); the heartbeat reads the flag."""
+    from tackroom_ray import executor as ray_executor
+
+    d = tmp_path / "endless"
+    for sub in ("tests", "solution"):
+        (d / sub).mkdir(parents=True)
+    (d / "instruction.md").write_text("Wait")
+    (d / "task.toml").write_text("[agent]\ntimeout_sec = 600\n")
+    (d / "solution" / "solve.sh").write_text("sleep 600\n")
+    task = tackroom.load_task(d)
+    trial = tackroom.Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox="local",
+                           verifier="test-script")
+    roots = tmp_path / "roots"
+    plugins = TrialPlugins(OracleHarness, OracleHarness.Options(), LocalSandboxProvider({"root_dir": str(roots)}),
+                           TestScriptVerifier, TestScriptVerifier.Options())
+    plan = pickle.loads(pickle.dumps(TrialRuntime(tmp_path / "run", progress=False).plan(trial, task, plugins, 1)))
+
+    class Context:
+        """Ray's runtime context as a worker sees it: cancelled once the agent runs; no interrupt is raised."""
+
+        def is_canceled(self) -> bool:
+            return roots.exists() and any((p / "solution" / "solve.sh").exists() for p in roots.iterdir()
+                                          if p.is_dir())
+
+    monkeypatch.setattr(ray_executor, "_runtime_context", Context)
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(asyncio.to_thread(ray_executor._run_with_heartbeat, plan), 120)
+    assert not any(roots.iterdir()), "the attempt was cancelled and its sandbox torn down"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from tackroom._attempt import AttemptDeadlines, AttemptPlan, PluginRef, run_attempt
 from tackroom._errors import ConfigError
 from tackroom.executors.asyncio import AsyncioExecutor
 from tackroom.executors.base import Executor, NoOptions
@@ -98,6 +99,10 @@ def make_executor(executor: str | Executor = "asyncio", options: BaseModel | dic
 
 __all__ = [
     "AsyncioExecutor",
+    "AttemptDeadlines",
+    "AttemptPlan",
+    "PluginRef",
+    "run_attempt",
     "Executor",
     "ExecutorNotFoundError",
     "ExecutorUnavailableError",

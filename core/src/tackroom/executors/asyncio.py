@@ -5,18 +5,18 @@ Registered through the ``tackroom_executors`` hook by core's entry point, like a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tackroom._attempt import AttemptPlan, run_attempt
 from tackroom._markers import hookimpl
 from tackroom.executors.base import Executor
 
 if TYPE_CHECKING:
-    from tackroom._policy import Policy
+    from tackroom._manager import PluginManager
     from tackroom._registrar import Registrar
-    from tackroom._runtime import TrialPlugins, TrialRuntime
-    from tackroom._task import Task
     from tackroom._trajectory import Trajectory
-    from tackroom._trial import Trial, TrialResult
+    from tackroom._trial import TrialResult
 
 
 class AsyncioExecutor(Executor):
@@ -24,9 +24,9 @@ class AsyncioExecutor(Executor):
 
     name = "asyncio"
 
-    async def run_attempt(self, runtime: TrialRuntime, trial: Trial, task: Task, plugins: TrialPlugins,
-                          attempt: int, policy: Policy | None = None) -> tuple[TrialResult, Trajectory]:
-        return await runtime.run_attempt(trial, task, plugins, attempt, policy=policy)
+    async def run(self, plan: AttemptPlan, *, manager: PluginManager,
+                  on_started: Callable[[], None]) -> tuple[TrialResult, Trajectory]:
+        return await run_attempt(plan, manager=manager, on_started=on_started)
 
 
 @hookimpl

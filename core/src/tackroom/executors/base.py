@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
-    from tackroom._policy import Policy
-    from tackroom._runtime import TrialPlugins, TrialRuntime
-    from tackroom._task import Task
+    from tackroom._attempt import AttemptPlan
+    from tackroom._manager import PluginManager
     from tackroom._trajectory import Trajectory
-    from tackroom._trial import Trial, TrialResult
+    from tackroom._trial import TrialResult
 
 
 class NoOptions(BaseModel):
@@ -22,18 +22,19 @@ class NoOptions(BaseModel):
 
 
 class Executor(abc.ABC):
-    """Runs trial attempts for a :class:`~tackroom._runtime.TrialRuntime`.
+    """Runs trial attempts, each given as an :class:`~tackroom.executors.AttemptPlan`.
 
     The runtime keeps everything that must behave the same whatever the
     executor: the attempts policy (tenacity retries of ``infra`` failures),
     resume, the run directory (it alone writes ``result.json`` and
-    ``trajectory.json``, once per trial), per-trial policy sessions and the
-    progress bar. An executor decides only where :meth:`run_attempt` happens:
+    ``trajectory.json``, once per trial), per-trial policy sessions, lifecycle
+    hooks and the progress bar. It builds each attempt's plan; an executor
+    decides only where :func:`~tackroom.executors.run_attempt` runs it:
     in-process (``asyncio``, core's own) or elsewhere (``ray``, from
-    ``tackroom-ray``: a worker process of a Ray cluster). Executors are
-    registered through the ``tackroom_executors`` hook.
-    Like :meth:`TrialRuntime.run_attempt`, :meth:`run_attempt` never raises
-    for a failed attempt; it returns a result whose ``error`` is classified.
+    ``tackroom-ray``: a worker process of a Ray cluster, the plan pickled).
+    An executor never sees the runtime. Executors are registered through the
+    ``tackroom_executors`` hook. :meth:`run` never raises for a failed
+    attempt; it returns a result whose ``error`` is classified.
     """
 
     name: ClassVar[str]
@@ -42,8 +43,9 @@ class Executor(abc.ABC):
     def __init__(self, options: BaseModel | None = None) -> None:
         self.options = options if options is not None else self.Options()
 
-    async def start(self, items: list[tuple[Trial, Task, TrialPlugins]]) -> None:
-        """Called by ``run_all`` before the first trial: connect, and refuse what cannot run here."""
+    async def start(self, plans: list[AttemptPlan]) -> None:
+        """Called by ``run_all`` before the first trial with every trial's first attempt: connect, and
+        refuse what cannot run here."""
         return None
 
     def max_in_flight(self, concurrency: int) -> int:
@@ -51,9 +53,12 @@ class Executor(abc.ABC):
         return concurrency
 
     @abc.abstractmethod
-    async def run_attempt(self, runtime: TrialRuntime, trial: Trial, task: Task, plugins: TrialPlugins,
-                          attempt: int, policy: Policy | None = None) -> tuple[TrialResult, Trajectory]:
-        """Run one attempt (sandbox start → harness → verify → teardown) and return its result and trajectory."""
+    async def run(self, plan: AttemptPlan, *, manager: PluginManager,
+                  on_started: Callable[[], None]) -> tuple[TrialResult, Trajectory]:
+        """Run one attempt (sandbox start → harness → verify → teardown) and return its result and trajectory.
+
+        ``manager`` is the caller's plugin manager (for error classification where the attempt runs in
+        this process); call ``on_started`` once the attempt has begun wherever it runs."""
 
     def describe(self) -> dict[str, Any]:
         """What a run records about its executor."""

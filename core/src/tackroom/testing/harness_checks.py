@@ -55,11 +55,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from tackroom._attempt import sandbox_spec
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom._errors import TackroomError
 from tackroom._harness import Harness
 from tackroom._policy import Policy
-from tackroom._runtime import TrialPlugins, TrialRuntime, sandbox_spec
+from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._sandbox import Sandbox, SandboxProvider
 from tackroom._task import AgentSection, Task, TaskConfig, load_task
 from tackroom._trajectory import Trajectory

@@ -74,10 +74,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tackroom._attempt import sandbox_spec
 from tackroom._config import validate
 from tackroom._errors import ConfigError, TackroomError
 from tackroom._reward import Reward
-from tackroom._runtime import sandbox_spec
 from tackroom._sandbox import DEFAULT_EXEC_TIMEOUT, ExecResult, Sandbox, SandboxError, SandboxProvider
 from tackroom._task import Task, load_task
 from tackroom._trajectory import Trajectory

@@ -22,20 +22,19 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from tackroom import Trajectory, TrialResult
 from tackroom.app import TrialErrorInfo
-from tackroom.executors import Executor, ExecutorUnavailableError
+from tackroom.executors import AttemptPlan, Executor, ExecutorUnavailableError, run_attempt
 from tackroom_ray.errors import AttemptDeadlineError, WorkerLostError
 from tackroom_ray.options import RayOptions
-from tackroom_ray.shipping import AttemptPayload, ShippedPlugins, run_payload
+from tackroom_ray.shipping import check_plan
 
 if TYPE_CHECKING:
-    from tackroom import Policy, Task, Trial
-    from tackroom.app import TrialPlugins, TrialRuntime
+    from tackroom import PluginManager
 
 log = logging.getLogger(__name__)
 
@@ -124,19 +123,31 @@ def connect(options: RayOptions) -> Any:
     return ray
 
 
-def _run_with_heartbeat(payload: AttemptPayload) -> dict[str, Any]:
+def _run_with_heartbeat(plan: AttemptPlan) -> dict[str, Any]:
     async def main() -> dict[str, Any]:
         # Ray delivers a (soft) cancel as KeyboardInterrupt raised in this thread, which
         # only happens while Python code runs; an event loop asleep in epoll for minutes
         # would never see it. The beat keeps the loop waking, and asyncio.run then
-        # cancels the attempt, so its teardown runs before the worker reports back.
+        # cancels the attempt, so its teardown runs before the worker reports back. The
+        # beat also reads Ray's cancellation flag, so a cancel whose interrupt went
+        # astray still stops the attempt the same way.
+        attempt = asyncio.current_task()
+        assert attempt is not None
+        context = _runtime_context()
+
         async def beat() -> None:
             while True:
                 await asyncio.sleep(HEARTBEAT_SEC)
+                if context is not None and context.is_canceled():
+                    log.warning("tackroom: attempt %s cancelled by the driver (flag); tearing down", plan.trial.id)
+                    attempt.cancel()
+                    return
 
         heart = asyncio.create_task(beat())
         try:
-            return await run_payload(payload)
+            # lifecycle hooks are the driver's; error classification runs here, where the exception is
+            result, trajectory = await run_attempt(plan)
+            return {"result": result.dump(), "trajectory": trajectory.model_dump(mode="json")}
         finally:
             heart.cancel()
 
@@ -150,18 +161,25 @@ def _run_with_heartbeat(payload: AttemptPayload) -> dict[str, Any]:
         asyncio.set_event_loop_policy(installed)
 
 
-def run_attempt_task(payload: AttemptPayload) -> Iterator[dict[str, Any]]:
+def _runtime_context() -> Any:
+    """Ray's runtime context where this is a Ray worker (else None: a plain call, as in tests)."""
+    try:
+        import ray
+
+        context = ray.get_runtime_context()
+        context.is_canceled()
+    except Exception:  # not a worker, or a Ray without the flag
+        return None
+    return context
+
+
+def run_attempt_task(plan: AttemptPlan) -> Iterator[dict[str, Any]]:
     """The Ray task (a streaming generator): who runs the attempt, then its outcome."""
     import ray
 
     context = ray.get_runtime_context()
     yield {"pid": os.getpid(), "node_id": context.get_node_id()}
-    yield _run_with_heartbeat(payload)
-
-
-def attempt_time_limit(task: Task, runtime: TrialRuntime) -> float:
-    """The longest an attempt can legitimately take (the runtime sums its phase limits)."""
-    return runtime.attempt_time_limit(task)
+    yield _run_with_heartbeat(plan)
 
 
 class RayExecutor(Executor):
@@ -175,7 +193,6 @@ class RayExecutor(Executor):
         super().__init__(options)
         self._ray: Any = None
         self._remote: Any = None
-        self._shipped: dict[int, tuple[TrialPlugins, ShippedPlugins]] = {}
 
     # -- setup ------------------------------------------------------------------------
     def _connect(self) -> Any:
@@ -187,9 +204,9 @@ class RayExecutor(Executor):
             self._ray = ray
         return self._ray
 
-    async def start(self, items: list[tuple[Trial, Task, TrialPlugins]]) -> None:
-        for _, _, plugins in items:
-            self._shipping(plugins)  # refuse classes a worker cannot import before anything runs
+    async def start(self, plans: list[AttemptPlan]) -> None:
+        for plan in plans:
+            check_plan(plan)  # refuse classes a worker cannot import before anything runs
         self._check_feasible(self._connect())
 
     def _check_feasible(self, ray: Any) -> None:
@@ -213,12 +230,6 @@ class RayExecutor(Executor):
     def max_in_flight(self, concurrency: int) -> int:
         return self.options.max_concurrency or concurrency
 
-    def _shipping(self, plugins: TrialPlugins) -> ShippedPlugins:
-        known = self._shipped.get(id(plugins))
-        if known is None or known[0] is not plugins:
-            known = self._shipped[id(plugins)] = (plugins, ShippedPlugins.of(plugins))
-        return known[1]
-
     def _task_options(self) -> dict[str, Any]:
         o = self.options
         opts: dict[str, Any] = {"num_cpus": o.num_cpus_per_trial, "num_returns": "streaming", "name": "tackroom-trial"}
@@ -233,26 +244,18 @@ class RayExecutor(Executor):
         return opts
 
     # -- one attempt ----------------------------------------------------------------------
-    async def run_attempt(self, runtime: TrialRuntime, trial: Trial, task: Task, plugins: TrialPlugins,
-                          attempt: int, policy: Policy | None = None) -> tuple[TrialResult, Trajectory]:
+    async def run(self, plan: AttemptPlan, *, manager: PluginManager,
+                  on_started: Callable[[], None]) -> tuple[TrialResult, Trajectory]:
         ray = self._connect()
-        shipped = self._shipping(plugins)
-        payload = AttemptPayload(
-            trial=trial, task=task, harness=shipped.harness, sandbox=shipped.sandbox, verifier=shipped.verifier,
-            policy=policy or plugins.policy, attempt=attempt, setup_timeout_sec=runtime.setup_timeout_sec,
-            teardown_timeout_sec=runtime.teardown_timeout_sec,
-        )
         submitted, started_at = time.monotonic(), datetime.now(UTC).isoformat()
-        stream = self._remote.options(**self._task_options()).remote(payload)
+        stream = self._remote.options(**self._task_options()).remote(plan)
         worker: dict[str, Any] = {}
-        announced = False
         pending: asyncio.Future[Any] | None = None
-        grace = runtime.teardown_timeout_sec + 10
+        grace = plan.deadlines.teardown_timeout_sec + 10
         try:
             worker = await self._next(stream)
-            runtime._notify("tackroom_trial_started", trial=trial)
-            announced = True
-            limit = self.options.attempt_timeout_sec or attempt_time_limit(task, runtime) + self.options.deadline_grace_sec
+            on_started()
+            limit = self.options.attempt_timeout_sec or plan.time_limit + self.options.deadline_grace_sec
             pending = asyncio.ensure_future(self._next(stream))
             done, _ = await asyncio.wait({pending}, timeout=limit)
             if not done:
@@ -272,13 +275,8 @@ class RayExecutor(Executor):
                 await asyncio.shield(self._stop(stream, pending, grace))
             raise
         except (ray.exceptions.RayError, AttemptDeadlineError) as exc:
-            if not announced:
-                runtime._notify("tackroom_trial_started", trial=trial)
-            result, trajectory = self._failed(trial, task, attempt, exc, worker, time.monotonic() - submitted)
+            result, trajectory = self._failed(plan, exc, worker, time.monotonic() - submitted)
             result.started_at = started_at
-            runtime._notify("tackroom_trial_finished", trial=trial, result=result)
-            return result, trajectory
-        runtime._notify("tackroom_trial_finished", trial=trial, result=result)
         return result, trajectory
 
     @staticmethod
@@ -298,7 +296,7 @@ class RayExecutor(Executor):
         elif not pending.cancelled():
             pending.exception()  # retrieved: the cancellation error is expected here
 
-    def _failed(self, trial: Trial, task: Task, attempt: int, exc: BaseException, worker: dict[str, Any],
+    def _failed(self, plan: AttemptPlan, exc: BaseException, worker: dict[str, Any],
                 elapsed: float) -> tuple[TrialResult, Trajectory]:
         """An attempt whose worker never reported an outcome: always ``infra``, so the attempts policy retries it."""
         ray = self._ray
@@ -316,12 +314,8 @@ class RayExecutor(Executor):
             info = TrialErrorInfo(error_class="infra", type=type(lost).__name__, message=str(lost)[:4000],
                                   phase="executor")
             stop_reason = "worker_lost"
-        result = TrialResult(
-            trial_id=trial.id, task=task.id, harness=trial.harness, sandbox=trial.sandbox, verifier=trial.verifier,
-            model=trial.model, pass_index=trial.pass_index, attempt=attempt, domain=task.domain,
-            category=task.category, error=info, timings={"total": round(elapsed, 4)}, stop_reason=stop_reason,
-            finished_at=datetime.now(UTC).isoformat(),
-        )
+        result = plan.blank_result(error=info, timings={"total": round(elapsed, 4)}, stop_reason=stop_reason,
+                                   finished_at=datetime.now(UTC).isoformat())
         return result, Trajectory(stop_reason=stop_reason)
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tackroom._attempt import sandbox_spec
 from tackroom._builtins.local_sandbox import LocalSandboxProvider
-from tackroom._runtime import sandbox_spec
 from tackroom._task import Task, load_task
 
 REPO = Path(__file__).resolve().parents[4]

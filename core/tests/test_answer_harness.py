@@ -10,7 +10,8 @@ import tackroom
 from tackroom._builtins.answer_harness import AnswerEndpointError, AnswerHarness, AnswerModelError
 from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
-from tackroom._config import PolicyConfig, instantiate
+from tackroom._config import instantiate
+from tackroom._endpoint import Endpoint
 from tackroom._policy_routing import wants_gateway
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._sandbox import SandboxSpec
@@ -75,7 +76,7 @@ def test_answer_is_a_registered_builtin_and_speaks_only_chat():
     assert entry.reference == "tackroom._builtins.answer_harness:AnswerHarness"
     assert AnswerHarness.capabilities == {"needs_policy", "chat"}
     # chat-only: `tackroom run` routes it through the policy gateway (exact token ids)
-    assert wants_gateway(PolicyConfig(base_url="http://x/v1"), AnswerHarness)
+    assert wants_gateway(Endpoint(base_url="http://x/v1"), AnswerHarness)
 
 
 def test_a_wrong_option_name_lists_the_options():

@@ -9,7 +9,7 @@ import types
 import pytest
 
 import tackroom
-from tackroom._config import PolicyConfig
+from tackroom._endpoint import Endpoint
 from tackroom._policy_routing import check_gateway_installed, policy_routing, wants_gateway
 
 
@@ -21,7 +21,7 @@ class OneChatHarness(tackroom.Harness):
 
 
 def test_wants_gateway_follows_capability_and_override():
-    policy = PolicyConfig(base_url="http://x/v1")
+    policy = Endpoint(base_url="http://x/v1")
     assert wants_gateway(policy, OneChatHarness) is True
     assert wants_gateway(policy, tackroom.Harness) is False
     policy.gateway = False
@@ -30,7 +30,7 @@ def test_wants_gateway_follows_capability_and_override():
 
 async def test_no_endpoint_or_a_direct_harness_routes_nothing(manager):
     plugins = types.SimpleNamespace(policy_for=None)
-    for policy, harness in ((PolicyConfig(), OneChatHarness), (PolicyConfig(base_url="http://x/v1"), tackroom.Harness)):
+    for policy, harness in ((Endpoint(), OneChatHarness), (Endpoint(base_url="http://x/v1"), tackroom.Harness)):
         async with policy_routing(policy, harness, plugins, manager):
             assert plugins.policy_for is None  # no gateway started: trials get the policy as configured
 
@@ -38,16 +38,16 @@ async def test_no_endpoint_or_a_direct_harness_routes_nothing(manager):
 async def test_a_chat_harness_without_any_tackroom_policy_gateway_is_a_config_error(manager):
     plugins = types.SimpleNamespace(policy_for=None)
     with pytest.raises(tackroom.ConfigError, match=r"pip install tackroom-gateway \(\./packages/gateway"):
-        async with policy_routing(PolicyConfig(base_url="http://x/v1"), OneChatHarness, plugins, manager):
+        async with policy_routing(Endpoint(base_url="http://x/v1"), OneChatHarness, plugins, manager):
             pass
     assert plugins.policy_for is None
 
 
 def test_a_missing_gateway_is_found_before_anything_starts(manager, tmp_path):
-    check_gateway_installed(PolicyConfig(), OneChatHarness, manager)  # no endpoint: nothing to route
-    check_gateway_installed(PolicyConfig(base_url="http://x/v1"), tackroom.Harness, manager)  # direct harness
+    check_gateway_installed(Endpoint(), OneChatHarness, manager)  # no endpoint: nothing to route
+    check_gateway_installed(Endpoint(base_url="http://x/v1"), tackroom.Harness, manager)  # direct harness
     with pytest.raises(tackroom.ConfigError, match="tackroom-gateway"):
-        check_gateway_installed(PolicyConfig(base_url="http://x/v1"), OneChatHarness, manager)
+        check_gateway_installed(Endpoint(base_url="http://x/v1"), OneChatHarness, manager)
     # `tackroom run` says so before it claims a run folder (no empty run left behind)
     task = tmp_path / "tasks" / "t"
     task.mkdir(parents=True)
@@ -83,7 +83,7 @@ async def test_tackroom_policy_gateway_from_a_plugin_routes_chat_harnesses(manag
 
     manager.register(Provider(), name="test:gateway")
     plugins = types.SimpleNamespace(policy_for=None)
-    policy = PolicyConfig(base_url="http://x/v1", model="default", api_key="k", sampling={"temperature": 0.0},
+    policy = Endpoint(base_url="http://x/v1", model="default", api_key="k", sampling={"temperature": 0.0},
                           label="lbl")
     async with policy_routing(policy, OneChatHarness, plugins, manager):
         assert events == ["started"]

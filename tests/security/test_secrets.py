@@ -28,10 +28,10 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from tackroom._config import PolicyConfig, RunConfig
+from tackroom._config import RunConfig
+from tackroom._endpoint import Endpoint
 from tackroom._policy import Policy, redact, redact_url
 from tackroom.testing import RequestForTests, ResponseForTests, ScriptedChatServerForTests, ScriptedReply
-from tackroom_matrix.config import ModelConfig
 from tackroom_rubric_judge.testing import MisbehavingJudgeServerForTests
 
 USER = "trk-user-4d1c"
@@ -127,8 +127,8 @@ def results(run_dir: Path) -> list[dict]:
 
 # -- the types ---------------------------------------------------------------------------------------------
 def test_credential_fields_are_secret_and_the_policy_handle_never_dumps_its_key():
-    assert isinstance(PolicyConfig(api_key=RUN_INLINE).api_key, SecretStr)
-    assert isinstance(ModelConfig(base_url="http://x/v1", api_key=MATRIX_INLINE).api_key, SecretStr)
+    assert isinstance(Endpoint(api_key=RUN_INLINE).api_key, SecretStr)
+    assert isinstance(Endpoint(base_url="http://x/v1", api_key=MATRIX_INLINE).api_key, SecretStr)
     from tackroom_rubric_judge.verifier import RubricJudgeOptions
 
     assert all(isinstance(k, SecretStr) for k in RubricJudgeOptions(api_keys=[JUDGE_INLINE]).api_keys)
@@ -137,7 +137,7 @@ def test_credential_fields_are_secret_and_the_policy_handle_never_dumps_its_key(
     for text in (repr(policy), str(policy), policy.model_dump_json(), json.dumps(policy.model_dump())):
         assert RUN_INLINE not in text
     assert pickle.loads(pickle.dumps(policy)).api_key == RUN_INLINE, "the ray executor still ships it"
-    config = RunConfig(policy=PolicyConfig(api_key=RUN_INLINE))
+    config = RunConfig(policy=Endpoint(api_key=RUN_INLINE))
     assert RUN_INLINE not in config.model_dump_json() and RUN_INLINE not in repr(config)
     assert config.policy.resolved_api_key() == RUN_INLINE
 
@@ -155,7 +155,7 @@ def test_url_userinfo_is_redacted(url, shown):
 
 
 def test_redact_masks_secret_fields_and_registered_values_but_keeps_the_rest():
-    PolicyConfig(api_key=RUN_INLINE)  # a config holding it registers it
+    Endpoint(api_key=RUN_INLINE)  # a config holding it registers it
     data = {"api_key": "sk-whatever-1234", "api_keys": ["a" * 10], "hf_token": "hf_abcdefgh", "max_tokens": 16,
             "tokenizer": "smollm2", "token_ids": True, "api_key_env": "MY_KEY_VAR",
             "message": f"HTTP 401: Incorrect API key provided: {RUN_INLINE}", "url": "http://u:p@h/v1"}

@@ -13,15 +13,15 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SecretStr,
     ValidationError,
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from tackroom._endpoint import Endpoint
 from tackroom._errors import ConfigError, PluginNotFoundError
 from tackroom._plugin import Plugin, PluginKind
-from tackroom._policy import register_secret, register_secrets_in, register_url_secrets
+from tackroom._policy import register_secrets_in
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -211,49 +211,6 @@ def instantiate(kind: PluginKind, selection: PluginSelection | str, *, where: st
     return cls(options)
 
 
-class PolicyConfig(BaseModel):
-    """``[policy]``: the model endpoint harnesses call (see :class:`tackroom._policy.Policy`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    base_url: str | None = None
-    model: str = "default"
-    api_key: SecretStr = SecretStr("EMPTY")
-    """Sent as ``Authorization: Bearer …``; never written by a run (run.json shows ``**********``)."""
-    api_key_env: str | None = None
-    """Name of an environment variable holding the API key (keeps keys out of config files)."""
-    tokenizer: str | None = None
-    sampling: dict[str, Any] = Field(default_factory=dict)
-    label: str | None = None
-    gateway: bool | None = None
-    """Route through the policy gateway; default: when the harness speaks only chat."""
-
-    @model_validator(mode="after")
-    def _key(self) -> PolicyConfig:
-        if self.api_key_env is not None and self.api_key.get_secret_value() != "EMPTY":
-            raise ValueError("give either api_key or api_key_env, not both")
-        register_secret(self.api_key)
-        register_url_secrets(self.base_url)
-        return self
-
-    def resolved_api_key(self) -> str:
-        """The key to send: ``$api_key_env`` when named (it must be set), else ``api_key``."""
-        return resolve_api_key(self.api_key, self.api_key_env, where="policy.api_key_env")
-
-
-def resolve_api_key(api_key: SecretStr | None, api_key_env: str | None, *, where: str) -> str:
-    """An endpoint's key: ``$api_key_env`` when named (it must be set; ``where`` names the setting in the
-    error), else ``api_key``, else ``EMPTY``. A key read from the environment is redacted from then on."""
-    if api_key_env is not None:
-        value = os.environ.get(api_key_env)
-        if not value:
-            raise ConfigError(f"{where}: environment variable {api_key_env} is not set; "
-                              "export it or put api_key in the config")
-        register_secret(value)
-        return value
-    return api_key.get_secret_value() if api_key is not None else "EMPTY"
-
-
 def _registered_executor(name: str) -> str:
     from tackroom.executors import unknown_executor_message  # the executors package reads configs
 
@@ -340,7 +297,7 @@ class RunConfig(BaseModel):
     harness: PluginSelection = Field(default_factory=lambda: PluginSelection(name="oracle"))
     sandbox: PluginSelection = Field(default_factory=lambda: PluginSelection(name="local"))
     verifier: PluginSelection = Field(default_factory=lambda: PluginSelection(name="test-script"))
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    policy: Endpoint = Field(default_factory=Endpoint)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
 
     def build_plugins(self, manager: Any = None) -> tuple[Any, Any, Any]:

@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tackroom._config import PolicyConfig
+from tackroom._endpoint import Endpoint
 from tackroom._errors import ConfigError
 from tackroom._manager import PluginManager, get_plugin_manager
 
@@ -26,17 +26,17 @@ GATEWAY_MISSING = (
 )
 
 
-def wants_gateway(policy: PolicyConfig, harness_cls: type) -> bool:
+def wants_gateway(policy: Endpoint, harness_cls: type) -> bool:
     """Chat-only harnesses go through the policy gateway (exact tokens) unless ``policy.gateway`` says otherwise."""
     if policy.gateway is not None:
         return policy.gateway
     return "chat" in harness_cls.capabilities
 
 
-def check_gateway_installed(policy: PolicyConfig, harness_cls: type, manager: PluginManager | None = None) -> None:
+def check_gateway_installed(policy: Endpoint, harness_cls: type, manager: PluginManager | None = None) -> None:
     """The :class:`ConfigError` :func:`policy_routing` would raise for a missing gateway, raised now: before a
     run claims a folder or starts a sandbox."""
-    if policy.base_url is None or not wants_gateway(policy, harness_cls):
+    if not policy.configured or not wants_gateway(policy, harness_cls):
         return
     if not (manager or get_plugin_manager()).hook.tackroom_policy_gateway.get_hookimpls():
         raise ConfigError(GATEWAY_MISSING.format(what=f"harness {getattr(harness_cls, 'name', None)!r}"))
@@ -66,16 +66,16 @@ def gateway_sessions(gateway: Any, *, sampling: dict[str, Any] | None = None, la
 
 
 @contextlib.asynccontextmanager
-async def policy_routing(policy: PolicyConfig, harness_cls: type, plugins: Any,
+async def policy_routing(policy: Endpoint, harness_cls: type, plugins: Any,
                          manager: PluginManager | None = None) -> AsyncIterator[None]:
     """While open, route the trials of ``plugins`` through one policy gateway when the harness needs it.
 
-    Nothing happens when ``policy`` has no ``base_url`` or the harness calls the engine directly.
+    Nothing happens when ``policy`` names no endpoint or the harness calls the engine directly.
     """
-    if policy.base_url is None or not wants_gateway(policy, harness_cls):
+    if not policy.configured or not wants_gateway(policy, harness_cls):
         yield
         return
-    async with policy_gateway(base_url=policy.base_url, model=policy.model, api_key=policy.resolved_api_key(),
+    async with policy_gateway(base_url=policy.endpoint, model=policy.served_name, api_key=policy.resolved_api_key(),
                               tokenizer=policy.tokenizer or "smollm2", manager=manager,
                               harness=getattr(harness_cls, "name", None)) as gateway:
         plugins.policy_for = gateway_sessions(gateway, sampling=policy.sampling, label=policy.label)

@@ -20,16 +20,15 @@ from tackroom._attempt import sandbox_spec
 from tackroom._config import (
     ExecutorName,
     FieldError,
-    PolicyConfig,
     RuntimeConfig,
     check_run_id,
     dotted,
     format_validation_error,
     read_toml,
-    resolve_api_key,
     validate,
     with_overrides,
 )
+from tackroom._endpoint import Endpoint, resolve_api_key
 from tackroom._manager import PluginManager, get_plugin_manager
 from tackroom._plugin import check_plugin_class
 from tackroom._policy import register_secrets_in
@@ -108,7 +107,7 @@ __all__ = [
     "ExecutorName",
     "FieldError",
     "PluginManager",
-    "PolicyConfig",
+    "Endpoint",
     "RuntimeConfig",
     "TaskLoadFailure",
     "Trial",

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 import tackroom
+from tackroom._config import load_run_config
+from tackroom._endpoint import LITELLM_PROXY_ENV, Endpoint
 from tackroom._errors import ConfigError, PluginNotFoundError
-from tackroom_matrix.config import LITELLM_PROXY_ENV, load_matrix_config, resolve_plugins
+from tackroom_matrix.config import load_matrix_config, resolve_plugins
 
 from .conftest import EXAMPLES
 
@@ -94,3 +96,15 @@ def test_the_demo_config_is_valid():
     assert config.models[0].label == "smollm2" and config.models[0].endpoint == "http://127.0.0.1:8011/v1"
     rows, *_ = resolve_plugins(config, tackroom.PluginManager())
     assert {"oracle", "nop"} <= {r.label for r in rows}
+
+
+def test_a_models_entry_is_the_same_endpoint_model_as_a_runs_policy(tmp_path):
+    """One concept, one model: the table a run takes as ``[policy]`` is a matrix column as it is."""
+    table = ('base_url = "http://127.0.0.1:8011/v1"\nmodel = "smollm2"\nlabel = "base"\ntoken_ids = true\n'
+             'tokenizer = "smollm2"\nsampling = { temperature = 0.7 }\ngateway = false\n')
+    [column] = load_matrix_config(write(tmp_path, f"[[models]]\n{table}")).models
+    run_cfg = tmp_path / "run.toml"
+    run_cfg.write_text(f"[policy]\n{table}")
+    policy = load_run_config(run_cfg).policy
+    assert type(column) is type(policy) is Endpoint
+    assert column == policy and column.policy().model_dump() == policy.policy().model_dump()

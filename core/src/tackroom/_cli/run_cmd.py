@@ -42,11 +42,7 @@ FINGERPRINT_VERSION = 1
 
 
 def build_policy(config: RunConfig) -> Policy | None:
-    p = config.policy
-    if p.base_url is None:
-        return None
-    return Policy(base_url=p.base_url, model=p.model, api_key=p.resolved_api_key(), tokenizer=p.tokenizer,
-                  sampling=p.sampling, label=p.label)
+    return config.policy.policy() if config.policy.configured else None
 
 
 # -- run directories -----------------------------------------------------------------------------

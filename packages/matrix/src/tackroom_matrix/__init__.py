@@ -25,7 +25,7 @@ def tackroom_commands(app: Any) -> None:
 _EXPORTS = {
     "CellStats": "stats", "cell_stats": "stats", "pass_at_k": "stats",
     "EndpointStatus": "endpoints", "EndpointUnreachableError": "endpoints",
-    "HarnessRow": "config", "MatrixConfig": "config", "ModelConfig": "config",
+    "HarnessRow": "config", "MatrixConfig": "config",
     "load_matrix_config": "config", "parse_matrix_config": "config",
     "MatrixOutcome": "runner", "run_matrix": "runner",
     "MatrixReport": "report", "build_report": "report", "write_reports": "report",

@@ -34,119 +34,49 @@ per task and pass, as a reference row, whatever the models are.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tackroom import (
     ConfigError,
     PluginNotFoundError,
     PluginSelection,
-    Policy,
     redact,
-    redact_url,
-    register_secret,
-    register_url_secrets,
 )
 from tackroom.app import (
+    Endpoint,
     FieldError,
-    PolicyConfig,
     RuntimeConfig,
     format_validation_error,
     read_toml,
     register_secrets_in,
-    resolve_api_key,
     slug,
     validate,
 )
 
-LITELLM_PROXY_ENV = "LITELLM_PROXY_URL"
-LITELLM_PROXY_DEFAULT = "http://127.0.0.1:4000/v1"
+
+def _model_endpoint(model: Endpoint) -> Endpoint:
+    """A ``[[models]]`` entry names an endpoint (a matrix column of no model means nothing) and has a label."""
+    if not model.configured:
+        raise ValueError("give base_url (an OpenAI-compatible endpoint, e.g. the one `tackroom model up` "
+                         "prints) or litellm (a model name served by a LiteLLM proxy)")
+    if model.label is None:
+        model.label = model.display_label
+    return model
 
 
-class ModelConfig(BaseModel):
-    """``[[models]]``: one policy endpoint, with the label its column carries in every report.
-
-    Give ``base_url`` (any OpenAI-compatible endpoint ending in ``/v1``: the
-    local vLLM `tackroom model up` starts, the policy gateway, a hosted API) or
-    ``litellm`` (a LiteLLM model name such as ``anthropic/claude-3-5-haiku``,
-    reached through a LiteLLM proxy at ``base_url``, ``$LITELLM_PROXY_URL`` or
-    http://127.0.0.1:4000/v1). ``model`` is the name the endpoint serves; left
-    out, the first model the endpoint lists at ``/models`` is used.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    label: str | None = None
-    base_url: str | None = None
-    model: str | None = None
-    litellm: str | None = None
-    api_key: SecretStr | None = None
-    """Sent as ``Authorization: Bearer …``; never written (matrix.config.json shows ``**********``)."""
-    api_key_env: str | None = None
-    """Name of an environment variable holding the API key (keeps keys out of config files)."""
-    tokenizer: str | None = None
-    """Tokenizer matching the engine (a name tackroom knows, a local path or a hub id); the gateway needs it."""
-    token_ids: bool = False
-    sampling: dict[str, Any] = Field(default_factory=dict)
-    gateway: bool | None = None
-    """Route chat-only harnesses through the policy gateway (exact tokens); default: as `tackroom run` does."""
-
-    @model_validator(mode="after")
-    def _endpoint(self) -> ModelConfig:
-        if self.base_url is None and self.litellm is None:
-            raise ValueError("give base_url (an OpenAI-compatible endpoint, e.g. the one `tackroom model up` "
-                             "prints) or litellm (a model name served by a LiteLLM proxy)")
-        if self.litellm is not None and self.model is not None and self.model != self.litellm:
-            raise ValueError("give either model or litellm, not both (litellm is the model name at the proxy)")
-        if self.api_key is not None and self.api_key_env is not None:
-            raise ValueError("give either api_key or api_key_env, not both")
-        register_secret(self.api_key)
-        register_url_secrets(self.base_url)
-        register_secrets_in(self.sampling)
-        if self.label is None:
-            self.label = self.litellm or self.model or _host_of(self.base_url or "")
-        return self
-
-    @property
-    def endpoint(self) -> str:
-        """The base URL trials call."""
-        if self.base_url is not None:
-            return self.base_url.rstrip("/")
-        return os.environ.get(LITELLM_PROXY_ENV, LITELLM_PROXY_DEFAULT).rstrip("/")
-
-    @property
-    def served_name(self) -> str | None:
-        return self.litellm or self.model
-
-    def resolved_api_key(self) -> str:
-        return resolve_api_key(self.api_key, self.api_key_env, where=f"model {self.label!r}: api_key_env")
-
-    def policy(self, served: str) -> Policy:
-        """The :class:`Policy` trials of this column receive (``served``: the model name at the endpoint)."""
-        return Policy(base_url=self.endpoint, model=served, api_key=self.resolved_api_key(),
-                      token_ids=self.token_ids, tokenizer=self.tokenizer, sampling=dict(self.sampling),
-                      label=self.label)
-
-    def policy_config(self, served: str) -> PolicyConfig:
-        """This model as a ``tackroom run`` ``[policy]``, for the policy routing `tackroom run` uses."""
-        return PolicyConfig(base_url=self.endpoint, model=served, api_key=self.resolved_api_key(),
-                            tokenizer=self.tokenizer, sampling=dict(self.sampling), label=self.label,
-                            gateway=self.gateway)
-
-    def identity(self) -> dict[str, Any]:
-        """What must not change under one label between a run and its resumption (credentials masked:
-        a rotated key or URL password is the same model)."""
-        return redact({"endpoint": redact_url(self.endpoint), "model": self.served_name, "sampling": self.sampling,
-                       "token_ids": self.token_ids})
-
-
-def _host_of(url: str) -> str:
-    rest = url.split("://", 1)[-1]
-    host = rest.split("/", 1)[0]
-    return host.rsplit("@", 1)[-1] or "model"  # never a label (written everywhere) made of user:password
+ModelEntry = Annotated[Endpoint, AfterValidator(_model_endpoint)]
+"""``[[models]]``: one :class:`~tackroom.app.Endpoint`, with the label its column carries in every report."""
 
 
 class HarnessRow(BaseModel):
@@ -191,7 +121,7 @@ class MatrixConfig(BaseModel):
     tasks: list[str] = Field(default_factory=list)
     include: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
-    models: list[ModelConfig] = Field(default_factory=list)
+    models: list[ModelEntry] = Field(default_factory=list)
     harnesses: list[HarnessRow] = Field(default_factory=lambda: [HarnessRow(name="oracle"), HarnessRow(name="nop")])
     sandbox: PluginSelection = Field(default_factory=lambda: PluginSelection(name="local"))
     verifier: PluginSelection = Field(default_factory=lambda: PluginSelection(name="test-script"))

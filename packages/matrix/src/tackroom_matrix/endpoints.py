@@ -8,7 +8,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from tackroom import ConfigError, InfraError
-from tackroom_matrix.config import ModelConfig
+from tackroom.app import Endpoint
 
 
 class EndpointUnreachableError(InfraError):
@@ -27,7 +27,7 @@ class EndpointStatus(BaseModel):
     problem: str | None = None
 
 
-def _fix(model: ModelConfig) -> str:
+def _fix(model: Endpoint) -> str:
     if model.litellm is not None:
         return f"start a LiteLLM proxy serving it (e.g. `litellm --model {model.litellm}`) or set base_url"
     fix = "start the model with `tackroom model up` (it prints the base URL) or fix base_url"
@@ -48,7 +48,7 @@ def _local_engine_url() -> str | None:
         return None
 
 
-async def probe(model: ModelConfig, timeout: float = 5.0) -> EndpointStatus:
+async def probe(model: Endpoint, timeout: float = 5.0) -> EndpointStatus:
     """``GET {endpoint}/models``; never raises. An endpoint that answers but does not serve ``model`` is a problem too."""
     endpoint = model.endpoint
     status = EndpointStatus(label=str(model.label), endpoint=endpoint, reachable=False)
@@ -92,7 +92,7 @@ async def probe(model: ModelConfig, timeout: float = 5.0) -> EndpointStatus:
     return status
 
 
-async def probe_all(models: list[ModelConfig], timeout: float = 5.0) -> dict[str, EndpointStatus]:
+async def probe_all(models: list[Endpoint], timeout: float = 5.0) -> dict[str, EndpointStatus]:
     """Probe every model concurrently; keyed by label."""
     found = await asyncio.gather(*(probe(m, timeout) for m in models))
     return {s.label: s for s in found}

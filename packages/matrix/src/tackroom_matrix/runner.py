@@ -25,7 +25,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tackroom import ConfigError, PluginManager, Task, Trial, TrialResult, get_plugin_manager, load_dataset, redact
-from tackroom.app import PolicyConfig, TaskLoadFailure, TrialPlugins, TrialRuntime, policy_routing
+from tackroom.app import Endpoint, TaskLoadFailure, TrialPlugins, TrialRuntime, policy_routing
 from tackroom_matrix.config import MatrixConfig, ResolvedRow, resolve_plugins
 from tackroom_matrix.endpoints import EndpointStatus, EndpointUnreachableError, probe_all
 from tackroom_matrix.stats import CellStats, cell_stats
@@ -43,7 +43,7 @@ class PlannedCell:
     status: str = "ok"
     detail: str | None = None
     trials: list[tuple[Trial, Task]] = field(default_factory=list)
-    routing: PolicyConfig | None = None
+    routing: Endpoint | None = None
     """The model as a ``[policy]``, for the gateway routing of chat-only harnesses (None: no model)."""
 
     @property
@@ -160,7 +160,7 @@ def plan_cells(config: MatrixConfig, rows: list[ResolvedRow], sandbox: Any, veri
                     cell_status, detail = "unreachable", status.problem if status else "not probed"
                 else:
                     served = status.model or model.served_name or "default"
-                    policy, routing = model.policy(served), model.policy_config(served)
+                    policy, routing = model.policy(served), model.model_copy(update={"model": served})
             plugins = TrialPlugins(row.cls, row.options, sandbox, type(verifier), verifier.options,
                                    policy=policy, harness_label=row.label)
             cell = PlannedCell(label, row, plugins, cell_status, detail, routing=routing)

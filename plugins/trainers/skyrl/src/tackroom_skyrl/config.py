@@ -32,7 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tackroom import AGGREGATIONS, ConfigError, PluginSelection
-from tackroom.app import ExecutorName, PolicyConfig, read_toml, validate
+from tackroom.app import Endpoint, ExecutorName, read_toml, validate
 from tackroom_skyrl.arms import ArmSpec, EvalSection, unique_labels
 from tackroom_skyrl.tinker.server import TinkerSettings
 
@@ -152,7 +152,7 @@ class TrainConfig(BaseModel):
     harness: PluginSelection = Field(default_factory=lambda: PluginSelection(name="archipelago"))
     sandbox: PluginSelection = Field(default_factory=lambda: PluginSelection(name="docker"))
     verifier: PluginSelection = Field(default_factory=lambda: PluginSelection(name="test-script"))
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    policy: Endpoint = Field(default_factory=Endpoint)
     """Rollout-side policy settings (sampling, gateway); ``base_url`` is SkyRL's inference endpoint when empty."""
     loss: LossSelection = Field(default_factory=LossSelection)
     model: ModelSection

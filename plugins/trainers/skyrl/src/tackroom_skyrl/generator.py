@@ -90,7 +90,7 @@ class TackroomGenerator(GeneratorInterface):
         self.config = config
         self.base_url = base_url.rstrip("/")
         self.tokenizer = tokenizer
-        self.model = model or config.model.served_name or config.policy.model
+        self.model = model or config.model.served_name or config.policy.served_name or "default"
         self.run_root = Path(run_root or config.rollout.out)
         self.manager = manager
         self.concurrency = concurrency

@@ -1,0 +1,124 @@
+"""One model endpoint, as configured: ``[policy]`` of a run or a training run, each ``[[models]]`` of a matrix.
+
+:class:`Endpoint` is what a user writes; :meth:`Endpoint.policy` turns it into the
+:class:`~tackroom.Policy` a harness receives (the key resolved and in plain text,
+never dumped). An endpoint is any OpenAI-compatible base URL ending in ``/v1`` (the
+vLLM that ``tackroom model up`` starts, a Tinker sampling server, a hosted API), or a
+LiteLLM model name reached through a LiteLLM proxy.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+from tackroom._errors import ConfigError
+from tackroom._policy import Policy, redact, redact_url, register_secret, register_secrets_in, register_url_secrets
+
+LITELLM_PROXY_ENV = "LITELLM_PROXY_URL"
+LITELLM_PROXY_DEFAULT = "http://127.0.0.1:4000/v1"
+DEFAULT_MODEL = "default"
+"""A model name that means: whatever the endpoint serves (its first ``/models`` entry)."""
+
+
+def resolve_api_key(api_key: SecretStr | None, api_key_env: str | None, *, where: str) -> str:
+    """An endpoint's key: ``$api_key_env`` when named (it must be set; ``where`` names the setting in the
+    error), else ``api_key``, else ``EMPTY``. A key read from the environment is redacted from then on."""
+    if api_key_env is not None:
+        value = os.environ.get(api_key_env)
+        if not value:
+            raise ConfigError(f"{where}: environment variable {api_key_env} is not set; "
+                              "export it or put api_key in the config")
+        register_secret(value)
+        return value
+    return api_key.get_secret_value() if api_key is not None else "EMPTY"
+
+
+class Endpoint(BaseModel):
+    """A model endpoint and how trials call it.
+
+    Give ``base_url`` (an OpenAI-compatible endpoint ending in ``/v1``) or ``litellm``
+    (a LiteLLM model name such as ``anthropic/claude-3-5-haiku``, reached through the
+    proxy at ``base_url``, ``$LITELLM_PROXY_URL`` or http://127.0.0.1:4000/v1); neither
+    means no model (harnesses that call none, such as ``oracle``). ``model`` is the name
+    the endpoint serves; left out, the endpoint's own (the first it lists at ``/models``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str | None = None
+    """The name reports use (matrix columns, trial ids); default: the model name, else the endpoint's host."""
+    base_url: str | None = None
+    model: str | None = None
+    litellm: str | None = None
+    api_key: SecretStr | None = None
+    """Sent as ``Authorization: Bearer …``; never written (dumps show ``**********``)."""
+    api_key_env: str | None = None
+    """Name of an environment variable holding the API key (keeps keys out of config files)."""
+    tokenizer: str | None = None
+    """Tokenizer matching the engine (a name tackroom knows, a local path or a hub id); the gateway needs it."""
+    token_ids: bool = False
+    """The endpoint takes prompt token ids and returns completion ids (a vLLM engine, the gateway)."""
+    sampling: dict[str, Any] = Field(default_factory=dict)
+    """Default sampling parameters (temperature, top_p, max_tokens …) sent on every call."""
+    gateway: bool | None = None
+    """Route through the policy gateway (exact token ids); default: when the harness speaks only chat."""
+
+    @model_validator(mode="after")
+    def _check(self) -> Endpoint:
+        if self.litellm is not None and self.model is not None and self.model != self.litellm:
+            raise ValueError("give either model or litellm, not both (litellm is the model name at the proxy)")
+        if self.api_key is not None and self.api_key_env is not None:
+            raise ValueError("give either api_key or api_key_env, not both")
+        register_secret(self.api_key)
+        register_url_secrets(self.base_url)
+        register_secrets_in(self.sampling)
+        return self
+
+    @property
+    def configured(self) -> bool:
+        """Whether there is a model to call at all."""
+        return self.base_url is not None or self.litellm is not None
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL trials call."""
+        if self.base_url is not None:
+            return self.base_url.rstrip("/")
+        return os.environ.get(LITELLM_PROXY_ENV, LITELLM_PROXY_DEFAULT).rstrip("/")
+
+    @property
+    def served_name(self) -> str | None:
+        """The model name at the endpoint, when the config gives one."""
+        return self.litellm or self.model
+
+    @property
+    def display_label(self) -> str:
+        return self.label or self.served_name or host_of(self.endpoint)
+
+    def resolved_api_key(self) -> str:
+        """The key to send: ``$api_key_env`` when named (it must be set), else ``api_key``, else ``EMPTY``."""
+        where = f"model {self.label!r}: api_key_env" if self.label else "policy.api_key_env"
+        return resolve_api_key(self.api_key, self.api_key_env, where=where)
+
+    def policy(self, served: str | None = None) -> Policy:
+        """The :class:`Policy` trials receive (``served``: the model name the endpoint reported, when the
+        config gives none)."""
+        return Policy(base_url=self.endpoint, model=served or self.served_name or DEFAULT_MODEL,
+                      api_key=self.resolved_api_key(), token_ids=self.token_ids, tokenizer=self.tokenizer,
+                      sampling=dict(self.sampling), label=self.label)
+
+    def identity(self) -> dict[str, Any]:
+        """What must not change under one label between a run and its resumption (credentials masked:
+        a rotated key or URL password is the same model)."""
+        return redact({"endpoint": redact_url(self.endpoint), "model": self.served_name, "sampling": self.sampling,
+                       "token_ids": self.token_ids})
+
+
+def host_of(url: str) -> str:
+    """The host of ``url``, never its credentials (a label is written everywhere)."""
+    rest = url.split("://", 1)[-1]
+    host = rest.split("/", 1)[0]
+    return host.rsplit("@", 1)[-1] or "model"

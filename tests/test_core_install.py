@@ -1,0 +1,47 @@
+"""``pip install ./core`` alone: a small venv holding the plugin contract, the runtime and the built-ins."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_VENV_MB = 60
+HEAVY = ("transformers", "tokenizers", "gguf", "torch", "uvicorn", "starlette", "jinja2", "ray", "uvloop", "httptools")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=600)
+
+
+def size_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink()) / 2**20
+
+
+@pytest.mark.slow
+def test_core_alone_is_a_small_venv_that_lists_its_built_ins(tmp_path):
+    uv = shutil.which("uv")
+    assert uv, "uv is needed to build the fresh venv (pip install uv)"
+    venv = tmp_path / "venv"
+    assert run(uv, "venv", "--python", "3.12", str(venv)).returncode == 0
+    py = str(venv / "bin" / "python")
+    installed = run(uv, "pip", "install", "--python", py, str(REPO / "core"))
+    assert installed.returncode == 0, installed.stderr
+
+    listed = run(uv, "pip", "list", "--python", py, "--format", "json")
+    names = {p["name"].lower() for p in json.loads(listed.stdout)}
+    assert not names & set(HEAVY), f"core pulled in {sorted(names & set(HEAVY))}"
+    assert size_mb(venv) < MAX_VENV_MB, f"the core-only venv is {size_mb(venv):.0f} MB"
+
+    plugins = run(str(venv / "bin" / "tackroom"), "plugins", "--json")
+    assert plugins.returncode == 0, plugins.stderr
+    assert {(r["kind"], r["name"]) for r in json.loads(plugins.stdout)} == {
+        ("harness", "oracle"), ("harness", "nop"), ("harness", "answer"), ("sandbox", "local"),
+        ("verifier", "test-script"), ("executor", "asyncio")}
+    imported = run(py, "-c", "import sys, tackroom, tackroom.app, tackroom.executors, tackroom.testing\n"
+                              "print(sorted({m.split('.')[0] for m in sys.modules}))")
+    assert imported.returncode == 0, imported.stderr
+    loaded = set(json.loads(imported.stdout.replace("'", '"')))
+    assert not loaded & set(HEAVY), f"import tackroom loaded {sorted(loaded & set(HEAVY))}"

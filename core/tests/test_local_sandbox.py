@@ -194,3 +194,24 @@ async def test_dockerfile_copy_of_a_file_onto_an_existing_folder_puts_it_inside(
     async with LocalSandboxProvider().create(spec(environment_dir=env)) as sb:
         r = await sb.exec("cat /opt/tools/tool.sh /opt/renamed.sh")
         assert r.stdout == "echo tool\necho tool\n", r
+
+
+async def test_transfer_paths_with_dot_segments_and_links_to_parents_resolve_as_the_sandbox_would(tmp_path):
+    """``.`` and empty segments are skipped; a link whose target ends in ``..`` (walked after it, as the last
+    step) lands on the parent, as the kernel would resolve it; ``..`` written in a path is refused."""
+    sb = LocalSandboxProvider({"root_dir": str(tmp_path / "roots")}).create(spec())
+    await sb.start()
+    try:
+        await sb.exec("mkdir -p /app/d/e && echo top > /app/top.txt && echo deep > /app/d/e/deep.txt "
+                      "&& ln -s .. /app/d/e/up && ln -s ../.. /app/d/e/upup")
+        await sb.download("/app/d/e/up", tmp_path / "d")
+        assert (tmp_path / "d" / "e" / "deep.txt").read_text() == "deep\n"
+        await sb.download("/app/./d//e/upup/top.txt", tmp_path / "top.txt")
+        assert (tmp_path / "top.txt").read_text() == "top\n"
+        (tmp_path / "up.txt").write_text("up")
+        await sb.upload(tmp_path / "up.txt", "/app/d/e/up/./new/up.txt")
+        assert (await sb.exec("cat /app/d/new/up.txt")).stdout == "up"
+        with pytest.raises(tackroom.SandboxPathError, match="contains '..'"):
+            await sb.download("/app/d/e/..", tmp_path / "refused")
+    finally:
+        await sb.stop()

@@ -214,19 +214,26 @@ class _Walk:
             raise FileNotFoundError(errno.ENOENT, "a parent folder changed during the transfer", self.path)
         return found.here
 
+    def _next_name(self, todo: deque[str], here: _Here) -> tuple[str | None, _Here]:
+        """The next name to step into and where from (``""`` and ``.`` skipped, ``..`` taken); None at the end."""
+        while todo:
+            self.tick()
+            name = todo.popleft()
+            if name == "..":
+                here = self._reopen(here.parts[:-1])
+            elif name not in ("", "."):
+                return name, here
+        return None, here
+
     def locate(self, parts: Sequence[str], follow_last: bool = True) -> _Found:
         """Find ``parts`` as the sandbox would; the kernel never follows a link on the way."""
         todo: deque[str] = deque(parts)
         here = _Here((), node=self.view)
-        while todo:
-            self.tick()
-            name = todo.popleft()
+        while True:
+            name, here = self._next_name(todo, here)
+            if name is None:
+                break
             last = not todo
-            if name in ("", "."):
-                continue
-            if name == "..":
-                here = self._reopen(here.parts[:-1])
-                continue
             if here.fd is None:
                 assert here.node is not None
                 child = here.node.children.get(name)
@@ -305,15 +312,11 @@ class _Walk:
         """
         todo: deque[str] = deque(parts)
         here = _Here((), node=self.view)
-        while todo:
-            self.tick()
-            name = todo.popleft()
+        while True:
+            name, here = self._next_name(todo, here)
+            if name is None:
+                break
             last = not todo
-            if name in ("", "."):
-                continue
-            if name == "..":
-                here = self._reopen(here.parts[:-1])
-                continue
             if here.fd is None:
                 assert here.node is not None
                 child = here.node.children.get(name)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import httpx
 import pytest
 import torch
 
@@ -435,3 +437,28 @@ def test_smollm2_is_the_folder_the_engine_converts(tmp_path: Path, monkeypatch: 
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
     assert resolve_base_model("smollm2") == resolve_base_model("HuggingFaceTB/SmolLM2-135M-Instruct") == str(folder)
+
+
+async def test_stopping_the_endpoint_answers_open_samples_503_and_logs_no_traceback(tokenizer, caplog) -> None:
+    """Stopping a training run used to leave uvicorn cancelling open sample requests: a CancelledError traceback
+    ("Exception in ASGI application") per request in the log, and clients with a dropped connection."""
+    asked = asyncio.Event()
+
+    class Hanging:
+        async def sample_async(self, **kwargs):
+            asked.set()
+            await asyncio.sleep(3600)
+
+    ep = await SamplingEndpoint(Hanging(), tokenizer, "tiny", timeout_s=600).start()
+    try:
+        async with httpx.AsyncClient(timeout=30) as client:
+            pending = asyncio.create_task(client.post(f"{ep.base_url}/completions",
+                                                      json={"prompt": [1, 2], "max_tokens": 2}))
+            await asyncio.wait_for(asked.wait(), 30)
+            with caplog.at_level(logging.ERROR):
+                await ep.stop()
+                answer = await asyncio.wait_for(pending, 30)
+    finally:
+        await ep.stop()
+    assert answer.status_code == 503 and "sampling endpoint stopped" in answer.json()["error"]["message"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]

@@ -44,6 +44,8 @@ from starlette.routing import Route
 
 from tackroom_gateway import InLoopServer
 
+STOPPED = "the Tinker sampling endpoint stopped (the training run is ending); the request was cut off"
+
 CONSTRAINED_FIELDS = ("response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
                       "guided_grammar", "logit_bias", "allowed_token_ids", "bad_words")
 """Request fields that constrain decoding, which the Tinker sampler cannot honour."""
@@ -106,6 +108,8 @@ class SamplingEndpoint:
         self.requests = 0
         self.refused: dict[str, int] = {}
         """Constrained-decoding fields refused so far, with counts (see the module docstring)."""
+        self._sampling: set[asyncio.Task[Any]] = set()
+        self._stopping = False
         self.app = Starlette(routes=[
             Route("/v1/models", self._models, methods=["GET"]),
             Route("/v1/completions", self._completions, methods=["POST"]),
@@ -122,6 +126,13 @@ class SamplingEndpoint:
         return self
 
     async def stop(self) -> None:
+        """Stop serving. Samples still running are cut off first, so their clients get a 503 saying why
+        (not a dropped connection) and nothing is left for uvicorn to cancel and log as a traceback."""
+        self._stopping = True
+        for sample in list(self._sampling):
+            sample.cancel()
+        if self._sampling:
+            await asyncio.wait(self._sampling, timeout=5)
         await self._server.stop()
 
     async def __aenter__(self) -> SamplingEndpoint:
@@ -186,17 +197,29 @@ class SamplingEndpoint:
                                f"{len(prompt_ids)} and max_tokens is {params.max_tokens}")
         from tinker import types
 
+        if self._stopping:
+            return _error(503, STOPPED)
         self.requests += 1
         requested = params.max_tokens
         room = self.max_model_len - len(prompt_ids) if self.max_model_len else None
         params = params.model_copy(update={"max_tokens": sampled_max_tokens(requested, room)})
+        sample = asyncio.ensure_future(asyncio.wait_for(self.sampler.sample_async(
+            prompt=types.ModelInput.from_ints(prompt_ids), num_samples=1, sampling_params=params), self.timeout_s))
+        self._sampling.add(sample)
         try:
-            result = await asyncio.wait_for(self.sampler.sample_async(
-                prompt=types.ModelInput.from_ints(prompt_ids), num_samples=1, sampling_params=params), self.timeout_s)
+            result = await sample
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._stopping and current is not None and not current.cancelling():
+                return _error(503, STOPPED)  # cut off by stop(), not a client that went away
+            sample.cancel()
+            raise
         except TimeoutError:  # the Tinker SDK retries a dead server for ever
             return _error(503, f"Tinker sampler sent nothing for {self.timeout_s:.0f}s (is the server alive?)")
         except Exception as exc:  # the Tinker SDK's own retries are spent: the engine is down or failing
             return _error(503, f"Tinker sampler failed: {type(exc).__name__}: {exc}")
+        finally:
+            self._sampling.discard(sample)
         seq = result.sequences[0]
         ids = [int(t) for t in seq.tokens]
         logprobs = [float(x) for x in seq.logprobs] if seq.logprobs is not None else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -335,6 +336,29 @@ async def test_cancelling_the_driver_tears_down_the_sandbox_in_the_worker(ray_cl
         await asyncio.sleep(0.1)
     assert not any(roots.iterdir()), "the worker did not tear its sandbox down"
     assert not (tmp_path / "run" / trial_for(task).id).exists(), "a cancelled trial leaves no result"
+
+
+async def test_a_worker_whose_cancel_interrupt_went_astray_still_tears_down_on_rays_flag(tmp_path, monkeypatch):
+    """Ray raises KeyboardInterrupt in the worker for a soft cancel, and sets a flag. A worker once ran on past
+    the interrupt (the driver then force-killed it and its sandbox stayed behind); the heartbeat reads the flag.
+    No cluster: the worker's entry point runs in a thread, with a runtime context that only raises the flag."""
+    from tackroom_ray import executor as ray_executor
+
+    task = write_task(tmp_path, "endless", 9, solve_extra="sleep 600\n", agent_timeout=600)
+    roots = tmp_path / "roots"
+    plan = TrialRuntime(tmp_path / "run", progress=False).plan(trial_for(task), task, plugins(sandbox=roots_in(tmp_path)), 1)
+    plan = pickle.loads(pickle.dumps(plan))  # as a worker gets it
+
+    class Context:
+        """Ray's runtime context as a worker sees it: cancelled once the agent runs; no interrupt is raised."""
+
+        def is_canceled(self) -> bool:
+            return roots.exists() and any((p / "solution" / "solve.sh").exists() for p in roots.iterdir() if p.is_dir())
+
+    monkeypatch.setattr(ray_executor, "_runtime_context", Context)
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(asyncio.to_thread(ray_executor._run_with_heartbeat, plan), 120)
+    assert not any(roots.iterdir()), "the attempt was cancelled and its sandbox torn down"
 
 
 async def test_a_plugin_missing_on_the_worker_node_is_an_infra_error_naming_the_import(ray_cluster, tmp_path, monkeypatch):

@@ -31,7 +31,7 @@ from tackroom.app import TrialErrorInfo
 from tackroom.executors import AttemptPlan, Executor, ExecutorUnavailableError, run_attempt
 from tackroom_ray.errors import AttemptDeadlineError, WorkerLostError
 from tackroom_ray.options import RayOptions
-from tackroom_ray.shipping import check_plan
+from tackroom_ray.shipping import check_plans
 
 if TYPE_CHECKING:
     from tackroom import PluginManager
@@ -205,8 +205,7 @@ class RayExecutor(Executor):
         return self._ray
 
     async def start(self, plans: list[AttemptPlan]) -> None:
-        for plan in plans:
-            check_plan(plan)  # refuse classes a worker cannot import before anything runs
+        check_plans(plans)  # refuse classes a worker cannot import before anything runs
         self._check_feasible(self._connect())
 
     def _check_feasible(self, ray: Any) -> None:

@@ -32,7 +32,8 @@ def check_shippable(ref: PluginRef) -> None:
         raise PluginNotShippableError(f"{ref.reference} does not import back to {qualname}; {FIX}")
 
 
-def check_plan(plan: AttemptPlan) -> None:
-    """Every plugin of ``plan`` can be imported by a worker."""
-    for ref in (plan.harness, plan.sandbox, plan.verifier):
+def check_plans(plans: list[AttemptPlan]) -> None:
+    """Every plugin of ``plans`` can be imported by a worker (each class checked once, however many trials use it)."""
+    refs = {ref.reference: ref for plan in plans for ref in (plan.harness, plan.sandbox, plan.verifier)}
+    for ref in refs.values():
         check_shippable(ref)

@@ -116,4 +116,3 @@ def test_built_in_plugins_ship_by_reference_and_come_back_equal(manager, tmp_pat
     built = shipped.sandbox.provider(manager)
     assert built is not provider and built.options == provider.options, "a worker builds its own provider"
     assert shipped.sandbox.provider(manager) is built, "and keeps it for its later attempts"
-

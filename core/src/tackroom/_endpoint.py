@@ -23,19 +23,6 @@ DEFAULT_MODEL = "default"
 """A model name that means: whatever the endpoint serves (its first ``/models`` entry)."""
 
 
-def resolve_api_key(api_key: SecretStr | None, api_key_env: str | None, *, where: str) -> str:
-    """An endpoint's key: ``$api_key_env`` when named (it must be set; ``where`` names the setting in the
-    error), else ``api_key``, else ``EMPTY``. A key read from the environment is redacted from then on."""
-    if api_key_env is not None:
-        value = os.environ.get(api_key_env)
-        if not value:
-            raise ConfigError(f"{where}: environment variable {api_key_env} is not set; "
-                              "export it or put api_key in the config")
-        register_secret(value)
-        return value
-    return api_key.get_secret_value() if api_key is not None else "EMPTY"
-
-
 class Endpoint(BaseModel):
     """A model endpoint and how trials call it.
 
@@ -99,9 +86,17 @@ class Endpoint(BaseModel):
         return self.label or self.served_name or host_of(self.endpoint)
 
     def resolved_api_key(self) -> str:
-        """The key to send: ``$api_key_env`` when named (it must be set), else ``api_key``, else ``EMPTY``."""
-        where = f"model {self.label!r}: api_key_env" if self.label else "policy.api_key_env"
-        return resolve_api_key(self.api_key, self.api_key_env, where=where)
+        """The key to send: ``$api_key_env`` when named (it must be set; a key read from the environment is
+        redacted from then on), else ``api_key``, else ``EMPTY``."""
+        if self.api_key_env is None:
+            return self.api_key.get_secret_value() if self.api_key is not None else "EMPTY"
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            where = f"model {self.label!r}: api_key_env" if self.label else "policy.api_key_env"
+            raise ConfigError(f"{where}: environment variable {self.api_key_env} is not set; "
+                              "export it or put api_key in the config")
+        register_secret(value)
+        return value
 
     def policy(self, served: str | None = None) -> Policy:
         """The :class:`Policy` trials receive (``served``: the model name the endpoint reported, when the

@@ -28,7 +28,7 @@ from tackroom._config import (
     validate,
     with_overrides,
 )
-from tackroom._endpoint import Endpoint, resolve_api_key
+from tackroom._endpoint import Endpoint
 from tackroom._manager import PluginManager, get_plugin_manager
 from tackroom._plugin import check_plugin_class
 from tackroom._policy import register_secrets_in
@@ -130,7 +130,6 @@ __all__ = [
     "policy_routing",
     "read_toml",
     "register_secrets_in",
-    "resolve_api_key",
     "sandbox_spec",
     "slug",
     "task_changes",

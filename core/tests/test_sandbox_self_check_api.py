@@ -2,7 +2,7 @@
 
 import pytest
 
-from tackroom.testing import SANDBOX_CHECKS, SandboxCheckReport, SandboxCheckResult, run_sandbox_checks
+from tackroom.testing import SANDBOX_CHECKS, CheckResult, SandboxCheckReport, run_sandbox_checks
 from tackroom.testing.sandbox_checks import CHECKS
 
 
@@ -19,9 +19,9 @@ def test_a_report_with_failures_names_each_check_and_its_reason():
     report = SandboxCheckReport(
         provider="mine",
         results=[
-            SandboxCheckResult(name="exec_timeout", passed=False, message="took 30.0s to fire"),
-            SandboxCheckResult(name="exit_codes", passed=True),
-            SandboxCheckResult(name="no_network", passed=False, message="interfaces besides lo: ['eth0']"),
+            CheckResult(name="exec_timeout", passed=False, message="took 30.0s to fire"),
+            CheckResult(name="exit_codes", passed=True),
+            CheckResult(name="no_network", passed=False, message="interfaces besides lo: ['eth0']"),
         ],
         timings={},
     )
@@ -34,7 +34,7 @@ def test_a_report_with_failures_names_each_check_and_its_reason():
 
 
 def test_a_passing_report_asserts_quietly():
-    SandboxCheckReport(provider="mine", results=[SandboxCheckResult(name="exit_codes", passed=True)], timings={}).assert_ok()
+    SandboxCheckReport(provider="mine", results=[CheckResult(name="exit_codes", passed=True)], timings={}).assert_ok()
 
 
 async def test_skipping_an_unknown_check_is_an_error():

@@ -24,6 +24,7 @@ core's own dependencies; the engine double that misbehaves at the connection lev
 completions) is ``tackroom_gateway.testing``, in the tackroom-gateway distribution.
 """
 
+from tackroom.testing._report import CheckReport, CheckResult, SkipCheck
 from tackroom.testing._served import RequestForTests, ResponseForTests, ServedForTests
 from tackroom.testing.harness_checks import (
     ALL_CHECKS as HARNESS_CHECKS,
@@ -32,7 +33,6 @@ from tackroom.testing.harness_checks import (
     KIT_INSTRUCTION,
     KIT_SOLUTION,
     HarnessCheckReport,
-    HarnessCheckResult,
     HarnessScript,
     harness_self_check,
     run_harness_checks,
@@ -45,8 +45,6 @@ from tackroom.testing.sandbox_checks import (
 )
 from tackroom.testing.sandbox_checks import (
     SandboxCheckReport,
-    SandboxCheckResult,
-    SkipCheck,
     run_sandbox_checks,
     sandbox_self_check,
 )
@@ -56,7 +54,6 @@ from tackroom.testing.verifier_checks import (
     KIT_BAD,
     KIT_GOOD,
     VerifierCheckReport,
-    VerifierCheckResult,
     VerifierScenario,
     run_verifier_checks,
     verifier_self_check,
@@ -64,11 +61,12 @@ from tackroom.testing.verifier_checks import (
 )
 
 __all__ = [
+    "CheckReport",
+    "CheckResult",
     "HARNESS_CHECKS",
     "KIT_INSTRUCTION",
     "KIT_SOLUTION",
     "HarnessCheckReport",
-    "HarnessCheckResult",
     "HarnessScript",
     "RequestForTests",
     "ResponseForTests",
@@ -77,7 +75,6 @@ __all__ = [
     "ScriptedReply",
     "SANDBOX_CHECKS",
     "SandboxCheckReport",
-    "SandboxCheckResult",
     "SkipCheck",
     "check_loss_spec",
     "check_plugin",
@@ -92,7 +89,6 @@ __all__ = [
     "KIT_GOOD",
     "VERIFIER_CHECKS",
     "VerifierCheckReport",
-    "VerifierCheckResult",
     "VerifierScenario",
     "run_verifier_checks",
     "verifier_self_check",

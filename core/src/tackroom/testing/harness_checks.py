@@ -65,6 +65,7 @@ from tackroom._sandbox import Sandbox, SandboxProvider
 from tackroom._task import AgentSection, Task, TaskConfig, load_task
 from tackroom._trajectory import Trajectory
 from tackroom._trial import Trial, TrialResult
+from tackroom.testing._report import CheckReport, CheckResult, known_skips, timed_check
 from tackroom.testing.plugin_checks import check_plugin
 from tackroom.testing.scripted_chat import ScriptedChatServerForTests, ScriptedReply
 
@@ -102,39 +103,15 @@ class HarnessScript(BaseModel):
     harness records them differently from the raw reply (e.g. tool-call markup parsed out of the text)."""
 
 
-class HarnessCheckResult(BaseModel):
-    """One check: its name, whether it passed (or was skipped: it cannot apply), why not, and how long it took."""
-
-    name: str
-    passed: bool
-    message: str = ""
-    duration_s: float = 0.0
-    skipped: bool = False
-    """The check cannot apply to this harness (``message`` says why); neither passed nor failed."""
-
-
-class HarnessCheckReport(BaseModel):
+class HarnessCheckReport(CheckReport):
     """Every check's result."""
 
     harness: str
     sandbox: str
-    results: list[HarnessCheckResult]
 
     @property
-    def failures(self) -> list[HarnessCheckResult]:
-        return [r for r in self.results if not r.passed and not r.skipped]
-
-    @property
-    def skipped(self) -> list[HarnessCheckResult]:
-        return [r for r in self.results if r.skipped]
-
-    def assert_ok(self) -> None:
-        """Raise ``AssertionError`` naming every failed check and its reason."""
-        if self.failures:
-            lines = "\n".join(f"  - {r.name}: {r.message}" for r in self.failures)
-            raise AssertionError(
-                f"harness {self.harness!r} on sandbox {self.sandbox!r} failed {len(self.failures)} conformance check(s):\n{lines}"
-            )
+    def subject(self) -> str:
+        return f"harness {self.harness!r} on sandbox {self.sandbox!r}"
 
 
 def write_kit_task(root: Path, *, name: str = "kit-task", agent_timeout_sec: float = 60.0,
@@ -386,42 +363,22 @@ async def run_harness_checks(
     ``agent_timeout``, which uses 3 s); ``check_timeout_s`` bounds each check;
     ``model_server`` replaces :class:`ScriptedChatServerForTests` as the scripted model.
     """
-    skip = set(skip)
-    unknown = skip - set(ALL_CHECKS)
-    if unknown:
-        raise ValueError(f"unknown harness checks {sorted(unknown)}; known: {', '.join(ALL_CHECKS)}")
-    results: list[HarnessCheckResult] = []
-    if "plugin" in skip:
-        results.append(HarnessCheckResult(name="plugin", passed=False, skipped=True, message="skipped by skip="))
-    else:
-        t0 = time.monotonic()
-        try:
-            check_plugin(harness_cls)
-            results.append(HarnessCheckResult(name="plugin", passed=True, duration_s=time.monotonic() - t0))
-        except AssertionError as exc:
-            results.append(HarnessCheckResult(name="plugin", passed=False, message=str(exc)))
+    skip = known_skips("harness", skip, ALL_CHECKS)
+
+    async def plugin() -> None:
+        check_plugin(harness_cls)
+
+    results = [CheckResult.skipped_because("plugin") if "plugin" in skip else await timed_check("plugin", plugin(), 60)]
     with tempfile.TemporaryDirectory(prefix="tackroom-harness-check-") as tmp:
         kit = _Kit(harness_cls, dict(options or {}), sandbox, script, expected_reward, Path(tmp), agent_timeout_sec,
                    model_server)
         for name, check in _CHECKS.items():
             if name in skip:
-                results.append(HarnessCheckResult(name=name, passed=False, skipped=True, message="skipped by skip="))
-                continue
-            if name in _MODEL_CHECKS and not kit.needs_policy:
-                results.append(HarnessCheckResult(name=name, passed=False, skipped=True,
-                                                  message="the harness calls no model (no needs_policy capability)"))
-                continue
-            t0 = time.monotonic()
-            try:
-                await asyncio.wait_for(check(kit), check_timeout_s)
-                results.append(HarnessCheckResult(name=name, passed=True, duration_s=round(time.monotonic() - t0, 3)))
-            except TimeoutError:
-                results.append(HarnessCheckResult(name=name, passed=False, message=f"did not finish within {check_timeout_s:.0f}s",
-                                                  duration_s=round(time.monotonic() - t0, 3)))
-            except Exception as exc:
-                message = str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {exc}"
-                results.append(HarnessCheckResult(name=name, passed=False, message=message,
-                                                  duration_s=round(time.monotonic() - t0, 3)))
+                results.append(CheckResult.skipped_because(name))
+            elif name in _MODEL_CHECKS and not kit.needs_policy:
+                results.append(CheckResult.skipped_because(name, "the harness calls no model (no needs_policy capability)"))
+            else:
+                results.append(await timed_check(name, check(kit), check_timeout_s))
     return HarnessCheckReport(harness=harness_cls.name, sandbox=sandbox.name, results=results)
 
 

@@ -39,8 +39,6 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from tackroom._sandbox import (
     Sandbox,
     SandboxError,
@@ -49,47 +47,22 @@ from tackroom._sandbox import (
     SandboxSpec,
     SandboxTimeoutError,
 )
+from tackroom.testing._report import CheckReport, CheckResult, SkipCheck, known_skips, timed_check
 
 SPEC_ENV_KEY = "TACKROOM_SELF_CHECK_SPEC_ENV"
 BINARY = bytes(range(256)) * 64
 
 
-class SandboxCheckResult(BaseModel):
-    """One check: its name, whether it passed (or was skipped: it cannot apply), why not, and how long it took."""
-
-    name: str
-    passed: bool
-    message: str = ""
-    duration_s: float = 0.0
-    skipped: bool = False
-    """The check cannot apply to this sandbox (``message`` says why); neither passed nor failed."""
-
-
-class SkipCheck(Exception):
-    """Raised by a check that cannot apply to the sandbox at hand; the report lists it as skipped."""
-
-
-class SandboxCheckReport(BaseModel):
+class SandboxCheckReport(CheckReport):
     """Every check's result plus the timings a provider author wants to see."""
 
     provider: str
-    results: list[SandboxCheckResult]
     timings: dict[str, float]
     """``start_s``, ``exec_round_trip_s`` (median of 5 ``true``), ``kill_processes_s``, ``stop_s``."""
 
     @property
-    def failures(self) -> list[SandboxCheckResult]:
-        return [r for r in self.results if not r.passed and not r.skipped]
-
-    @property
-    def skipped(self) -> list[SandboxCheckResult]:
-        return [r for r in self.results if r.skipped]
-
-    def assert_ok(self) -> None:
-        """Raise ``AssertionError`` naming every failed check and its reason."""
-        if self.failures:
-            lines = "\n".join(f"  - {r.name}: {r.message}" for r in self.failures)
-            raise AssertionError(f"sandbox {self.provider!r} failed {len(self.failures)} conformance check(s):\n{lines}")
+    def subject(self) -> str:
+        return f"sandbox {self.provider!r}"
 
 
 Check = Callable[[Sandbox, "CheckContext"], Awaitable[None]]
@@ -612,22 +585,6 @@ CHECKS: dict[str, Check] = {
 ALL_CHECKS = [*CHECKS, "stop_idempotent", "stop_never_started"]
 
 
-async def _timed(name: str, coro: Awaitable[None], limit: float) -> SandboxCheckResult:
-    started = time.monotonic()
-    try:
-        await asyncio.wait_for(coro, limit)
-    except SkipCheck as exc:
-        return SandboxCheckResult(name=name, passed=False, skipped=True, message=str(exc), duration_s=time.monotonic() - started)
-    except AssertionError as exc:
-        return SandboxCheckResult(name=name, passed=False, message=str(exc) or "assertion failed", duration_s=time.monotonic() - started)
-    except TimeoutError as exc:
-        message = f"did not finish within {limit:g}s" if not str(exc) else f"{type(exc).__name__}: {exc}"
-        return SandboxCheckResult(name=name, passed=False, message=message, duration_s=time.monotonic() - started)
-    except Exception as exc:
-        return SandboxCheckResult(name=name, passed=False, message=f"{type(exc).__name__}: {exc}", duration_s=time.monotonic() - started)
-    return SandboxCheckResult(name=name, passed=True, duration_s=time.monotonic() - started)
-
-
 async def _stop_idempotent(provider: SandboxProvider, spec: SandboxSpec, timings: dict[str, float]) -> None:
     sb = provider.create(spec.model_copy(update={"name": f"{spec.name}-stop"}))
     await sb.start()
@@ -662,16 +619,14 @@ async def run_sandbox_checks(
     env check can see it); pass your own to test an image or limits. Check
     names are in :data:`ALL_CHECKS`.
     """
-    unknown = set(skip) - set(ALL_CHECKS)
-    if unknown:
-        raise ValueError(f"unknown sandbox checks {sorted(unknown)}; known: {', '.join(ALL_CHECKS)}")
+    skip = known_skips("sandbox", skip, ALL_CHECKS)
     spec = spec or _default_spec()
-    results: list[SandboxCheckResult] = []
+    results: list[CheckResult] = []
     timings: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="tackroom-self-check-") as tmp:
         sb = provider.create(spec)
         started = time.monotonic()
-        start = await _timed("start", sb.start(), max(check_timeout, spec.build_timeout_sec + spec.start_timeout_sec))
+        start = await timed_check("start", sb.start(), max(check_timeout, spec.build_timeout_sec + spec.start_timeout_sec))
         timings["start_s"] = time.monotonic() - started
         results.append(start)
         try:
@@ -685,19 +640,19 @@ async def run_sandbox_checks(
                 ctx = CheckContext(spec, Path(tmp), timings)
                 for name, check in CHECKS.items():
                     if name not in skip:
-                        results.append(await _timed(name, check(sb, ctx), check_timeout))
+                        results.append(await timed_check(name, check(sb, ctx), check_timeout))
             else:
                 results += [
-                    SandboxCheckResult(name=n, passed=False, message="not run: the sandbox did not start")
+                    CheckResult(name=n, passed=False, message="not run: the sandbox did not start")
                     for n in CHECKS
                     if n not in skip
                 ]
         finally:
             await sb.stop()
     if "stop_idempotent" not in skip:
-        results.append(await _timed("stop_idempotent", _stop_idempotent(provider, spec, timings), check_timeout))
+        results.append(await timed_check("stop_idempotent", _stop_idempotent(provider, spec, timings), check_timeout))
     if "stop_never_started" not in skip:
-        results.append(await _timed("stop_never_started", _stop_never_started(provider, spec), check_timeout))
+        results.append(await timed_check("stop_never_started", _stop_never_started(provider, spec), check_timeout))
     return SandboxCheckReport(provider=getattr(provider, "name", type(provider).__name__), results=results, timings=timings)
 
 
@@ -717,8 +672,6 @@ async def sandbox_self_check(
 __all__ = [
     "ALL_CHECKS",
     "SandboxCheckReport",
-    "SandboxCheckResult",
-    "SkipCheck",
     "run_sandbox_checks",
     "sandbox_self_check",
 ]

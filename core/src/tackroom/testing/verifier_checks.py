@@ -72,8 +72,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
 from tackroom._attempt import sandbox_spec
 from tackroom._config import validate
 from tackroom._errors import ConfigError, TackroomError
@@ -82,9 +80,9 @@ from tackroom._sandbox import DEFAULT_EXEC_TIMEOUT, ExecResult, Sandbox, Sandbox
 from tackroom._task import Task, load_task
 from tackroom._trajectory import Trajectory
 from tackroom._verifier import Verifier
+from tackroom.testing._report import CheckReport, CheckResult, SkipCheck, known_skips, timed_check
 from tackroom.testing.harness_checks import KIT_INSTRUCTION, KIT_SOLUTION
 from tackroom.testing.plugin_checks import check_plugin, check_registered
-from tackroom.testing.sandbox_checks import SkipCheck
 
 REWARD_DIR = "/logs/verifier"
 """Where Harbor-style tests write their reward (``reward.txt`` or ``reward.json``)."""
@@ -180,47 +178,15 @@ def write_ungradeable_task(root: Path, *, name: str = "verifier-kit-ungradeable"
     return task
 
 
-class VerifierCheckResult(BaseModel):
-    """One check: its name, whether it passed (or was skipped: it cannot apply), why not, and how long it took."""
-
-    name: str
-    passed: bool
-    message: str = ""
-    duration_s: float = 0.0
-    skipped: bool = False
-    """The check cannot apply to this verifier (``message`` says why); neither passed nor failed."""
-
-
-class VerifierCheckReport(BaseModel):
+class VerifierCheckReport(CheckReport):
     """Every check's result."""
 
     verifier: str
     sandbox: str
-    results: list[VerifierCheckResult]
 
     @property
-    def failures(self) -> list[VerifierCheckResult]:
-        return [r for r in self.results if not r.passed and not r.skipped]
-
-    @property
-    def skipped(self) -> list[VerifierCheckResult]:
-        return [r for r in self.results if r.skipped]
-
-    def result(self, name: str) -> VerifierCheckResult:
-        """The result of the check called ``name``."""
-        for r in self.results:
-            if r.name == name:
-                return r
-        raise KeyError(f"no check {name!r} in this report; it has {[r.name for r in self.results]}")
-
-    def assert_ok(self) -> None:
-        """Raise ``AssertionError`` naming every failed check and its reason."""
-        if self.failures:
-            lines = "\n".join(f"  - {r.name}: {r.message}" for r in self.failures)
-            raise AssertionError(
-                f"verifier {self.verifier!r} on sandbox {self.sandbox!r} failed {len(self.failures)} conformance "
-                f"check(s):\n{lines}"
-            )
+    def subject(self) -> str:
+        return f"verifier {self.verifier!r} on sandbox {self.sandbox!r}"
 
 
 # -- a sandbox the kit can watch, lose or freeze --------------------------------------------------
@@ -614,26 +580,6 @@ _CHECKS: dict[str, Callable[[_Kit], Awaitable[None]]] = {
 assert tuple(_CHECKS) == ALL_CHECKS
 
 
-async def _timed(name: str, check: Callable[[_Kit], Awaitable[None]], kit: _Kit, limit: float) -> VerifierCheckResult:
-    started = time.monotonic()
-
-    def result(**kw: Any) -> VerifierCheckResult:
-        return VerifierCheckResult(name=name, duration_s=round(time.monotonic() - started, 3), **kw)
-
-    try:
-        await asyncio.wait_for(check(kit), limit)
-    except SkipCheck as exc:
-        return result(passed=False, skipped=True, message=str(exc))
-    except AssertionError as exc:
-        return result(passed=False, message=str(exc) or "assertion failed")
-    except TimeoutError as exc:
-        message = f"did not finish within {limit:g}s" if not str(exc) else f"{type(exc).__name__}: {exc}"
-        return result(passed=False, message=message)
-    except Exception as exc:  # every failure is reported, none stops the suite
-        return result(passed=False, message=f"{type(exc).__name__}: {exc}")
-    return result(passed=True)
-
-
 async def run_verifier_checks(
     verifier_cls: type[Verifier],
     *,
@@ -659,10 +605,7 @@ async def run_verifier_checks(
     (skips :data:`GRADING_CHECKS`). ``distribution``: the distribution ``registered`` expects.
     ``check_timeout_s`` bounds each check.
     """
-    skip = set(skip)
-    unknown = skip - set(ALL_CHECKS)
-    if unknown:
-        raise ValueError(f"unknown verifier checks {sorted(unknown)}; known: {', '.join(ALL_CHECKS)}")
+    skip = known_skips("verifier", skip, ALL_CHECKS)
     if sandbox is None:
         from tackroom._builtins.local_sandbox import LocalSandboxProvider
 
@@ -681,12 +624,8 @@ async def run_verifier_checks(
             broken = ungradeable_task if isinstance(ungradeable_task, Task) else load_task(Path(ungradeable_task))
         kit = _Kit(verifier_cls, dict(options or {}), sandbox, loaded, good, bad, broken, infra_options, cannot_grade,
                    distribution)
-        results = []
-        for name, check in _CHECKS.items():
-            if name in skip:
-                results.append(VerifierCheckResult(name=name, passed=False, skipped=True, message="skipped by skip="))
-                continue
-            results.append(await _timed(name, check, kit, check_timeout_s))
+        results = [CheckResult.skipped_because(name) if name in skip else await timed_check(name, check(kit), check_timeout_s)
+                   for name, check in _CHECKS.items()]
     return VerifierCheckReport(verifier=verifier_cls.name, sandbox=sandbox.name, results=results)
 
 
@@ -703,7 +642,6 @@ __all__ = [
     "KIT_BAD",
     "KIT_GOOD",
     "VerifierCheckReport",
-    "VerifierCheckResult",
     "VerifierScenario",
     "plant_rewards",
     "run_verifier_checks",

@@ -4,6 +4,7 @@ forwarded port (their policy), never through the host's network."""
 import asyncio
 
 import tackroom
+import tackroom.testing
 from tackroom._attempt import sandbox_spec
 from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
@@ -36,12 +37,9 @@ class DialsHomeHarness(tackroom.Harness):
 
 
 def write_task(root, allow_internet: bool) -> tackroom.Task:
-    d = root / "t"
-    (d / "tests").mkdir(parents=True)
-    (d / "instruction.md").write_text("call home")
-    (d / "task.toml").write_text(f"[agent]\ntimeout_sec = 30\n[environment]\nallow_internet = {str(allow_internet).lower()}\n")
-    (d / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
-    return tackroom.load_task(d)
+    return tackroom.load_task(tackroom.testing.write_task(
+        root, "t", instruction="call home", test_sh="echo 1 > /logs/verifier/reward.txt\n",
+        toml=f"[agent]\ntimeout_sec = 30\n[environment]\nallow_internet = {str(allow_internet).lower()}\n"))
 
 
 def test_the_capability_grants_no_network(tmp_path):

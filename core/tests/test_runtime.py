@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import tackroom
+import tackroom.testing
 from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.nop_harness import NopHarness
 from tackroom._builtins.oracle_harness import OracleHarness
@@ -35,15 +36,10 @@ def runtime(tmp_path, manager=None, **kw) -> TrialRuntime:
     return TrialRuntime(tmp_path / "run", progress=False, manager=manager or tackroom.PluginManager(), **kw)
 
 
-def write_task(root: Path, name: str, test_sh: str, solve_sh: str = "true", toml: str = "") -> tackroom.Task:
-    d = root / name
-    for sub in ("tests", "solution"):
-        (d / sub).mkdir(parents=True)
-    (d / "instruction.md").write_text("do the thing")
-    (d / "task.toml").write_text(toml or "[agent]\ntimeout_sec = 20\n[verifier]\ntimeout_sec = 20\n")
-    (d / "tests" / "test.sh").write_text(test_sh)
-    (d / "solution" / "solve.sh").write_text(solve_sh)
-    return tackroom.load_task(d)
+def write_task(root: Path, name: str, test_sh: str, solve_sh: str = "true", toml: str | None = None) -> tackroom.Task:
+    return tackroom.load_task(tackroom.testing.write_task(root, name, instruction="do the thing", test_sh=test_sh,
+                                                          solve_sh=solve_sh, toml=toml, agent_timeout_sec=20,
+                                                          verifier_timeout_sec=20))
 
 
 async def test_oracle_scores_one_and_nop_zero_on_every_example(tmp_path):

@@ -71,3 +71,18 @@ def test_include_exclude_filters_and_missing_source(tmp_path):
 def test_world_reference_must_exist(tmp_path):
     with pytest.raises(tackroom.TaskError, match=r"\[world\].path 'worlds/x' does not exist"):
         tackroom.load_task(make_task(tmp_path, "w", '[world]\npath = "worlds/x"\n'))
+
+
+def test_write_task_writes_a_task_that_loads_with_what_it_was_given(tmp_path):
+    from tackroom.testing import write_task
+
+    d = write_task(tmp_path, "t", instruction="Write ok.\n", test_sh="echo 1 > /logs/verifier/reward.txt\n",
+                   agent_timeout_sec=7, files={"expected/app/out.txt": "ok\n", "environment/blob.bin": b"\x00\xff"})
+    task = tackroom.load_task(d)
+    assert (task.instruction, task.config.agent.timeout_sec, task.config.verifier.timeout_sec) == ("Write ok.\n", 7, 30)
+    assert (d / "tests" / "test.sh").read_text() == "echo 1 > /logs/verifier/reward.txt\n"
+    assert not (d / "solution").exists()  # no solve_sh, no solution folder
+    assert (d / "expected" / "app" / "out.txt").read_text() == "ok\n"
+    assert (d / "environment" / "blob.bin").read_bytes() == b"\x00\xff"
+    given = write_task(tmp_path, "u", toml="[agent]\ntimeout_sec = 3\n", solve_sh="true\n")
+    assert tackroom.load_task(given).config.agent.timeout_sec == 3 and (given / "solution" / "solve.sh").is_file()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tackroom import ConfigError, RunConfig, TaskError, load_dataset, load_run_config, load_task
+from tackroom import ConfigError, RunConfig, TaskError, load_dataset, load_run_config, load_task, testing
 from tackroom._cli.run_cmd import claim_run_dir, run_config
 from tackroom_matrix import load_matrix_config, parse_matrix_config, run_matrix
 
@@ -30,12 +30,8 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 
 
 def write_task(root: Path, name: str, toml: str) -> Path:
-    d = root / name
-    (d / "tests").mkdir(parents=True)
-    (d / "instruction.md").write_text("Write /app/x.\n")
-    (d / "task.toml").write_text(toml)
-    (d / "tests" / "test.sh").write_text("echo 0 > /logs/verifier/reward.txt\n")
-    return d
+    return testing.write_task(root, name, instruction="Write /app/x.\n", toml=toml,
+                              test_sh="echo 0 > /logs/verifier/reward.txt\n")
 
 
 # -- task.toml --------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tackroom import ConfigError, RunConfig, load_dataset, load_task
+from tackroom import ConfigError, RunConfig, load_dataset, load_task, testing
 from tackroom._cli.run_cmd import claim_run_dir, run_config
 from tackroom._task import task_source_hash
 from tackroom._trial import Trial, label_part
@@ -36,15 +36,10 @@ def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
 def write_task(root: Path, name: str, *, reward: str | None = None) -> Path:
     """A task the oracle solves (it writes /app/done) and nop does not; with ``reward`` its test script
     writes that reward whatever happened."""
-    d = root / name
-    (d / "tests").mkdir(parents=True)
-    (d / "solution").mkdir()
-    (d / "instruction.md").write_text(f"Task {name}.\n")
-    (d / "task.toml").write_text("[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 60\n")
-    (d / "solution" / "solve.sh").write_text("#!/bin/bash\nmkdir -p /app && echo ok > /app/done\n")
     grade = f"echo {reward}" if reward is not None else "if [ -f /app/done ]; then echo 1; else echo 0; fi"
-    (d / "tests" / "test.sh").write_text(f"#!/bin/bash\n{grade} > /logs/verifier/reward.txt\n")
-    return d
+    return testing.write_task(root, name, instruction=f"Task {name}.\n", verifier_timeout_sec=60,
+                              solve_sh="#!/bin/bash\nmkdir -p /app && echo ok > /app/done\n",
+                              test_sh=f"#!/bin/bash\n{grade} > /logs/verifier/reward.txt\n")
 
 
 def trial(task, **kw) -> Trial:

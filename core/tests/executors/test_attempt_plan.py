@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import tackroom
+import tackroom.testing
 from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
@@ -19,14 +20,9 @@ REWARD_SH = "#!/bin/bash\nmkdir -p /logs/verifier\n[ \"$(cat /app/out.txt)\" = {
 
 
 def write_task(root: Path, i: int) -> tackroom.Task:
-    d = root / f"t{i}"
-    for sub in ("tests", "solution"):
-        (d / sub).mkdir(parents=True)
-    (d / "instruction.md").write_text(f"Write {i} to /app/out.txt")
-    (d / "task.toml").write_text("[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 60\n")
-    (d / "solution" / "solve.sh").write_text(f"echo {i} > /app/out.txt\n")
-    (d / "tests" / "test.sh").write_text(REWARD_SH.format(i=i))
-    return tackroom.load_task(d)
+    return tackroom.load_task(tackroom.testing.write_task(
+        root, f"t{i}", instruction=f"Write {i} to /app/out.txt", solve_sh=f"echo {i} > /app/out.txt\n",
+        test_sh=REWARD_SH.format(i=i), verifier_timeout_sec=60))
 
 
 def trial_for(task: tackroom.Task) -> tackroom.Trial:

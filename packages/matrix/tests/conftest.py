@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 import tackroom
+import tackroom.testing
 from tackroom._trial import TrialErrorInfo, TrialResult
 from tackroom_matrix.config import MatrixConfig, ResolvedRow
 from tackroom_matrix.runner import MatrixOutcome
@@ -81,16 +82,9 @@ def matrix_manager() -> tackroom.PluginManager:
 
 def write_task(root: Path, name: str, *, instruction: str, test_sh: str, solve_sh: str | None = "true",
                domain: str = "basics") -> Path:
-    d = root / name
-    (d / "tests").mkdir(parents=True)
-    (d / "instruction.md").write_text(instruction)
-    (d / "task.toml").write_text(f'[metadata]\ndomain = "{domain}"\ncategory = "{domain}-cat"\n'
-                                 "[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 30\n")
-    (d / "tests" / "test.sh").write_text(test_sh)
-    if solve_sh is not None:
-        (d / "solution").mkdir()
-        (d / "solution" / "solve.sh").write_text(solve_sh)
-    return d
+    return tackroom.testing.write_task(root, name, instruction=instruction, test_sh=test_sh, solve_sh=solve_sh,
+                                       toml=f'[metadata]\ndomain = "{domain}"\ncategory = "{domain}-cat"\n'
+                                            "[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 30\n")
 
 
 def closed_port() -> int:

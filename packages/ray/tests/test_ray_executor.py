@@ -27,6 +27,7 @@ from misbehaving_harnesses import (
 
 import tackroom
 import tackroom._runtime
+import tackroom.testing
 from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
@@ -42,14 +43,9 @@ REWARD_SH = '[ "$(cat /app/out.txt)" = "{i}" ] && echo 1 > /logs/verifier/reward
 
 
 def write_task(root: Path, name: str, i: int = 0, solve_extra: str = "", agent_timeout: float = 120) -> tackroom.Task:
-    d = root / name
-    for sub in ("tests", "solution"):
-        (d / sub).mkdir(parents=True)
-    (d / "instruction.md").write_text(f"Write {i} to /app/out.txt")
-    (d / "task.toml").write_text(f"[agent]\ntimeout_sec = {agent_timeout}\n[verifier]\ntimeout_sec = 60\n")
-    (d / "solution" / "solve.sh").write_text(f"{solve_extra}echo {i} > /app/out.txt\n")
-    (d / "tests" / "test.sh").write_text(REWARD_SH.format(i=i))
-    return tackroom.load_task(d)
+    return tackroom.load_task(tackroom.testing.write_task(
+        root, name, instruction=f"Write {i} to /app/out.txt", solve_sh=f"{solve_extra}echo {i} > /app/out.txt\n",
+        test_sh=REWARD_SH.format(i=i), agent_timeout_sec=agent_timeout, verifier_timeout_sec=60))
 
 
 def trial_for(task: tackroom.Task, harness: str = "oracle", pass_index: int = 0) -> Trial:

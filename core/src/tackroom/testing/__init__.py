@@ -16,6 +16,10 @@ Kind-specific suites live in the sub-modules and are re-exported here:
 ``run_*_checks`` forms returning a report), ``check_loss_spec`` for losses. A check
 that cannot apply is reported skipped, with the reason, never passed.
 
+Tasks for tests: ``write_task`` writes a Harbor-style task directory (instruction,
+task.toml, tests/test.sh, solution/solve.sh, any other file); ``task_for_tests`` makes
+a Task in memory.
+
 A test double for what a plugin talks to: ``ScriptedChatServerForTests`` (a chat
 endpoint that replays fixed replies, errors and delays; a subclass may override its
 ``_chat(RequestForTests) -> ResponseForTests`` route). Everything here needs only
@@ -26,6 +30,7 @@ completions) is ``tackroom_gateway.testing``, in the tackroom-gateway distributi
 
 from tackroom.testing._report import CheckReport, CheckResult, SkipCheck
 from tackroom.testing._served import RequestForTests, ResponseForTests, ServedForTests
+from tackroom.testing._tasks import task_for_tests, write_task
 from tackroom.testing.harness_checks import (
     ALL_CHECKS as HARNESS_CHECKS,
 )
@@ -36,7 +41,6 @@ from tackroom.testing.harness_checks import (
     HarnessScript,
     harness_self_check,
     run_harness_checks,
-    task_for_tests,
     write_kit_task,
 )
 from tackroom.testing.plugin_checks import check_loss_spec, check_plugin, check_registered
@@ -85,6 +89,7 @@ __all__ = [
     "sandbox_self_check",
     "task_for_tests",
     "write_kit_task",
+    "write_task",
     "KIT_BAD",
     "KIT_GOOD",
     "VERIFIER_CHECKS",

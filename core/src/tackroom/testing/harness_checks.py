@@ -62,10 +62,11 @@ from tackroom._harness import Harness
 from tackroom._policy import Policy
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._sandbox import Sandbox, SandboxProvider
-from tackroom._task import AgentSection, Task, TaskConfig, load_task
+from tackroom._task import Task, load_task
 from tackroom._trajectory import Trajectory
 from tackroom._trial import Trial, TrialResult
 from tackroom.testing._report import CheckReport, CheckResult, known_skips, timed_check
+from tackroom.testing._tasks import write_task
 from tackroom.testing.plugin_checks import check_plugin
 from tackroom.testing.scripted_chat import ScriptedChatServerForTests, ScriptedReply
 
@@ -114,30 +115,20 @@ class HarnessCheckReport(CheckReport):
         return f"harness {self.harness!r} on sandbox {self.sandbox!r}"
 
 
+KIT_TEST_SH = (
+    "#!/bin/bash\nmkdir -p /logs/verifier\n"
+    'if [ "$(cat /app/kit.txt 2>/dev/null)" = "kit-ok" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
+)
+"""The kit task's test: reward 1 when ``/app/kit.txt`` holds ``kit-ok``, else 0."""
+
+
 def write_kit_task(root: Path, *, name: str = "kit-task", agent_timeout_sec: float = 60.0,
                    solve_script: str = KIT_SOLUTION) -> Path:
     """Write the kit's task directory under ``root`` and return it (no Dockerfile: the provider's default image)."""
-    task = root / name
-    for sub in ("tests", "solution"):
-        (task / sub).mkdir(parents=True, exist_ok=True)
-    (task / "instruction.md").write_text(KIT_INSTRUCTION + "\n")
-    (task / "task.toml").write_text(
-        f'version = "1.0"\n[agent]\ntimeout_sec = {agent_timeout_sec}\n[verifier]\ntimeout_sec = 30\n'
-        "[environment]\nmemory_mb = 2048\n"
-    )
-    (task / "tests" / "test.sh").write_text(
-        '#!/bin/bash\nmkdir -p /logs/verifier\n'
-        'if [ "$(cat /app/kit.txt 2>/dev/null)" = "kit-ok" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
-    )
-    (task / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{solve_script}\n")
-    return task
-
-
-def task_for_tests(instruction: str, *, agent_timeout_sec: float = 60.0, path: Path | None = None) -> Task:
-    """A :class:`~tackroom.Task` made in memory, for calling ``Harness.run`` directly in a test (no files: a
-    harness that reads the task's folder needs :func:`write_kit_task` and ``load_task``)."""
-    return Task(id="task-for-tests", path=path or Path("/nonexistent/task-for-tests"), instruction=instruction,
-                config=TaskConfig(agent=AgentSection(timeout_sec=agent_timeout_sec)))
+    return write_task(root, name, instruction=KIT_INSTRUCTION + "\n", test_sh=KIT_TEST_SH,
+                      solve_sh=f"#!/bin/bash\n{solve_script}\n",
+                      toml=f'version = "1.0"\n[agent]\ntimeout_sec = {agent_timeout_sec}\n[verifier]\ntimeout_sec = 30\n'
+                           "[environment]\nmemory_mb = 2048\n")
 
 
 def _free_port() -> int:

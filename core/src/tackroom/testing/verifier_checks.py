@@ -81,7 +81,8 @@ from tackroom._task import Task, load_task
 from tackroom._trajectory import Trajectory
 from tackroom._verifier import Verifier
 from tackroom.testing._report import CheckReport, CheckResult, SkipCheck, known_skips, timed_check
-from tackroom.testing.harness_checks import KIT_INSTRUCTION, KIT_SOLUTION
+from tackroom.testing._tasks import write_task
+from tackroom.testing.harness_checks import KIT_INSTRUCTION, KIT_SOLUTION, KIT_TEST_SH
 from tackroom.testing.plugin_checks import check_plugin, check_registered
 
 REWARD_DIR = "/logs/verifier"
@@ -149,33 +150,18 @@ def write_verifier_kit_task(root: Path, *, name: str = "verifier-kit-task",
     ``tests/test.sh`` writes 1 or 0 to ``/logs/verifier/reward.txt``; ``expected/app/kit.txt`` holds ``kit-ok``;
     ``task.toml`` lists ``/app/kit.txt`` in ``expected_outputs`` and has one ``[[rubric]]`` criterion.
     """
-    task = root / name
-    for sub in ("tests", "solution", "expected/app"):
-        (task / sub).mkdir(parents=True, exist_ok=True)
-    (task / "instruction.md").write_text(KIT_INSTRUCTION + "\n")
     range_line = f"reward_range = [{reward_range[0]}, {reward_range[1]}]\n" if reward_range else ""
-    (task / "task.toml").write_text(
-        'version = "1.0"\nexpected_outputs = ["/app/kit.txt"]\n'
-        f"[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n{range_line}"
-        "[environment]\nmemory_mb = 2048\n"
-        f'[[rubric]]\nid = "kit-file"\ncriterion = "{KIT_CRITERION}"\n'
-    )
-    (task / "tests" / "test.sh").write_text(
-        "#!/bin/bash\nmkdir -p /logs/verifier\n"
-        'if [ "$(cat /app/kit.txt 2>/dev/null)" = "kit-ok" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
-    )
-    (task / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{KIT_SOLUTION}\n")
-    (task / "expected" / "app" / "kit.txt").write_text("kit-ok\n")
-    return task
+    return write_task(root, name, instruction=KIT_INSTRUCTION + "\n", test_sh=KIT_TEST_SH,
+                      solve_sh=f"#!/bin/bash\n{KIT_SOLUTION}\n", files={"expected/app/kit.txt": "kit-ok\n"},
+                      toml='version = "1.0"\nexpected_outputs = ["/app/kit.txt"]\n'
+                           f"[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n{range_line}"
+                           "[environment]\nmemory_mb = 2048\n"
+                           f'[[rubric]]\nid = "kit-file"\ncriterion = "{KIT_CRITERION}"\n')
 
 
 def write_ungradeable_task(root: Path, *, name: str = "verifier-kit-ungradeable") -> Path:
     """A task with nothing to grade it by: ``instruction.md`` and ``task.toml`` only (no tests, expected files or rubric)."""
-    task = root / name
-    task.mkdir(parents=True, exist_ok=True)
-    (task / "instruction.md").write_text(KIT_INSTRUCTION + "\n")
-    (task / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 30\n')
-    return task
+    return write_task(root, name, instruction=KIT_INSTRUCTION + "\n", toml='version = "1.0"\n[verifier]\ntimeout_sec = 30\n')
 
 
 class VerifierCheckReport(CheckReport):

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tackroom import testing
+
 sys.path.insert(0, str(Path(__file__).parent))  # opencode_scripted_engine.py (tests use --import-mode=importlib)
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "tasks"
@@ -49,9 +51,4 @@ def docker_ready() -> None:
 
 def write_task(root: Path, name: str, *, instruction: str, test_sh: str, timeout_sec: float = 120) -> Path:
     """A Harbor-style task directory."""
-    d = root / name
-    (d / "tests").mkdir(parents=True)
-    (d / "instruction.md").write_text(instruction)
-    (d / "task.toml").write_text(f"[agent]\ntimeout_sec = {timeout_sec}\n[verifier]\ntimeout_sec = 30\n")
-    (d / "tests" / "test.sh").write_text(test_sh)
-    return d
+    return testing.write_task(root, name, instruction=instruction, test_sh=test_sh, agent_timeout_sec=timeout_sec)

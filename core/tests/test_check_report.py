@@ -58,3 +58,10 @@ def test_skipping_a_check_the_kit_does_not_have_lists_the_ones_it_has():
     assert known_skips("harness", ["b"], ["a", "b"]) == {"b"}
     with pytest.raises(ValueError, match=r"unknown harness checks \['bb'\]; known: a, b"):
         known_skips("harness", ["bb"], ["a", "b"])
+
+
+def test_a_report_of_a_kit_of_your_own_names_the_plugin():
+    from tackroom.testing import CheckReport
+
+    with pytest.raises(AssertionError, match=r"^the plugin failed 1 conformance check\(s\):\n  - x: no"):
+        CheckReport(results=[CheckResult(name="x", passed=False, message="no")]).assert_ok()

@@ -37,7 +37,8 @@ class CheckReport(BaseModel):
 
     @property
     def subject(self) -> str:
-        raise NotImplementedError
+        """What was checked, as the failure message names it."""
+        return "the plugin"
 
     @property
     def failures(self) -> list[CheckResult]:

@@ -3,7 +3,8 @@
 ``examples/train/overfit.toml`` as it is: SmolLM2-135M-Instruct with a LoRA,
 three one-word tasks × 4 samples, the ``answer`` harness through the policy
 gateway and the sampling endpoint, the ``local`` sandbox, the test-script
-verifier. About 7 minutes here (server start, ~40 s a step). Marked
+verifier. About 12–15 minutes here (server start, ~65 s a step: 30 s of
+rollouts, 35 s of training). Marked
 ``tinker``: it needs the server's uv project (``scripts/setup`` installs it)
 and the SmolLM2 folder ``tackroom model up`` converts; a missing piece skips
 locally and fails under CI.
@@ -49,8 +50,13 @@ def test_overfit_reward_rises_and_the_curve_is_written(tmp_path: Path) -> None:
 
     steps = [json.loads(line) for line in (tmp_path / "run" / "steps.jsonl").read_text().splitlines()]
     assert len(steps) == summary.steps == config.train.max_training_steps
-    first, last = mean(s["mean_reward"] for s in steps[:3]), mean(s["mean_reward"] for s in steps[-3:])
-    assert last > first + 0.2, f"mean reward did not rise: first 3 steps {first:.3f}, last 3 {last:.3f}"
+    # Reward rises: steps 1-2 (the base policy, then one update) against steps 4-10. Twelve samples a step
+    # make a single step's mean noisy (sd ~0.1), and a run may peak and drift back a little once a task's
+    # group is all right (no advantage left to hold it), so the late side is seven steps, not the last three:
+    # CI saw 0.29 0.50 0.50 | 0.63 0.79 0.75 0.75 0.67 0.67 0.50 fail a last-3-vs-first-3 rule while it learned.
+    # A run that learns nothing passes this with a chance of about 2% (24 vs 84 samples, sd 0.4 each).
+    early, late = mean(s["mean_reward"] for s in steps[:2]), mean(s["mean_reward"] for s in steps[3:])
+    assert late > early + 0.2, f"mean reward did not rise: steps 1-2 {early:.3f}, steps 4-{len(steps)} {late:.3f}"
 
     # the mismatch check ran every step that trained, on real numbers, and warned exactly above the threshold
     trained = [s for s in steps if s["trained_trials"]]

@@ -56,6 +56,20 @@ def test_grpo_advantages_per_group_masked_rows_get_zero() -> None:
     assert norm[2:] == [0.0, 0.0, 0.0]
 
 
+def test_a_batch_whose_groups_all_agree_has_no_learning_signal() -> None:
+    """Every group solved (or every group failed): all advantages are 0, so the loop takes no optimiser step."""
+    out = {**_output(), "rewards": [1.0, 1.0, 0.0]}
+    groups, masked = ["a", "a", "b"], [False, False, True]
+    batch = batch_from_output(out, grpo_advantages(out["rewards"], groups, masked), groups, "sequence_mean")
+    assert batch.trained_rows == 2 and not batch.has_signal
+    out["rewards"] = [1.0, 0.5, 0.0]  # one group with a spread is enough
+    batch = batch_from_output(out, grpo_advantages(out["rewards"], groups, masked), groups, "sequence_mean")
+    assert batch.has_signal
+    # a masked row's advantage is no signal either
+    lone = batch_from_output(out, [0.0, 0.0, 3.0], groups, "sequence_mean")
+    assert not lone.has_signal
+
+
 def test_aggregation_factors() -> None:
     masks = [[1, 1, 0], [1, 0, 0], [0, 0, 0], [1, 1, 1]]
     groups = ["a", "a", "b", "b"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections import defaultdict
 from pathlib import Path
 from statistics import mean
 
@@ -58,6 +59,18 @@ def test_overfit_reward_rises_and_the_curve_is_written(tmp_path: Path) -> None:
     early, late = mean(s["mean_reward"] for s in steps[:2]), mean(s["mean_reward"] for s in steps[3:])
     assert late > early + 0.2, f"mean reward did not rise: steps 1-2 {early:.3f}, steps 4-{len(steps)} {late:.3f}"
 
+    # a step where every task's samples scored alike has no learning signal and takes no optimiser step
+    # (Adam's momentum would otherwise pull a solved task back); every other step trains all its rows
+    per_step = config.train.mini_batch_size * config.train.samples_per_prompt
+    for s, step_dir in zip(steps, sorted((tmp_path / "run" / "rollouts").iterdir())):
+        rewards: dict[str, set[float]] = defaultdict(set)
+        for result in step_dir.glob("*/result.json"):
+            data = json.loads(result.read_text())
+            rewards[data["task"]].add(data["reward"])
+        assert s["trained_trials"] + s["no_signal_trials"] + s["masked_trials"] == per_step, s
+        if not s["masked_trials"]:
+            alike = all(len(v) == 1 for v in rewards.values())
+            assert s["no_signal_trials"] == (per_step if alike else 0) and (s["loss"] is None) == alike, (s, rewards)
     # the mismatch check ran every step that trained, on real numbers, and warned exactly above the threshold
     trained = [s for s in steps if s["trained_trials"]]
     assert trained and all(s["mismatch_mean"] is not None and 0 <= s["mismatch_mean"] < 1 for s in trained)

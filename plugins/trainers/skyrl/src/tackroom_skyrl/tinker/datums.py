@@ -115,6 +115,12 @@ class Batch:
     def trained_rows(self) -> int:
         return sum(1 for r in self.rows if any(r.mask))
 
+    @property
+    def has_signal(self) -> bool:
+        """Whether some trained row has a nonzero advantage. Without one the gradient is 0 and an optimiser
+        step would only move the weights along Adam's stale momentum (a solved task then drifts back)."""
+        return any(r.advantage != 0.0 and any(r.mask) for r in self.rows)
+
 
 def batch_from_output(output: dict[str, Any], advantages: list[float], groups: list[str], aggregation: str) -> Batch:
     """Every row, masked ones included with an all-zero mask: they move nothing, count in the aggregation's

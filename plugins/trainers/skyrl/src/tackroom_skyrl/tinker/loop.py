@@ -13,7 +13,10 @@ as the GPU backend does. So each step is:
    logprobs, no re-tokenisation);
 2. GRPO advantages per task group; masked rows train nothing;
 3. ``forward_backward`` with the loss (:mod:`.datums`), then ``optim_step``
-   (Adam on the LoRA weights);
+   (Adam on the LoRA weights). A step where every group's rewards are equal
+   has no learning signal (every advantage is 0) and takes no optimiser step:
+   with a zero gradient, Adam would still move the weights along its stale
+   momentum, and a task the policy had solved drifts back;
 4. ``save_weights_and_get_sampling_client``: the next step samples from the
    new weights (on-policy: no staleness on this backend).
 
@@ -280,16 +283,19 @@ async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, ser
                 masked = [not any(m) for m in out["loss_masks"]]
                 advantages = grpo_advantages(out["rewards"], groups, masked, normalize=settings.normalize_advantages)
                 batch = batch_from_output(out, advantages, groups, aggregation)
+                # no trained row with a nonzero advantage (every group's rewards equal): no optimiser step
+                idle = bool(batch.trained_rows) and not batch.has_signal
                 record: dict[str, Any] = {
                     "step": step, "mean_reward": mean(out["rewards"]),
-                    "trained_trials": batch.trained_rows, "masked_trials": sum(masked),
+                    "trained_trials": 0 if idle else batch.trained_rows, "masked_trials": sum(masked),
+                    "no_signal_trials": batch.trained_rows if idle else 0,
                     "mismatch_mean": None, "mismatch_max": None, "loss": None,
                 }
                 per_task: dict[str, list[float]] = defaultdict(list)
                 for g, r in zip(groups, out["rewards"]):
                     per_task[g].append(r)
                 record.update({f"reward/{g}": mean(v) for g, v in per_task.items()})
-                if batch.trained_rows:
+                if record["trained_trials"]:
                     if loss_fn == "tackroom":
                         custom = TackroomLoss(spec, options, batch)
                         result = await call(f"step {step}: forward_backward (custom loss)", _result(
@@ -310,6 +316,9 @@ async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, ser
                 records.append(record)
                 line = (f"step {step}/{steps_total}: mean reward {record['mean_reward']:.3f} "
                         f"({record['trained_trials']} trained, {record['masked_trials']} masked)")
+                if idle:
+                    line += ("\n  every group's rewards are equal: no learning signal, "
+                             "no optimiser step (the weights stay as they are)")
                 if record["mismatch_mean"] is not None:
                     line += f", |trainer-rollout| logprob {record['mismatch_mean']:.4f}"
                     warning = mismatch_warning(record["mismatch_mean"], knobs.logprob_mismatch_warn)

@@ -71,6 +71,7 @@ def test_overfit_reward_rises_and_the_curve_is_written(tmp_path: Path) -> None:
         if not s["masked_trials"]:
             alike = all(len(v) == 1 for v in rewards.values())
             assert s["no_signal_trials"] == (per_step if alike else 0) and (s["loss"] is None) == alike, (s, rewards)
+
     # the mismatch check ran every step that trained, on real numbers, and warned exactly above the threshold
     trained = [s for s in steps if s["trained_trials"]]
     assert trained and all(s["mismatch_mean"] is not None and 0 <= s["mismatch_mean"] < 1 for s in trained)

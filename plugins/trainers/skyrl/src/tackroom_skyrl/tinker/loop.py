@@ -284,18 +284,18 @@ async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, ser
                 advantages = grpo_advantages(out["rewards"], groups, masked, normalize=settings.normalize_advantages)
                 batch = batch_from_output(out, advantages, groups, aggregation)
                 # no trained row with a nonzero advantage (every group's rewards equal): no optimiser step
-                idle = bool(batch.trained_rows) and not batch.has_signal
+                trains = batch.has_signal
                 record: dict[str, Any] = {
                     "step": step, "mean_reward": mean(out["rewards"]),
-                    "trained_trials": 0 if idle else batch.trained_rows, "masked_trials": sum(masked),
-                    "no_signal_trials": batch.trained_rows if idle else 0,
+                    "trained_trials": batch.trained_rows if trains else 0, "masked_trials": sum(masked),
+                    "no_signal_trials": 0 if trains else batch.trained_rows,
                     "mismatch_mean": None, "mismatch_max": None, "loss": None,
                 }
                 per_task: dict[str, list[float]] = defaultdict(list)
                 for g, r in zip(groups, out["rewards"]):
                     per_task[g].append(r)
                 record.update({f"reward/{g}": mean(v) for g, v in per_task.items()})
-                if record["trained_trials"]:
+                if trains:
                     if loss_fn == "tackroom":
                         custom = TackroomLoss(spec, options, batch)
                         result = await call(f"step {step}: forward_backward (custom loss)", _result(
@@ -316,7 +316,7 @@ async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, ser
                 records.append(record)
                 line = (f"step {step}/{steps_total}: mean reward {record['mean_reward']:.3f} "
                         f"({record['trained_trials']} trained, {record['masked_trials']} masked)")
-                if idle:
+                if record["no_signal_trials"]:
                     line += ("\n  every group's rewards are equal: no learning signal, "
                              "no optimiser step (the weights stay as they are)")
                 if record["mismatch_mean"] is not None:

@@ -8,6 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from tackroom._cache import cache_root
 from tackroom._config import PluginSelection, RunConfig, instantiate, load_run_config
+from tackroom._contract import CONTRACT_VERSION
 from tackroom._errors import (
     ConfigError,
     ErrorClass,
@@ -15,6 +16,7 @@ from tackroom._errors import (
     ModelError,
     PluginConflictError,
     PluginDefinitionError,
+    PluginIncompatibleError,
     PluginNotFoundError,
     TackroomError,
     TaskError,
@@ -102,6 +104,8 @@ __all__ = [
     "Plugin",
     "PluginConflictError",
     "PluginDefinitionError",
+    "PluginIncompatibleError",
+    "CONTRACT_VERSION",
     "PluginEntry",
     "PluginKind",
     "PluginManager",

@@ -37,6 +37,10 @@ class PluginDefinitionError(TackroomError, TypeError):
     """A plugin class breaks the plugin rules (name, Options, capabilities)."""
 
 
+class PluginIncompatibleError(PluginDefinitionError):
+    """A plugin was written for another plugin contract; the message names the plugin, the method and the change."""
+
+
 class InfraError(TackroomError):
     """The machinery failed (sandbox, transfer, engine down); the trial is retried."""
 

@@ -20,6 +20,7 @@ from typing import Any
 import pluggy
 
 from tackroom import _hookspecs as hookspecs
+from tackroom._contract import CONTRACT_ATTRIBUTE, CONTRACT_VERSION
 from tackroom._errors import PluginDefinitionError, PluginNotFoundError
 from tackroom._markers import PROJECT_NAME
 from tackroom._plugin import PluginKind
@@ -56,6 +57,9 @@ class PluginManager:
         self.allow = _names(env.get(LOAD_ENV))
         self.block = _names(env.get(BLOCK_ENV)) or set()
         self._sources: dict[int, tuple[str, str]] = {}
+        self._contracts: dict[int, int | None] = {}
+        self._installed: set[int] = set()
+        """Plugins that came from entry points: a registrar of theirs that raises is reported, not fatal."""
         self.skipped: list[str] = []
         self.broken: list[str] = []
         """Entry points whose module failed to import (reported, not fatal)."""
@@ -84,16 +88,24 @@ class PluginManager:
             self.broken.append(message)
             log.warning("tackroom plugin %s; it is skipped", message)
             return
+        # Core's built-ins are written for core's own contract; a distribution that declares none predates
+        # versioning (contract 1).
+        contract = CONTRACT_VERSION if dist == CORE_DISTRIBUTION else getattr(plugin, CONTRACT_ATTRIBUTE, None)
         try:
-            self.register(plugin, name=f"{dist}:{ep.name}", distribution=dist, version=version)
+            self.register(plugin, name=f"{dist}:{ep.name}", distribution=dist, version=version, contract=contract)
         except PluginDefinitionError as exc:
             self.broken.append(str(exc))
             log.warning("tackroom plugin %s; it is skipped", exc)
+            return
+        self._installed.add(id(plugin))
 
     def register(self, plugin: Any, *, name: str | None = None, distribution: str = "<local>",
-                 version: str = "") -> None:
+                 version: str = "", contract: int | None = CONTRACT_VERSION) -> None:
         """Register a plugin object directly (tests, notebooks); same rules as entry points.
 
+        ``contract`` is the plugin contract it was written for; a ``tackroom_contract`` attribute on the
+        plugin wins over it. Code registering a plugin in-process is taken to be written for the
+        contract of the tackroom it runs with; entry points are read from their module (none: 1).
         A ``@hookimpl`` whose name matches no tackroom hook (a typo that would otherwise never be called)
         raises :class:`PluginDefinitionError` naming it and the hooks that exist.
         """
@@ -110,6 +122,7 @@ class PluginManager:
             raise PluginDefinitionError(f"plugin {name or plugin!r} implements hooks that do not exist: "
                                         f"{'; '.join(hints)}. tackroom's hooks: {', '.join(known)}")
         self._sources[id(plugin)] = (distribution, version)
+        self._contracts[id(plugin)] = getattr(plugin, CONTRACT_ATTRIBUTE, contract)
         self._registrar = None
 
     # -- registry -------------------------------------------------------------------
@@ -122,10 +135,30 @@ class PluginManager:
                 hook = getattr(self.pm.hook, hook_name)
                 for impl in hook.get_hookimpls():  # registration order
                     registrar.source = self._sources.get(id(impl.plugin), ("<local>", ""))
-                    impl.function(register=registrar)
+                    registrar.contract = self._contracts.get(id(impl.plugin), CONTRACT_VERSION)
+                    self._call_registration(registrar, hook_name, impl)
             registrar.source = ("<unknown>", "")
             self._registrar = registrar
         return self._registrar
+
+    def _call_registration(self, registrar: Registrar, hook_name: str, impl: Any) -> None:
+        """One plugin's registration hook. An installed plugin that breaks the rules there is reported in
+        :attr:`broken` with nothing it registered kept; one registered in-process raises (its author is here)."""
+        if id(impl.plugin) not in self._installed:
+            impl.function(register=registrar)
+            return
+        before, executors = set(registrar.entries), set(registrar.executors)
+        try:
+            impl.function(register=registrar)
+        except PluginDefinitionError as exc:
+            for key in set(registrar.entries) - before:
+                del registrar.entries[key]
+            for key in set(registrar.executors) - executors:
+                del registrar.executors[key]
+            message = f"{impl.plugin_name} failed in {hook_name}: {exc}"
+            if message not in self.broken:
+                self.broken.append(message)
+            log.warning("tackroom plugin %s; what it registers there is skipped", message)
 
     def entries(self, kind: PluginKind | None = None) -> list[PluginEntry]:
         """Registered plugins, sorted by kind then name."""

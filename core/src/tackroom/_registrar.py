@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tackroom._errors import PluginConflictError, PluginDefinitionError
+from tackroom._contract import CONTRACT_VERSION, UNDECLARED_CONTRACT, declared_contract_problem, signature_problem
+from tackroom._errors import PluginConflictError, PluginDefinitionError, PluginIncompatibleError
 from tackroom._harness import Harness
 from tackroom._loss import LossSpec
 from tackroom._plugin import PLUGIN_KINDS, Plugin, PluginKind, check_name, check_plugin_class, first_line
@@ -32,13 +33,31 @@ class PluginEntry:
     reference: str
     """``module:qualname`` of the class or loss function."""
     _target: Any = field(default=None, repr=False)
+    contract: int | None = CONTRACT_VERSION
+    """The plugin contract its distribution declares (``None``: declares none, so contract 1)."""
+    problem: str | None = None
+    """Why it cannot run under this core's contract (``None``: usable, as far as checked)."""
 
     @property
     def loaded(self) -> bool:
         return self._target is not None
 
+    @property
+    def usable(self) -> bool:
+        return self.problem is None
+
+    def refusal(self) -> PluginIncompatibleError:
+        return PluginIncompatibleError(
+            f"{self.kind} {self.name!r} from {self.distribution} {self.version} cannot run with this tackroom "
+            f"(plugin contract {CONTRACT_VERSION}): {self.problem}".replace("  ", " "))
+
     def load(self) -> Any:
-        """The plugin class (or :class:`LossSpec`), importing a lazy reference now."""
+        """The plugin class (or :class:`LossSpec`), importing a lazy reference now.
+
+        Raises :class:`PluginIncompatibleError` when it was written for another plugin contract.
+        """
+        if self.problem is not None:
+            raise self.refusal()
         if self._target is None:
             try:
                 obj = import_ref(self.reference)
@@ -52,6 +71,9 @@ class PluginEntry:
                 raise PluginDefinitionError(
                     f"{self.reference} was registered as {self.name!r} but its class says name = {cls.name!r}"
                 )
+            self.problem = signature_problem(cls, self.kind)
+            if self.problem is not None:
+                raise self.refusal()
             self._target = cls
         return self._target
 
@@ -64,7 +86,14 @@ class PluginEntry:
             "summary": self.summary,
             "capabilities": sorted(self.capabilities),
             "reference": self.reference,
+            **contract_fields(self.contract, self.problem),
         }
+
+
+def contract_fields(contract: int | None, problem: str | None) -> dict[str, Any]:
+    """The columns ``tackroom plugins`` adds for the contract: declared version, usable, why not."""
+    return {"contract": UNDECLARED_CONTRACT if contract is None else contract, "usable": problem is None,
+            "problem": problem}
 
 
 @dataclass
@@ -79,14 +108,24 @@ class ExecutorEntry:
     """``module:qualname`` of the :class:`~tackroom.executors.Executor` subclass."""
     options: type[BaseModel]
     _target: type[Executor] | None = field(default=None, repr=False)
+    contract: int | None = CONTRACT_VERSION
+    problem: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The row ``tackroom plugins`` shows (kind ``executor``; options are ``[runtime.<name>]``)."""
         return {"name": self.name, "kind": "executor", "distribution": self.distribution, "version": self.version,
-                "summary": self.summary, "capabilities": [], "reference": self.reference}
+                "summary": self.summary, "capabilities": [], "reference": self.reference,
+                **contract_fields(self.contract, self.problem)}
+
+    def refusal(self) -> PluginIncompatibleError:
+        return PluginIncompatibleError(
+            f"executor {self.name!r} from {self.distribution} {self.version} cannot run with this tackroom "
+            f"(plugin contract {CONTRACT_VERSION}): {self.problem}".replace("  ", " "))
 
     def load(self) -> type[Executor]:
-        """The executor class, importing a lazy reference now."""
+        """The executor class, importing a lazy reference now (:class:`PluginIncompatibleError`: another contract)."""
+        if self.problem is not None:
+            raise self.refusal()
         if self._target is None:
             try:
                 cls = import_ref(self.reference)
@@ -100,6 +139,9 @@ class ExecutorEntry:
             if cls.Options is not self.options:
                 raise PluginDefinitionError(f"{self.reference}.Options is not {self.options.__qualname__}, the "
                                             f"options model the executor {self.name!r} was registered with")
+            self.problem = signature_problem(cls, "executor")
+            if self.problem is not None:
+                raise self.refusal()
             self._target = cls
         return self._target
 
@@ -128,6 +170,8 @@ class Registrar:
         self.entries: dict[tuple[PluginKind, str], PluginEntry] = {}
         self.executors: dict[str, ExecutorEntry] = {}
         self.source: tuple[str, str] = ("<unknown>", "")
+        self.contract: int | None = CONTRACT_VERSION
+        """The contract the plugin being registered declares (set by the manager, like :attr:`source`)."""
 
     # -- public API used by plugins -------------------------------------------------
     def add_harness(self, cls: type[Harness] | str, *, name: str | None = None, summary: str = "",
@@ -178,6 +222,9 @@ class Registrar:
                 and entry.options.model_config.get("extra") == "forbid"):
             raise PluginDefinitionError(f"executor {entry.name!r}: its options must be a pydantic model that "
                                         "forbids unknown fields (model_config = ConfigDict(extra='forbid'))")
+        entry.contract = self.contract
+        entry.problem = declared_contract_problem("executor", self.contract) or (
+            signature_problem(entry._target, "executor") if entry._target is not None else None)
         existing = self.executors.get(entry.name)
         if existing is not None:
             raise PluginConflictError(
@@ -213,6 +260,10 @@ class Registrar:
 
     def _store(self, entry: PluginEntry) -> None:
         assert entry.kind in PLUGIN_KINDS
+        entry.contract = self.contract
+        entry.problem = declared_contract_problem(entry.kind, self.contract)
+        if entry.problem is None and entry.kind != "loss" and entry._target is not None:
+            entry.problem = signature_problem(entry._target, entry.kind)
         key = (entry.kind, entry.name)
         existing = self.entries.get(key)
         if existing is not None:

@@ -108,3 +108,26 @@ def test_a_models_entry_is_the_same_endpoint_model_as_a_runs_policy(tmp_path):
     policy = load_run_config(run_cfg).policy
     assert type(column) is type(policy) is Endpoint
     assert column == policy and column.policy().model_dump() == policy.policy().model_dump()
+
+
+def test_a_harness_written_for_an_older_plugin_contract_is_refused_before_any_cell_runs(tmp_path):
+    class Greeter(tackroom.Harness):
+        """Written for plugin contract 1."""
+
+        name = "greeter"
+
+        async def run(self, instruction, sandbox, policy):
+            raise AssertionError("never called: refused when the matrix resolves its rows")
+
+    class GreeterPlugin:
+        tackroom_contract = 1
+
+        @tackroom.hookimpl
+        def tackroom_harnesses(self, register):
+            register.add_harness(Greeter)
+
+    manager = tackroom.PluginManager()
+    manager.register(GreeterPlugin(), name="tackroom-greeter", distribution="tackroom-greeter")
+    config = load_matrix_config(write(tmp_path, '[[harnesses]]\nname = "greeter"\n[[harnesses]]\nname = "oracle"\n'))
+    with pytest.raises(tackroom.PluginIncompatibleError, match=r"harness 'greeter' from tackroom-greeter .*Harness\.run"):
+        resolve_plugins(config, manager)

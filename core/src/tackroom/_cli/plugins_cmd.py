@@ -6,10 +6,12 @@ import json
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tackroom._catalogue import load_catalogue
-from tackroom._cli.app import app, console
+from tackroom._cli.app import app, console, err_console
+from tackroom._contract import CONTRACT_VERSION
 from tackroom._manager import get_plugin_manager
 
 
@@ -29,6 +31,9 @@ def plugin_rows(include_catalogue: bool) -> list[dict[str, Any]]:
                         "version": None,
                         "summary": c.summary,
                         "capabilities": [],
+                        "contract": None,
+                        "usable": False,
+                        "problem": "not installed",
                         "installed": False,
                         "install": c.install_hint,
                         "party": c.party,
@@ -42,15 +47,24 @@ def plugins(
     all_: bool = typer.Option(False, "--all", help="Also list catalogue plugins that are not installed."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list of plugin objects."),
 ) -> None:
-    """List installed plugins (harnesses, sandboxes, verifiers, losses) and trial executors."""
+    """List installed plugins (harnesses, sandboxes, verifiers, losses) and trial executors.
+
+    Each row says the plugin contract its distribution declares and whether it is usable with this
+    tackroom (``usable``, and the ``problem`` when not: the method and what changed). A lazily
+    registered class is checked when it is first used.
+    """
     rows = plugin_rows(all_)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title="tackroom plugins")
-    for col in ("kind", "name", "distribution", "version", "summary"):
+    table = Table(title=f"tackroom plugins (plugin contract {CONTRACT_VERSION})")
+    for col in ("kind", "name", "distribution", "version", "contract", "summary"):
         table.add_column(col)
     for r in rows:
-        version = r["version"] if r["installed"] else f"[dim]not installed: {r['install']}[/]"
-        table.add_row(r["kind"], r["name"], r["distribution"], version, r["summary"])
+        version = r["version"] if r["installed"] else f"[dim]not installed: {escape(r['install'])}[/]"
+        summary = escape(r["summary"]) if r["usable"] or not r["installed"] else \
+            f"[red]not usable[/]: {escape(r['problem'])}"
+        table.add_row(r["kind"], r["name"], r["distribution"], version, str(r["contract"] or ""), summary)
     console.print(table)
+    for message in get_plugin_manager().broken:
+        err_console.print(f"[yellow]skipped plugin[/] {escape(message)}")

@@ -53,6 +53,10 @@ __all__ = [
 ]
 
 
+tackroom_contract = 2
+"""The plugin contract this distribution is written for (CHANGELOG.md)."""
+
+
 @tackroom.hookimpl
 def tackroom_commands(app: Any) -> None:
     from tackroom_engine.cli import model_app

@@ -55,6 +55,10 @@ if TYPE_CHECKING:
     from tackroom_gateway.trial_sessions import GatewaySessions, GatewayTrialSession
 
 
+tackroom_contract = 2
+"""The plugin contract this distribution is written for (CHANGELOG.md)."""
+
+
 @tackroom.hookimpl
 def tackroom_commands(app: Any) -> None:
     from tackroom_gateway.cli import add_gateway_command

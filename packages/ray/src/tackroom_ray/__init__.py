@@ -12,6 +12,10 @@ from tackroom_ray.errors import AttemptDeadlineError, PluginNotShippableError, W
 from tackroom_ray.options import RayOptions
 
 
+tackroom_contract = 2
+"""The plugin contract this distribution is written for (CHANGELOG.md)."""
+
+
 @hookimpl
 def tackroom_executors(register: Registrar) -> None:
     register.add_executor("tackroom_ray.executor:RayExecutor", name="ray", options=RayOptions,

@@ -28,6 +28,10 @@ class HelloHarness(tackroom.Harness):
         )
 
 
+tackroom_contract = 2
+"""The plugin contract this distribution is written for (CHANGELOG.md)."""
+
+
 @tackroom.hookimpl
 def tackroom_harnesses(register: tackroom.Registrar) -> None:
     register.add_harness(HelloHarness)

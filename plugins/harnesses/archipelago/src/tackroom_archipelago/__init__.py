@@ -7,6 +7,10 @@ from tackroom_archipelago.harness import ArchipelagoHarness, ArchipelagoOptions
 from tackroom_archipelago.world import WorldSpec, load_world
 
 
+tackroom_contract = 2
+"""The plugin contract this distribution is written for (CHANGELOG.md)."""
+
+
 @tackroom.hookimpl
 def tackroom_harnesses(register) -> None:
     register.add_harness(ArchipelagoHarness)

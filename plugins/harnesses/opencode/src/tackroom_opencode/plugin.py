@@ -7,6 +7,10 @@ from typing import Any
 from tackroom import hookimpl
 
 
+tackroom_contract = 2
+"""The plugin contract this distribution is written for (CHANGELOG.md)."""
+
+
 @hookimpl
 def tackroom_harnesses(register: Any) -> None:
     from tackroom_opencode.harness import OpenCodeHarness

@@ -11,6 +11,10 @@ from tackroom_terminus.harness import TerminusHarness, TerminusOptions
 __all__ = ["TerminusHarness", "TerminusOptions"]
 
 
+tackroom_contract = 2
+"""The plugin contract this distribution is written for (CHANGELOG.md)."""
+
+
 @tackroom.hookimpl
 def tackroom_harnesses(register: tackroom.Registrar) -> None:
     register.add_harness(TerminusHarness)

@@ -43,6 +43,10 @@ old policy's logprobs (a forward pass before the update); ``rollout_logprobs`` â
 the rollout engine's logprobs instead, so the trainer may skip that pass."""
 
 
+tackroom_contract = 2
+"""The plugin contract this distribution is written for (CHANGELOG.md)."""
+
+
 @tackroom.hookimpl
 def tackroom_losses(register: tackroom.Registrar) -> None:
     for spec in SPECS:

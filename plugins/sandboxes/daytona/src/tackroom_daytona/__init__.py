@@ -9,6 +9,10 @@ from __future__ import annotations
 import tackroom
 
 
+tackroom_contract = 2
+"""The plugin contract this distribution is written for (CHANGELOG.md)."""
+
+
 @tackroom.hookimpl
 def tackroom_sandboxes(register: tackroom.Registrar) -> None:
     register.add_sandbox(

@@ -13,6 +13,10 @@ from tackroom_docker.provider import DockerProvider
 __all__ = ["DockerProvider"]
 
 
+tackroom_contract = 2
+"""The plugin contract this distribution is written for (CHANGELOG.md)."""
+
+
 @tackroom.hookimpl
 def tackroom_sandboxes(register: tackroom.Registrar) -> None:
     register.add_sandbox(DockerProvider)

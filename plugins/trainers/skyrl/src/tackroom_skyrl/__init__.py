@@ -13,6 +13,10 @@ from typing import Any
 import tackroom
 
 
+tackroom_contract = 2
+"""The plugin contract this distribution is written for (CHANGELOG.md)."""
+
+
 @tackroom.hookimpl
 def tackroom_commands(app: Any) -> None:
     from tackroom_skyrl.cli import add_train_command

@@ -6,6 +6,10 @@ import tackroom
 from tackroom_file_diff.verifier import FileDiffVerifier
 
 
+tackroom_contract = 2
+"""The plugin contract this distribution is written for (CHANGELOG.md)."""
+
+
 @tackroom.hookimpl
 def tackroom_verifiers(register: tackroom.Registrar) -> None:
     register.add_verifier(FileDiffVerifier)

@@ -11,7 +11,6 @@ from tackroom import Registrar, hookimpl
 from tackroom_ray.errors import AttemptDeadlineError, PluginNotShippableError, WorkerLostError
 from tackroom_ray.options import RayOptions
 
-
 tackroom_contract = 2
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 

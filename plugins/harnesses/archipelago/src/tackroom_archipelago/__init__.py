@@ -6,7 +6,6 @@ import tackroom
 from tackroom_archipelago.harness import ArchipelagoHarness, ArchipelagoOptions
 from tackroom_archipelago.world import WorldSpec, load_world
 
-
 tackroom_contract = 2
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 

@@ -6,7 +6,6 @@ from typing import Any
 
 from tackroom import hookimpl
 
-
 tackroom_contract = 2
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import tackroom
 
-
 tackroom_contract = 2
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import tackroom
 
-
 tackroom_contract = 2
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import tackroom
 from tackroom_rubric_judge.verifier import RubricJudgeVerifier
 
-
 tackroom_contract = 2
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 

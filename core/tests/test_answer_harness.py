@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 import tackroom
+from tackroom import instantiate
 from tackroom._builtins.answer_harness import AnswerEndpointError, AnswerHarness, AnswerModelError
 from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
-from tackroom._config import instantiate
 from tackroom._endpoint import Endpoint
 from tackroom._policy_routing import wants_gateway
 from tackroom._runtime import TrialPlugins, TrialRuntime

@@ -3,7 +3,8 @@
 import pytest
 
 import tackroom
-from tackroom._config import instantiate, read_toml, validate
+from tackroom import instantiate
+from tackroom.app import read_toml, validate
 
 
 def test_unknown_plugin_lists_installed_and_the_catalogue_install_line():

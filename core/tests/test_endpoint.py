@@ -3,7 +3,7 @@
 import pytest
 
 import tackroom
-from tackroom._config import RunConfig, load_run_config
+from tackroom import RunConfig, load_run_config
 from tackroom._endpoint import LITELLM_PROXY_ENV, Endpoint
 from tackroom.app import Endpoint as PublicEndpoint
 

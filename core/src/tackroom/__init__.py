@@ -7,7 +7,7 @@ The public API lives here; plugins import only from ``tackroom`` (and
 from importlib.metadata import PackageNotFoundError, version
 
 from tackroom._cache import cache_root
-from tackroom._config import PluginSelection, RunConfig, instantiate, load_run_config
+from tackroom._config import PluginSelection, RunConfig
 from tackroom._contract import CONTRACT_VERSION
 from tackroom._errors import (
     ConfigError,
@@ -23,6 +23,7 @@ from tackroom._errors import (
 )
 from tackroom._harness import Harness
 from tackroom._host_forward import HostPortForward, forward_into_namespace
+from tackroom._import_ref import import_ref
 from tackroom._loss import AGGREGATIONS, Aggregation, LossSpec
 from tackroom._manager import PluginManager, get_plugin_manager, reset_plugin_manager
 from tackroom._markers import hookimpl, hookspec
@@ -30,9 +31,10 @@ from tackroom._openai_errors import error_message as openai_error_message
 from tackroom._plugin import PLUGIN_KINDS, Plugin, PluginKind, PluginOptions
 from tackroom._policy import Policy, redact, redact_url, register_secret, register_url_secrets
 from tackroom._process import ProcessOutput, run_process
-from tackroom._registrar import PluginEntry, Registrar, import_ref
+from tackroom._registrar import PluginEntry, Registrar
 from tackroom._remote_calls import bounded as bounded_call
 from tackroom._remote_calls import retried as retried_call
+from tackroom._resolve import instantiate, load_run_config
 from tackroom._reward import Reward
 from tackroom._run_dirs import claim_run_dir
 from tackroom._sandbox import (

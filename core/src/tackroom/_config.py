@@ -16,11 +16,10 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core import InitErrorDetails
 
 from tackroom._endpoint import Endpoint
-from tackroom._errors import ConfigError, PluginNotFoundError
-from tackroom._plugin import Plugin, PluginKind
+from tackroom._errors import ConfigError
 from tackroom._policy import register_secrets_in
 
 M = TypeVar("M", bound=BaseModel)
@@ -186,51 +185,15 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: invalid TOML: {exc}") from exc
 
 
-def instantiate(kind: PluginKind, selection: PluginSelection | str, *, where: str = "", manager: Any = None) -> Any:
-    """Resolve a plugin by name and build it with validated options.
-
-    Unknown names raise :class:`PluginNotFoundError` listing the installed
-    plugins of that kind (and the install line when the catalogue knows the
-    name); bad options raise :class:`ConfigError` with the dotted path.
-    """
-    from tackroom._manager import get_plugin_manager
-
-    manager = manager or get_plugin_manager()
-    if isinstance(selection, str):
-        selection = PluginSelection(name=selection)
-    where = where or kind
-    try:
-        cls = manager.get(kind, selection.name)
-    except PluginNotFoundError as exc:
-        raise PluginNotFoundError(f"{where}.name: {exc}") from None
-    if kind == "loss":
-        options = validate(cls.Options, selection.options, prefix=where)
-        return cls, options
-    assert issubclass(cls, Plugin)
-    options = validate(cls.Options, selection.options, prefix=where)
-    return cls(options)
-
-
-def _registered_executor(name: str) -> str:
-    from tackroom.executors import unknown_executor_message  # the executors package reads configs
-
-    problem = unknown_executor_message(name)
-    if problem is not None:
-        raise ValueError(problem)
-    return name
-
-
-ExecutorName = Annotated[str, AfterValidator(_registered_executor)]
-"""An executor's name, checked against those registered (``tackroom_executors``); the error lists them."""
-
-
 class RuntimeConfig(BaseModel):
     """``[runtime]``: how trials are run.
 
     ``executor`` names a registered executor (``tackroom_executors`` hook);
-    a ``[runtime.<executor>]`` table holds that executor's options and is
-    validated by the options model it was registered with. Tables of
-    executors other than the selected one are validated too, and kept.
+    a ``[runtime.<executor>]`` table holds that executor's options. Parsing
+    keeps them as given; :func:`tackroom._resolve.resolve_runtime` checks the
+    names against the registry and validates each table (the selected
+    executor's and the others') through the options model it was registered
+    with.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -240,38 +203,23 @@ class RuntimeConfig(BaseModel):
     out: str = "runs"
     run_id: RunId | None = None
     """A plain folder name under ``out`` (no path separators, no ``..``); default: a fresh, unique one."""
-    executor: ExecutorName = "asyncio"
-    """Where attempts run: ``asyncio`` (in this process), ``ray`` (tackroom-ray), or any registered executor."""
+    executor: str = "asyncio"
+    """Where attempts run: ``asyncio`` (in this process), ``ray`` (tackroom-ray), or any registered executor
+    (checked after parsing, by :func:`tackroom._resolve.resolve_runtime`)."""
     teardown_timeout_sec: Annotated[float, AfterValidator(_finite_positive)] = 60.0
     retry_backoff_sec: Annotated[float, AfterValidator(_finite_non_negative)] = 1.0
 
     @model_validator(mode="after")
-    def _executor_tables(self) -> RuntimeConfig:
-        """Each ``[runtime.<name>]`` through the options model of the executor ``name``."""
-        from tackroom.executors import executor_entry, unknown_executor_message
-
-        extra = self.__pydantic_extra__ or {}
-        errors: list[InitErrorDetails] = []
-        for name, table in extra.items():
-            problem = unknown_executor_message(name)
-            if problem is None:
-                try:
-                    extra[name] = executor_entry(name).options.model_validate(table)
-                except ValidationError as exc:
-                    errors += [InitErrorDetails(type=e["type"], loc=(name, *e["loc"]),  # type: ignore[typeddict-item]
-                                                input=e["input"], ctx=e.get("ctx", {})) for e in exc.errors()]
-            elif isinstance(table, dict):
-                errors.append(InitErrorDetails(type=PydanticCustomError(
-                    "unknown_executor", "a table of executor options, but {problem}", {"problem": problem}),
-                    loc=(name,), input=table))
-            else:  # a misspelt field
-                errors.append(InitErrorDetails(type="extra_forbidden", loc=(name,), input=table))
+    def _only_tables_besides_fields(self) -> RuntimeConfig:
+        """Anything but a table beside the fields is a misspelt field (a table is an executor's options)."""
+        errors = [InitErrorDetails(type="extra_forbidden", loc=(name,), input=value)  # type: ignore[typeddict-item]
+                  for name, value in (self.__pydantic_extra__ or {}).items() if not isinstance(value, dict | BaseModel)]
         if errors:
             raise ValidationError.from_exception_data(type(self).__name__, errors)
         return self
 
-    def executor_options(self) -> BaseModel | None:
-        """The selected executor's ``[runtime.<executor>]`` options; ``None`` when the config has no such table."""
+    def executor_options(self) -> BaseModel | dict[str, Any] | None:
+        """The selected executor's ``[runtime.<executor>]`` options (a model once resolved); ``None`` without one."""
         return (self.model_extra or {}).get(self.executor)
 
 
@@ -299,14 +247,6 @@ class RunConfig(BaseModel):
     verifier: PluginSelection = Field(default_factory=lambda: PluginSelection(name="test-script"))
     policy: Endpoint = Field(default_factory=Endpoint)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
-
-    def build_plugins(self, manager: Any = None) -> tuple[Any, Any, Any]:
-        """Instantiate (harness, sandbox provider, verifier), validating every option."""
-        return (
-            instantiate("harness", self.harness, where="harness", manager=manager),
-            instantiate("sandbox", self.sandbox, where="sandbox", manager=manager),
-            instantiate("verifier", self.verifier, where="verifier", manager=manager),
-        )
 
 
 def with_overrides(config: M, overrides: dict[str, Any], *, source: str = "",
@@ -341,8 +281,9 @@ def with_overrides(config: M, overrides: dict[str, Any], *, source: str = "",
         raise ConfigError("\n".join(lines)) from exc
 
 
-def load_run_config(path: str | Path) -> RunConfig:
-    """Read and validate a run config; relative task paths resolve against the file's folder."""
+def parse_run_config(path: str | Path) -> RunConfig:
+    """Read and validate a run config, names not yet resolved (``tackroom.load_run_config`` does both);
+    relative task paths resolve against the file's folder."""
     p = Path(path)
     config = validate(RunConfig, read_toml(p), source=str(p))
     config.tasks = [str((p.parent / t).resolve()) if not Path(t).is_absolute() else t for t in config.tasks]

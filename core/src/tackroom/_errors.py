@@ -57,3 +57,26 @@ class TaskError(TackroomError):
     """The task itself is broken (bad files, no reward written); never retried."""
 
     error_class: ErrorClass = "task"
+
+
+class SandboxError(InfraError):
+    """The sandbox failed (died, could not start, a transfer broke)."""
+
+
+class SandboxBuildError(SandboxError):
+    """The environment could not be built; a ``task`` error when the Dockerfile itself is broken."""
+
+    def __init__(self, message: str, *, task_fault: bool = False) -> None:
+        super().__init__(message)
+        if task_fault:
+            self.error_class = "task"
+
+
+class SandboxTimeoutError(SandboxError, TimeoutError):
+    """A command or transfer ran past its timeout and was killed."""
+
+
+class SandboxPathError(SandboxError, PermissionError):
+    """A path escapes the sandbox (``..``, an absolute path outside it, a link escape)."""
+
+    error_class = "task"

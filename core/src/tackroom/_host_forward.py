@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 
-from tackroom._sandbox import SandboxError
+from tackroom._errors import SandboxError
 
 _HELPER = r"""
 import os, socket, sys

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 
 from tackroom._errors import PluginDefinitionError
+from tackroom._import_ref import import_ref
 from tackroom._plugin import PluginOptions, check_name
 
 Aggregation = Literal["token_mean", "sequence_mean", "prompt_mean"]
@@ -53,7 +54,5 @@ class LossSpec(BaseModel):
         if callable(self.fn):
             return self.fn
         if self._loaded is None:
-            from tackroom._registrar import import_ref
-
             self._loaded = import_ref(self.fn)
         return self._loaded

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +10,7 @@ from pydantic import BaseModel
 from tackroom._contract import CONTRACT_VERSION, UNDECLARED_CONTRACT, declared_contract_problem, signature_problem
 from tackroom._errors import PluginConflictError, PluginDefinitionError, PluginIncompatibleError
 from tackroom._harness import Harness
+from tackroom._import_ref import import_ref
 from tackroom._loss import LossSpec
 from tackroom._plugin import PLUGIN_KINDS, Plugin, PluginKind, check_name, check_plugin_class, first_line
 from tackroom._sandbox import SandboxProvider
@@ -144,19 +144,6 @@ class ExecutorEntry:
                 raise self.refusal()
             self._target = cls
         return self._target
-
-
-def import_ref(reference: str) -> Any:
-    """The object a ``"package.module:Qual.name"`` reference names (imports the module)."""
-    module, sep, qualname = reference.partition(":")
-    if not sep or not module or not qualname:
-        raise ValueError(f"reference {reference!r} must look like 'package.module:name'")
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 
 
 class Registrar:

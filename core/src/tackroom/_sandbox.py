@@ -20,34 +20,21 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tackroom._errors import InfraError, TaskError
+from tackroom._errors import (  # the sandbox errors live in the leaf module so _host_forward can raise them
+    SandboxBuildError,
+    SandboxError,
+    SandboxPathError,
+    SandboxTimeoutError,
+    TaskError,
+)
+from tackroom._host_forward import forward_into_namespace
 from tackroom._plugin import Plugin, PluginKind
+
+__all__ = ["DEFAULT_EXEC_TIMEOUT", "DEFAULT_OUTPUT_LIMIT", "ExecResult", "Sandbox", "SandboxBuildError", "SandboxError",
+           "SandboxPathError", "SandboxProvider", "SandboxSpec", "SandboxTimeoutError", "check_relative_inside"]
 
 DEFAULT_EXEC_TIMEOUT = 600.0
 DEFAULT_OUTPUT_LIMIT = 1_000_000
-
-
-class SandboxError(InfraError):
-    """The sandbox failed (died, could not start, a transfer broke)."""
-
-
-class SandboxBuildError(SandboxError):
-    """The environment could not be built; a ``task`` error when the Dockerfile itself is broken."""
-
-    def __init__(self, message: str, *, task_fault: bool = False) -> None:
-        super().__init__(message)
-        if task_fault:
-            self.error_class = "task"
-
-
-class SandboxTimeoutError(SandboxError, TimeoutError):
-    """A command or transfer ran past its timeout and was killed."""
-
-
-class SandboxPathError(SandboxError, PermissionError):
-    """A path escapes the sandbox (``..``, an absolute path outside it, a link escape)."""
-
-    error_class = "task"
 
 
 class ExecResult(BaseModel):
@@ -188,8 +175,6 @@ class Sandbox(abc.ABC):
     async def _open_forward(self, pid: int, port: int, *, enter_user: bool) -> str:
         """:meth:`forward_host_port` for a sandbox whose network namespace is that of host process ``pid``
         (see :mod:`tackroom._host_forward`); :meth:`_close_forwards` ends every forward opened so."""
-        from tackroom._host_forward import forward_into_namespace  # it raises this module's SandboxError
-
         forward = await forward_into_namespace(pid, port, enter_user=enter_user)
         self._forwards.append(forward)
         return f"http://127.0.0.1:{forward.port}"

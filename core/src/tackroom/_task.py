@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from tackroom._config import format_validation_error
 from tackroom._errors import TaskError
 
 MAX_TIMEOUT_SEC = 7 * 24 * 3600.0
@@ -314,8 +315,6 @@ def load_task(path: str | Path, task_id: str | None = None) -> Task:
 
 
 def _describe(exc: ValidationError) -> str:
-    from tackroom._config import format_validation_error  # config imports this module
-
     return format_validation_error(exc, sep="; ")
 
 

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tackroom._attempt import sandbox_spec
 from tackroom._config import (
-    ExecutorName,
     FieldError,
     RuntimeConfig,
     check_run_id,
@@ -34,6 +33,7 @@ from tackroom._plugin import check_plugin_class
 from tackroom._policy import register_secrets_in
 from tackroom._policy_routing import gateway_sessions, policy_gateway, policy_routing, wants_gateway
 from tackroom._registrar import BASES
+from tackroom._resolve import ExecutorName, resolve_run_config, resolve_runtime
 from tackroom._run_dirs import (
     claim_run_dir,
     has_results,
@@ -139,4 +139,6 @@ __all__ = [
     "validated_run_id",
     "wants_gateway",
     "with_overrides",
+    "resolve_run_config",
+    "resolve_runtime",
 ]

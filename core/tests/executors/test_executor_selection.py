@@ -13,8 +13,9 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 import tackroom
-from tackroom._config import RuntimeConfig, load_run_config
+from tackroom import load_run_config
 from tackroom._runtime import TrialRuntime
+from tackroom.app import RuntimeConfig
 from tackroom.executors import (
     AsyncioExecutor,
     Executor,
@@ -163,3 +164,15 @@ def test_tackroom_run_with_an_unknown_executor_names_the_ones_there_are(tmp_path
     assert out.returncode == 2, out.stderr
     assert "'ray' is not an executor; available: asyncio. The ray executor is a package of its own: " \
         "pip install tackroom-ray" in out.stderr, out.stderr
+
+
+def test_parsing_a_runtime_table_asks_no_registry_and_resolving_it_does():
+    from tackroom.app import resolve_runtime
+
+    parsed = RuntimeConfig.model_validate({"executor": "dask", "bogus": {"x": 1}})  # shape only: no lookup
+    assert parsed.executor == "dask"
+    with pytest.raises(tackroom.ConfigError) as err:
+        resolve_runtime(parsed, source="cfg.toml", manager=core_only())
+    first, second = str(err.value).splitlines()[:2]
+    assert first.startswith("cfg.toml: runtime.executor: 'dask' is not an executor; available: asyncio")
+    assert second.startswith("cfg.toml: runtime.bogus: a table of executor options, but 'bogus' is not an executor")

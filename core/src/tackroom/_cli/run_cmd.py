@@ -21,10 +21,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from tackroom._cli.app import app, console, err_console, fail
-from tackroom._config import PluginSelection, RunConfig, instantiate, load_run_config, with_overrides
+from tackroom._config import PluginSelection, RunConfig, with_overrides
 from tackroom._errors import ConfigError
 from tackroom._policy import Policy, redact, redact_url
 from tackroom._policy_routing import check_gateway_installed, policy_routing, wants_gateway
+from tackroom._resolve import instantiate, load_run_config, resolve_run_config
 from tackroom._run_dirs import (
     claim_run_dir,
     fingerprint_changes,
@@ -104,6 +105,7 @@ async def run_config(config: RunConfig, *, progress: bool = True, run_id: str | 
     from tackroom._trial import Trial
 
     config = with_overrides(config, {}, source="run config")  # values set in code get the file's checks too
+    config = resolve_run_config(config, source="run config")
     if run_id is not None:
         validated_run_id(run_id)
     if not config.tasks:
@@ -190,6 +192,7 @@ def run(
     if model:
         overrides["policy.model"] = model
     config = with_overrides(config, overrides, source=str(config_file or "run config"), flags=RUN_FLAGS)
+    config = resolve_run_config(config, source=str(config_file or "run config"), flags=RUN_FLAGS)
     run_dir, results, failures = run_to_completion(run_config(config, progress=not as_json, force_new=force_new))
     scored = [r.reward if r.reward is not None else 0.0 for r in results if r.counted]
     summary = redact({

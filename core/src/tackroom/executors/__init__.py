@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from tackroom._attempt import AttemptDeadlines, AttemptPlan, PluginRef, run_attempt
+from tackroom._config import format_validation_error
 from tackroom._errors import ConfigError
 from tackroom.executors.asyncio import AsyncioExecutor
 from tackroom.executors.base import Executor, NoOptions
@@ -81,8 +82,6 @@ def make_executor(executor: str | Executor = "asyncio", options: BaseModel | dic
         if options is not None and not isinstance(options, others):
             raise ConfigError("pass executor options to the executor object itself, not next to it")
         return executor
-    from tackroom._config import format_validation_error  # config validates [runtime.<executor>] through here
-
     entry = executor_entry(executor, manager)
     cls = entry.load()
     if options is None or (isinstance(options, others) and not isinstance(options, entry.options)):

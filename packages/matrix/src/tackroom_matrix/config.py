@@ -60,6 +60,7 @@ from tackroom.app import (
     format_validation_error,
     read_toml,
     register_secrets_in,
+    resolve_runtime,
     slug,
     validate,
 )
@@ -211,6 +212,7 @@ def load_matrix_config(path: str | Path) -> MatrixConfig:
     """Read and validate a matrix config file; errors name the file and the dotted path."""
     p = Path(path)
     config = parse_matrix_config(read_toml(p), source=str(p), base_dir=p.resolve().parent)
+    resolve_runtime(config.runtime, source=str(p))
     if config.runtime.run_id is None:
         config.runtime.run_id = default_run_id(p)
     if config.title is None:

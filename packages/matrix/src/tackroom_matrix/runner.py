@@ -259,12 +259,13 @@ async def run_matrix(
     ``force_new``: never resume; when the run folder already holds a run, use a new one beside it.
     """
     from tackroom import claim_run_dir
-    from tackroom.app import unique_trials, validated_run_id, with_overrides
+    from tackroom.app import resolve_runtime, unique_trials, validated_run_id, with_overrides
 
     config = with_overrides(config, {}, source="matrix config")  # values set in code get the file's checks too
     if run_id is not None:
         validated_run_id(run_id)
     manager = manager or get_plugin_manager()
+    resolve_runtime(config.runtime, source="matrix config", manager=manager)
     console = console or Console(stderr=True)
     notify = on_notice or (lambda message: console.print(f"[yellow]note:[/] {escape(message)}", highlight=False))
     if not config.tasks:

@@ -1,0 +1,120 @@
+"""Core's import graph has no cycle, counting imports inside functions (a lazy import is still an edge;
+only ``if TYPE_CHECKING:`` blocks are left out). A cycle held together by a lazy import means a shared
+thing lives in the wrong module: move it into a leaf module instead."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import tackroom
+
+CORE = Path(tackroom.__file__).resolve().parent
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imported(tree: ast.AST, name: str, is_package: bool, modules: set[str]) -> set[str]:
+    """The core modules ``name`` imports anywhere (functions included), outside ``if TYPE_CHECKING:``."""
+    found: set[str] = set()
+    package = name if is_package else name.rpartition(".")[0]
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                if sub in modules:
+                    found.add(sub)
+                elif target in modules:
+                    found.add(target)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    found.discard(name)
+    return found
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    files = {module_name(p, root): p for p in root.rglob("*.py")}
+    modules = set(files)
+    return {name: imported(ast.parse(path.read_text(), str(path)), name, path.name == "__init__.py", modules)
+            for name, path in files.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def describe(component: list[str], graph: dict[str, set[str]]) -> str:
+    inside = set(component)
+    return "\n".join(f"  {m} -> {', '.join(sorted(graph[m] & inside))}" for m in component)
+
+
+def test_core_has_no_import_cycle():
+    graph = import_graph(CORE)
+    found = cycles(graph)
+    assert not found, "import cycles in core (lazy imports count):\n" + "\n\n".join(describe(c, graph) for c in found)
+
+
+def test_the_scan_sees_lazy_imports_and_skips_type_checking_ones(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.c import C\n"
+                              "def f():\n    from pkg import b\n")
+    (pkg / "b.py").write_text("from .a import f\n")
+    (pkg / "c.py").write_text("import pkg.a\n")
+    graph = import_graph(pkg)
+    assert graph["pkg.a"] == {"pkg.b"} and graph["pkg.b"] == {"pkg.a"} and graph["pkg.c"] == {"pkg.a"}
+    assert cycles(graph) == [["pkg.a", "pkg.b"]]

@@ -11,8 +11,6 @@ from tackroom import instantiate
 from tackroom._builtins.answer_harness import AnswerEndpointError, AnswerHarness, AnswerModelError
 from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
-from tackroom._endpoint import Endpoint
-from tackroom._policy_routing import wants_gateway
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._sandbox import SandboxSpec
 from tackroom._trial import Trial
@@ -75,8 +73,7 @@ def test_answer_is_a_registered_builtin_and_speaks_only_chat():
     entry = tackroom.PluginManager(env={}).entry("harness", "answer")
     assert entry.reference == "tackroom._builtins.answer_harness:AnswerHarness"
     assert AnswerHarness.capabilities == {"needs_policy", "chat"}
-    # chat-only: `tackroom run` routes it through the policy gateway (exact token ids)
-    assert wants_gateway(Endpoint(base_url="http://x/v1"), AnswerHarness)
+    # chat-only: routed through the policy gateway where one is installed (tests/test_policy_routing.py)
 
 
 def test_a_wrong_option_name_lists_the_options():
@@ -238,3 +235,24 @@ async def test_answer_passes_the_harness_conformance_kit_on_local():
     script = HarnessScript(solve=["kit-ok"], idle="not yet", max_turns_option="max_tokens")
     await harness_self_check(AnswerHarness, sandbox=LocalSandboxProvider(), options={"answer_path": "/app/kit.txt"},
                              script=script, agent_timeout_sec=30, check_timeout_s=120)
+
+
+async def test_with_core_alone_tackroom_run_answer_chats_straight_to_the_endpoint(tmp_path):
+    """`answer` lives in core, so it runs with core alone: no gateway installed, one chat completion to the
+    endpoint, graded as usual (the trajectory has no token ids)."""
+    import asyncio
+    import json
+    import os
+    import sys
+
+    core_alone = {**os.environ, "TACKROOM_LOAD_PLUGINS": ""}
+    async with ScriptedChatServerForTests(["blue"]) as server:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tackroom._cli.main", "run", str(SAY_BLUE), "--harness", "answer",
+            "--base-url", server.base_url, "--model", "scripted", "--out", str(tmp_path / "runs"), "--json",
+            env=core_alone, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    trial = json.loads(out)["trials"][0]
+    assert trial["error"] is None and trial["reward"] == 1.0
+    assert server.requests[0]["messages"][-1]["content"] == tackroom.load_task(SAY_BLUE).instruction

@@ -48,3 +48,20 @@ def test_plugins_never_imports_heavy_sdks():
             "print(json.dumps([m for m in ('torch','modal','daytona','litellm') if m in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
+
+
+def test_a_command_of_a_missing_distribution_answers_with_its_install_line():
+    import os
+
+    core_alone = {**os.environ, "TACKROOM_LOAD_PLUGINS": ""}
+    for command, distribution, path in (("matrix", "tackroom-matrix", "packages/matrix"),
+                                        ("train", "tackroom-skyrl", "plugins/trainers/skyrl")):
+        out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", command, "--config", "x.toml"],
+                             capture_output=True, text=True, env=core_alone, timeout=120)
+        assert out.returncode == 2
+        message = " ".join(out.stderr.split())
+        assert f"`tackroom {command}` is provided by {distribution}, which is not installed: pip install ./{path}" \
+            in message, out.stderr
+    listed = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "--help"], capture_output=True, text=True,
+                            env={**core_alone, "COLUMNS": "300"}, timeout=120)
+    assert "(not installed: pip install ./packages/engine" in listed.stdout, listed.stdout

@@ -20,12 +20,25 @@ class OneChatHarness(tackroom.Harness):
     capabilities = frozenset({"chat", "needs_policy"})
 
 
-def test_wants_gateway_follows_capability_and_override():
+class GatewayPlugin:
+    """Says a gateway is installed (never started here)."""
+
+    @tackroom.hookimpl
+    def tackroom_policy_gateway(self, base_url, model, api_key, tokenizer):
+        raise AssertionError("not started in this test")
+
+
+def test_wants_gateway_follows_capability_installation_and_override(manager):
+    with_gateway = tackroom.PluginManager(load_entry_points=False)
+    with_gateway.register(GatewayPlugin(), name="gateway")
     policy = Endpoint(base_url="http://x/v1")
-    assert wants_gateway(policy, OneChatHarness) is True
-    assert wants_gateway(policy, tackroom.Harness) is False
+    assert wants_gateway(policy, OneChatHarness, with_gateway) is True
+    assert wants_gateway(policy, OneChatHarness, manager) is False, "core alone: chat straight to the endpoint"
+    assert wants_gateway(policy, tackroom.Harness, with_gateway) is False
     policy.gateway = False
-    assert wants_gateway(policy, OneChatHarness) is False
+    assert wants_gateway(policy, OneChatHarness, with_gateway) is False
+    policy.gateway = True  # exact ids asked for: routed, and an error when nothing provides a gateway
+    assert wants_gateway(policy, OneChatHarness, manager) is True
 
 
 async def test_no_endpoint_or_a_direct_harness_routes_nothing(manager):
@@ -35,29 +48,34 @@ async def test_no_endpoint_or_a_direct_harness_routes_nothing(manager):
             assert plugins.policy_for is None  # no gateway started: trials get the policy as configured
 
 
-async def test_a_chat_harness_without_any_tackroom_policy_gateway_is_a_config_error(manager):
+async def test_a_chat_harness_asking_for_the_gateway_without_one_installed_is_a_config_error(manager):
     plugins = types.SimpleNamespace(policy_for=None)
     with pytest.raises(tackroom.ConfigError, match=r"pip install tackroom-gateway \(\./packages/gateway"):
-        async with policy_routing(Endpoint(base_url="http://x/v1"), OneChatHarness, plugins, manager):
+        async with policy_routing(Endpoint(base_url="http://x/v1", gateway=True), OneChatHarness, plugins, manager):
             pass
     assert plugins.policy_for is None
+    async with policy_routing(Endpoint(base_url="http://x/v1"), OneChatHarness, plugins, manager):
+        assert plugins.policy_for is None  # not asked for: the harness chats with the endpoint itself
 
 
 def test_a_missing_gateway_is_found_before_anything_starts(manager, tmp_path):
     check_gateway_installed(Endpoint(), OneChatHarness, manager)  # no endpoint: nothing to route
     check_gateway_installed(Endpoint(base_url="http://x/v1"), tackroom.Harness, manager)  # direct harness
+    check_gateway_installed(Endpoint(base_url="http://x/v1"), OneChatHarness, manager)  # not asked for
     with pytest.raises(tackroom.ConfigError, match="tackroom-gateway"):
-        check_gateway_installed(Endpoint(base_url="http://x/v1"), OneChatHarness, manager)
+        check_gateway_installed(Endpoint(base_url="http://x/v1", gateway=True), OneChatHarness, manager)
     # `tackroom run` says so before it claims a run folder (no empty run left behind)
     task = tmp_path / "tasks" / "t"
     task.mkdir(parents=True)
     (task / "instruction.md").write_text("Say hi.")
     (task / "task.toml").write_text("")
+    config = tmp_path / "run.toml"
+    config.write_text('[harness]\nname = "answer"\n[policy]\nbase_url = "http://127.0.0.1:9/v1"\ngateway = true\n')
     env = {**os.environ, "TACKROOM_BLOCK_PLUGINS": "tackroom-gateway"}
-    out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "run", str(task), "--harness", "answer",
-                          "--base-url", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "runs")],
-                         capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "run", str(task), "--config", str(config),
+                          "--out", str(tmp_path / "runs")], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 2 and "tackroom-gateway" in out.stderr, out.stderr
+    assert not (tmp_path / "runs").exists()
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 

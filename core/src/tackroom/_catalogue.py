@@ -43,10 +43,32 @@ class CatalogueEntry(BaseModel):
         return f"pip install {self.distribution}"
 
 
+class CatalogueCommand(BaseModel):
+    """A ``tackroom`` sub-command that lives in another distribution (added through ``tackroom_commands``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    distribution: str
+    summary: str
+    path: str | None = None
+    """The distribution's folder in the tackroom repository (a path install until it is on PyPI)."""
+    install: str | None = None
+
+    @property
+    def install_hint(self) -> str:
+        if self.install:
+            return self.install
+        if self.path:
+            return f"pip install ./{self.path} (from a checkout of the tackroom repository)"
+        return f"pip install {self.distribution}"
+
+
 class Catalogue(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     plugin: list[CatalogueEntry]
+    command: list[CatalogueCommand] = []
 
 
 def catalogue_text() -> tuple[str, str]:
@@ -61,13 +83,18 @@ def catalogue_text() -> tuple[str, str]:
 
 
 @lru_cache(maxsize=4)
-def _parse(text: str, where: str) -> tuple[CatalogueEntry, ...]:
+def _parse(text: str, where: str) -> Catalogue:
     try:
-        return tuple(Catalogue.model_validate(tomllib.loads(text)).plugin)
+        return Catalogue.model_validate(tomllib.loads(text))
     except (tomllib.TOMLDecodeError, ValidationError) as exc:
         raise ConfigError(f"{where}: invalid plugin catalogue: {exc}") from exc
 
 
 def load_catalogue() -> tuple[CatalogueEntry, ...]:
-    """Entries of the packaged ``registry.toml`` (or ``$TACKROOM_REGISTRY``)."""
-    return _parse(*catalogue_text())
+    """Plugin entries of the packaged ``registry.toml`` (or ``$TACKROOM_REGISTRY``)."""
+    return tuple(_parse(*catalogue_text()).plugin)
+
+
+def catalogue_commands() -> tuple[CatalogueCommand, ...]:
+    """The ``[[command]]`` entries: sub-commands other distributions add, and how to install each."""
+    return tuple(_parse(*catalogue_text()).command)

@@ -51,7 +51,8 @@ class Endpoint(BaseModel):
     sampling: dict[str, Any] = Field(default_factory=dict)
     """Default sampling parameters (temperature, top_p, max_tokens …) sent on every call."""
     gateway: bool | None = None
-    """Route through the policy gateway (exact token ids); default: when the harness speaks only chat."""
+    """Route through the policy gateway (exact token ids; ``true`` needs tackroom-gateway); default: when the
+    harness speaks only chat and a gateway is installed (with core alone a chat harness calls the endpoint)."""
 
     @model_validator(mode="after")
     def _check(self) -> Endpoint:

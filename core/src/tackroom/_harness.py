@@ -25,7 +25,7 @@ class Harness(Plugin):
 
     Capabilities: ``token_ids`` (keeps its own exact token accounting),
     ``needs_policy`` (calls a model; ``oracle``/``nop`` do not), ``chat``
-    (speaks only chat completions, so the runtime routes it through the gateway),
+    (speaks only chat completions, so the runtime routes it through the gateway when one is installed),
     ``agent_in_sandbox`` (its agent runs inside the sandbox and calls the policy
     from there, through :meth:`~tackroom._sandbox.Sandbox.forward_host_port`).
     """

@@ -1,9 +1,11 @@
 """Policy routing: which harnesses reach their model through the policy gateway, and the gateway that does it.
 
 A harness that speaks only chat (capability ``chat``) goes through a policy
-gateway, which renders, tokenizes and records exact tokens; one with its own
-token accounting calls the engine directly. ``[policy] gateway = true/false``
-overrides the choice. `tackroom run` (one gateway per run), the matrix (one per
+gateway when one is installed, which renders, tokenizes and records exact
+tokens; with core alone it chats straight to the endpoint (no token ids). One
+with its own token accounting calls the engine directly. ``[policy] gateway =
+true`` asks for exact token ids (the gateway must be installed), ``false``
+never routes. `tackroom run` (one gateway per run), the matrix (one per
 cell) and the trainer (one per training run) all decide it here. The gateway
 itself comes from a plugin, through the ``tackroom_policy_gateway`` hook
 (tackroom-gateway provides it): core never imports it.
@@ -20,25 +22,34 @@ from tackroom._errors import ConfigError
 from tackroom._manager import PluginManager, get_plugin_manager
 
 GATEWAY_MISSING = (
-    "{what} speaks only chat, so it reaches the model through the policy gateway (exact token ids), "
-    "and no installed package provides one: pip install tackroom-gateway (./packages/gateway in the tackroom "
-    "repository), or set policy.gateway = false to call the engine directly without token ids"
+    "{what} asks for exact token ids through the policy gateway (policy.gateway = true), and no installed "
+    "package provides one: pip install tackroom-gateway (./packages/gateway in the tackroom repository), or "
+    "leave policy.gateway unset to chat with the endpoint directly, without token ids"
 )
 
 
-def wants_gateway(policy: Endpoint, harness_cls: type) -> bool:
-    """Chat-only harnesses go through the policy gateway (exact tokens) unless ``policy.gateway`` says otherwise."""
+def gateway_installed(manager: PluginManager | None = None) -> bool:
+    """Whether an installed plugin implements ``tackroom_policy_gateway`` (tackroom-gateway does)."""
+    return bool((manager or get_plugin_manager()).hook.tackroom_policy_gateway.get_hookimpls())
+
+
+def wants_gateway(policy: Endpoint, harness_cls: type, manager: PluginManager | None = None) -> bool:
+    """Whether trials of ``harness_cls`` reach the model through the policy gateway.
+
+    ``policy.gateway`` decides when set; otherwise a chat-only harness does when a gateway is installed
+    (exact token ids) and chats straight to the endpoint when none is (core alone: no token ids).
+    """
     if policy.gateway is not None:
         return policy.gateway
-    return "chat" in harness_cls.capabilities
+    return "chat" in harness_cls.capabilities and gateway_installed(manager)
 
 
 def check_gateway_installed(policy: Endpoint, harness_cls: type, manager: PluginManager | None = None) -> None:
     """The :class:`ConfigError` :func:`policy_routing` would raise for a missing gateway, raised now: before a
     run claims a folder or starts a sandbox."""
-    if not policy.configured or not wants_gateway(policy, harness_cls):
+    if not policy.configured or not wants_gateway(policy, harness_cls, manager):
         return
-    if not (manager or get_plugin_manager()).hook.tackroom_policy_gateway.get_hookimpls():
+    if not gateway_installed(manager):
         raise ConfigError(GATEWAY_MISSING.format(what=f"harness {getattr(harness_cls, 'name', None)!r}"))
 
 
@@ -72,7 +83,7 @@ async def policy_routing(policy: Endpoint, harness_cls: type, plugins: Any,
 
     Nothing happens when ``policy`` names no endpoint or the harness calls the engine directly.
     """
-    if not policy.configured or not wants_gateway(policy, harness_cls):
+    if not policy.configured or not wants_gateway(policy, harness_cls, manager):
         yield
         return
     async with policy_gateway(base_url=policy.endpoint, model=policy.served_name, api_key=policy.resolved_api_key(),

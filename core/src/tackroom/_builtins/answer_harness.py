@@ -4,9 +4,10 @@ The task instruction goes to the model as the user message (after an optional
 system prompt); the reply is written to a file in the sandbox (``/app/answer.txt``
 by default) for the verifier to grade, and recorded as the trajectory.
 
-It speaks only chat completions (capability ``chat``), so ``tackroom run`` and
-``tackroom matrix`` route it through the policy gateway, which records the
-exact token ids of the one turn.
+It speaks only chat completions (capability ``chat``): next to tackroom-gateway,
+``tackroom run`` and ``tackroom matrix`` route it through the policy gateway,
+which records the exact token ids of the one turn; with core alone it chats
+straight to the endpoint (the trajectory then has no token ids).
 
 Failures, as the trial runtime classifies them:
 

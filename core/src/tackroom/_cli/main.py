@@ -43,9 +43,34 @@ def load_plugin_commands() -> None:
                 "plugin %s failed to add its commands: %s: %s", impl.plugin_name, type(exc).__name__, exc)
 
 
+def command_names() -> set[str]:
+    """The sub-commands the app has now (its own and those plugins added)."""
+    names = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
+    return names | {g.name or "" for g in app.registered_groups}
+
+
+def add_missing_commands() -> None:
+    """A sub-command the catalogue knows but no installed distribution added answers with its install line."""
+    from tackroom._catalogue import catalogue_commands
+
+    have = command_names()
+    for known in catalogue_commands():
+        if known.name in have:
+            continue
+
+        def missing(ctx: typer.Context, known=known) -> None:
+            raise fail(f"`tackroom {known.name}` is provided by {known.distribution}, which is not installed: "
+                       f"{known.install_hint}")
+
+        app.command(known.name, help=f"{known.summary} (not installed: {known.install_hint})",
+                    context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                      "help_option_names": []})(missing)
+
+
 def main() -> None:
     try:
         load_plugin_commands()
+        add_missing_commands()
         app()
     except TackroomError as exc:
         raise SystemExit(fail(str(exc)).exit_code) from None

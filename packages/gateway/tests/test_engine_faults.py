@@ -24,10 +24,8 @@ import httpx
 import pytest
 
 import tackroom
-from tackroom import InfraError, ModelError
-from tackroom._runtime import TrialPlugins, TrialRuntime
-from tackroom._sandbox import ExecResult, Sandbox, SandboxProvider
-from tackroom._trial import Trial
+from tackroom import ExecResult, InfraError, ModelError, Sandbox, SandboxProvider, Trial
+from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom_gateway import (
     ChatTemplate,
     EngineBadResponseError,

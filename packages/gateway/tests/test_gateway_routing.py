@@ -9,9 +9,9 @@ import pytest
 
 import tackroom
 import tackroom_gateway
+from tackroom import RunConfig
 from tackroom._cli.run_cmd import run_config
-from tackroom._config import RunConfig
-from tackroom._policy_routing import policy_gateway
+from tackroom.app import policy_gateway
 from tackroom_gateway import GatewaySessions, PolicyGateway
 
 

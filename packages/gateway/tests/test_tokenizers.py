@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tackroom._errors import ConfigError
+from tackroom import ConfigError
 from tackroom_gateway import (
     TokenizerFetchError,
     qwen3_tokenizer_dir,

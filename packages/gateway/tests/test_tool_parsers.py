@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tackroom._errors import ConfigError
+from tackroom import ConfigError
 from tackroom_gateway.tool_parsers import get_tool_parser
 
 

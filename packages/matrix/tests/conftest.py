@@ -16,7 +16,8 @@ import pytest
 
 import tackroom
 import tackroom.testing
-from tackroom._trial import TrialErrorInfo, TrialResult
+from tackroom import TrialResult
+from tackroom.app import TrialErrorInfo
 from tackroom_matrix.config import MatrixConfig, ResolvedRow
 from tackroom_matrix.runner import MatrixOutcome
 from tackroom_matrix.stats import cell_stats

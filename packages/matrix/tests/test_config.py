@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 import tackroom
-from tackroom import load_run_config
+from tackroom import ConfigError, PluginNotFoundError, load_run_config
 from tackroom._endpoint import LITELLM_PROXY_ENV, Endpoint
-from tackroom._errors import ConfigError, PluginNotFoundError
 from tackroom_matrix.config import load_matrix_config, resolve_plugins
 
 from .conftest import EXAMPLES

@@ -7,9 +7,7 @@ import time
 
 import pytest
 
-from tackroom._errors import ConfigError
-from tackroom._task import load_task
-from tackroom._trial import Trial
+from tackroom import ConfigError, Trial, load_task
 from tackroom_matrix import EndpointUnreachableError, build_report, parse_matrix_config, run_matrix
 
 from .conftest import EXAMPLES, closed_port, write_task

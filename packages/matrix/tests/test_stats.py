@@ -8,7 +8,8 @@ from math import isclose
 
 import pytest
 
-from tackroom._trial import TrialErrorInfo, TrialResult
+from tackroom import TrialResult
+from tackroom.app import TrialErrorInfo
 from tackroom_matrix.stats import cell_stats, pass_at_k
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tackroom._attempt import sandbox_spec
+from tackroom import Task, load_task
 from tackroom._builtins.local_sandbox import LocalSandboxProvider
-from tackroom._task import Task, load_task
+from tackroom.app import sandbox_spec
 
 REPO = Path(__file__).resolve().parents[4]
 WORLD = REPO / "examples" / "worlds" / "acme"

@@ -68,7 +68,7 @@ def test_single_envelope_schemas_are_hoisted_and_calls_rewrapped():
 
 
 async def test_a_task_without_a_world_is_rejected(sandbox, tmp_path):
-    from tackroom._task import load_task
+    from tackroom import load_task
 
     (tmp_path / "instruction.md").write_text("do it")
     with pytest.raises(TaskError, match=r"add \[world\] path"):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tackroom import ConfigError, instantiate
-from tackroom._config import PluginSelection
+from tackroom import ConfigError, PluginSelection, instantiate
 from tackroom.testing import check_plugin, check_registered
 from tackroom_opencode.config import COMPACT_TOOLS, AgentSettings, McpServer, ModelSettings, build_config, permissions
 from tackroom_opencode.harness import OpenCodeHarness

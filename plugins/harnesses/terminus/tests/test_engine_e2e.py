@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tackroom import RunConfig
 from tackroom._cli.run_cmd import run_config
-from tackroom._config import RunConfig
 from tackroom_terminus.protocol import parse_reply
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "tasks"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import tackroom
+from tackroom import Trial
 from tackroom._builtins.local_sandbox import LocalSandboxProvider
-from tackroom._runtime import TrialPlugins, TrialRuntime
-from tackroom._trial import Trial
+from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom.testing import check_registered
 from tackroom_file_diff import FileChangeTracker, FileDiffVerifier
 

@@ -14,9 +14,9 @@ import shutil
 import pytest
 
 import tackroom
+from tackroom import Trial
 from tackroom._builtins.local_sandbox import LocalSandboxProvider
-from tackroom._runtime import TrialPlugins, TrialRuntime
-from tackroom._trial import Trial
+from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom_rubric_judge import RubricJudgeVerifier, score, shared_client, shared_clients
 from tackroom_rubric_judge.scoring import CriterionResult
 

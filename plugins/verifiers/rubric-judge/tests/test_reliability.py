@@ -8,8 +8,8 @@ import time
 import pytest
 
 import tackroom
-from tackroom._runtime import TrialPlugins, TrialRuntime
-from tackroom._trial import Trial
+from tackroom import Trial
+from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom_rubric_judge import (
     JudgeAuthError,
     JudgeBadRequestError,

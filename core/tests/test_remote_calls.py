@@ -55,3 +55,40 @@ async def test_retried_does_not_retry_other_errors_and_reraises_the_last() -> No
     with pytest.raises(Flaky, match="still down"):
         await retried("x", make, timeout=1, attempts=3, wait=0.001, transient=(Flaky,))
     assert calls["n"] == 3
+
+
+def test_remote_image_key_shares_one_image_per_world(tmp_path):
+    from tackroom import SandboxSpec, remote_image_key
+
+    world = tmp_path / "env"
+    world.mkdir()
+    (world / "Dockerfile").write_text("FROM python:3.12-slim\n")
+    kind, key = remote_image_key(SandboxSpec(name="a", environment_dir=world), "base:1")
+    assert kind == "dockerfile" and remote_image_key(SandboxSpec(name="b", environment_dir=world), "x")[1] == key
+    (world / "data.txt").write_text("changed")
+    assert remote_image_key(SandboxSpec(name="a", environment_dir=world), "base:1")[1] != key
+    assert remote_image_key(SandboxSpec(name="a", image="reg/img:2"), "base:1") == ("registry", "reg/img:2")
+    assert remote_image_key(SandboxSpec(name="a"), "base:1") == ("registry", "base:1")
+
+
+async def test_stop_remote_reports_a_failure_and_lets_a_cancelled_stop_land():
+    import asyncio
+
+    from tackroom import stop_remote
+
+    async def boom():
+        raise RuntimeError("gone")
+
+    assert str(await stop_remote("delete", boom, 1.0)) == "gone"
+    landed = asyncio.Event()
+
+    async def slow_delete():
+        await asyncio.sleep(0.2)
+        landed.set()
+
+    stopping = asyncio.ensure_future(stop_remote("delete", slow_delete, 2.0))
+    await asyncio.sleep(0.05)
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    assert landed.is_set(), "the delete was shielded: it finished before the cancellation went through"

@@ -39,6 +39,7 @@ from tackroom._process import ProcessOutput, run_process
 from tackroom._registrar import PluginEntry, Registrar
 from tackroom._remote_calls import bounded as bounded_call
 from tackroom._remote_calls import retried as retried_call
+from tackroom._remote_sandbox import remote_image_key, stop_remote
 from tackroom._resolve import instantiate, load_run_config
 from tackroom._reward import Reward
 from tackroom._run_dirs import claim_run_dir
@@ -139,6 +140,8 @@ __all__ = [
     "forward_into_namespace",
     "run_process",
     "ProcessOutput",
+    "remote_image_key",
+    "stop_remote",
     # Helpers for calling services: timeouts, retries, error text, secrets kept off disk
     "bounded_call",
     "retried_call",

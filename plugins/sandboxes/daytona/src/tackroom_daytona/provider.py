@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 from typing import Any, ClassVar
 
-from tackroom import SandboxError, SandboxProvider, SandboxSpec
+from tackroom import SandboxError, SandboxProvider, SandboxSpec, remote_image_key
 from tackroom_daytona.calls import bounded
 from tackroom_daytona.options import DaytonaOptions
 from tackroom_daytona.sandbox import DaytonaSandbox
@@ -67,14 +66,7 @@ class DaytonaProvider(SandboxProvider):
 
     def image_key(self, spec: SandboxSpec) -> tuple[str, str]:
         """``(kind, key)``: what the image comes from and a key shared by every task of one world."""
-        if spec.image:
-            return "registry", spec.image
-        if spec.environment_dir is not None and (spec.environment_dir / "Dockerfile").is_file():
-            digest = hashlib.sha256()
-            for path in sorted(p for p in spec.environment_dir.rglob("*") if p.is_file()):
-                digest.update(str(path.relative_to(spec.environment_dir)).encode() + b"\0" + path.read_bytes())
-            return "dockerfile", digest.hexdigest()[:16]
-        return "registry", self.options.default_image
+        return remote_image_key(spec, self.options.default_image)
 
     def image(self, spec: SandboxSpec) -> tuple[str, Any]:
         """``(kind, daytona.Image)`` for ``spec``'s world, made once and reused."""

@@ -20,6 +20,7 @@ from tackroom import (
     SandboxTimeoutError,
     TarTransfer,
     check_relative_inside,
+    stop_remote,
 )
 from tackroom_daytona.calls import bounded, retried
 
@@ -131,14 +132,10 @@ class DaytonaSandbox(TarTransfer, Sandbox):
             if sb is not None:
                 client = self.provider.client()
                 t = self.options.api_timeout_sec
-                task = asyncio.ensure_future(bounded("delete", lambda: client.delete(sb, timeout=t), t + 5))
-                try:
-                    await asyncio.shield(task)
-                except asyncio.CancelledError:
-                    await asyncio.wait([task], timeout=t + 5)
-                    raise
-                except Exception as exc:
-                    self.notes.append(f"delete failed ({exc}); `cleanup` removes sandboxes labelled {self.options.cleanup_label}")
+                failed = await stop_remote("delete", lambda: client.delete(sb, timeout=t), t + 5)
+                if failed is not None:
+                    self.notes.append(f"delete failed ({failed}); `cleanup` removes sandboxes labelled "
+                                      f"{self.options.cleanup_label}")
         finally:
             self._release()
 

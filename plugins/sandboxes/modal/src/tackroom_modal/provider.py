@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tackroom import SandboxBuildError, SandboxError, SandboxProvider, SandboxSpec
+from tackroom import SandboxBuildError, SandboxError, SandboxProvider, SandboxSpec, remote_image_key
 from tackroom_modal.calls import bounded, retried
 from tackroom_modal.options import ModalOptions
 from tackroom_modal.sandbox import ModalSandbox
@@ -77,14 +76,7 @@ class ModalProvider(SandboxProvider):
 
     def image_key(self, spec: SandboxSpec) -> tuple[str, str]:
         """``(kind, key)``: what the image comes from and a key shared by every task of one world."""
-        if spec.image:
-            return "registry", spec.image
-        if spec.environment_dir is not None and (spec.environment_dir / "Dockerfile").is_file():
-            digest = hashlib.sha256()
-            for path in sorted(p for p in spec.environment_dir.rglob("*") if p.is_file()):
-                digest.update(str(path.relative_to(spec.environment_dir)).encode() + b"\0" + path.read_bytes())
-            return "dockerfile", digest.hexdigest()[:16]
-        return "registry", self.options.default_image
+        return remote_image_key(spec, self.options.default_image)
 
     def image_definition(self, spec: SandboxSpec) -> Any:
         """The unbuilt ``modal.Image`` for ``spec``."""

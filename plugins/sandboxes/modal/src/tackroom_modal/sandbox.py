@@ -17,6 +17,7 @@ from tackroom import (
     SandboxTimeoutError,
     TarTransfer,
     check_relative_inside,
+    stop_remote,
 )
 from tackroom_modal.calls import bounded, retried
 
@@ -99,14 +100,10 @@ class ModalSandbox(TarTransfer, Sandbox):
         sb, self.sandbox = self.sandbox, None
         try:
             if sb is not None:
-                task = asyncio.ensure_future(bounded("Sandbox.terminate", lambda: sb.terminate.aio(), self.options.api_timeout_sec))
-                try:
-                    await asyncio.shield(task)
-                except asyncio.CancelledError:
-                    await asyncio.wait([task], timeout=self.options.api_timeout_sec)
-                    raise
-                except Exception as exc:
-                    self.notes.append(f"terminate failed ({exc}); `cleanup` removes sandboxes tagged {self.options.cleanup_tag}")
+                failed = await stop_remote("Sandbox.terminate", lambda: sb.terminate.aio(), self.options.api_timeout_sec)
+                if failed is not None:
+                    self.notes.append(f"terminate failed ({failed}); `cleanup` removes sandboxes tagged "
+                                      f"{self.options.cleanup_tag}")
         finally:
             self._release()
 

@@ -223,7 +223,22 @@ class RuntimeConfig(BaseModel):
         return (self.model_extra or {}).get(self.executor)
 
 
-class RunConfig(BaseModel):
+class TaskSelection(BaseModel):
+    """Which tasks a config runs: ``tasks`` (task or dataset directories) narrowed by ``include`` /
+    ``exclude`` (glob patterns over task ids). The run, matrix and train configs (and the trainer's
+    ``[eval]``) all select tasks with these three fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: list[str] = Field(default_factory=list)
+    """Task directories or dataset directories (directories of tasks)."""
+    include: list[str] = Field(default_factory=list)
+    """Only task ids matching one of these patterns (default: all)."""
+    exclude: list[str] = Field(default_factory=list)
+    """Leave out task ids matching one of these patterns."""
+
+
+class RunConfig(TaskSelection):
     """A ``tackroom run`` config file.
 
     ```toml
@@ -239,9 +254,6 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tasks: list[str] = Field(default_factory=list)
-    include: list[str] = Field(default_factory=list)
-    exclude: list[str] = Field(default_factory=list)
     harness: PluginSelection = Field(default_factory=lambda: PluginSelection(name="oracle"))
     sandbox: PluginSelection = Field(default_factory=lambda: PluginSelection(name="local"))
     verifier: PluginSelection = Field(default_factory=lambda: PluginSelection(name="test-script"))

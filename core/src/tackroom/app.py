@@ -20,6 +20,7 @@ from tackroom._attempt import sandbox_spec
 from tackroom._config import (
     FieldError,
     RuntimeConfig,
+    TaskSelection,
     check_run_id,
     dotted,
     format_validation_error,
@@ -109,6 +110,7 @@ __all__ = [
     "PluginManager",
     "Endpoint",
     "RuntimeConfig",
+    "TaskSelection",
     "TaskLoadFailure",
     "Trial",
     "TrialErrorInfo",

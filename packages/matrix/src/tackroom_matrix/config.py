@@ -57,6 +57,7 @@ from tackroom.app import (
     Endpoint,
     FieldError,
     RuntimeConfig,
+    TaskSelection,
     format_validation_error,
     read_toml,
     register_secrets_in,
@@ -113,15 +114,12 @@ class TransferConfig(BaseModel):
     candidates: list[str] = Field(default_factory=list)
 
 
-class MatrixConfig(BaseModel):
+class MatrixConfig(TaskSelection):
     """A ``tackroom matrix`` config file (see the module docstring for an example)."""
 
     model_config = ConfigDict(extra="forbid")
 
     title: str | None = None
-    tasks: list[str] = Field(default_factory=list)
-    include: list[str] = Field(default_factory=list)
-    exclude: list[str] = Field(default_factory=list)
     models: list[ModelEntry] = Field(default_factory=list)
     harnesses: list[HarnessRow] = Field(default_factory=lambda: [HarnessRow(name="oracle"), HarnessRow(name="nop")])
     sandbox: PluginSelection = Field(default_factory=lambda: PluginSelection(name="local"))

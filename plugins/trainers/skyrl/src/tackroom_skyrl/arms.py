@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tackroom import ConfigError
-from tackroom.app import with_overrides
+from tackroom.app import TaskSelection, with_overrides
 
 if TYPE_CHECKING:
     from tackroom_skyrl.config import TrainConfig
@@ -104,7 +104,7 @@ class EvalHarness(BaseModel):
         return data
 
 
-class EvalSection(BaseModel):
+class EvalSection(TaskSelection):
     """``[eval]``: after training, serve the final policy on ``port`` and evaluate it with the matrix.
 
     Default harness: the training ``[harness]`` with its options. Tasks, sandbox and verifier default to
@@ -114,10 +114,8 @@ class EvalSection(BaseModel):
 
     harnesses: list[EvalHarness] = Field(default_factory=list)
     passes: int = Field(default=3, ge=1, le=100)
-    tasks: list[str] = Field(default_factory=list)
-    """Task or dataset directories, relative to the config file; default: the training tasks."""
-    include: list[str] = Field(default_factory=list)
-    exclude: list[str] = Field(default_factory=list)
+    # tasks / include / exclude (TaskSelection): task or dataset directories, relative to the config file;
+    # default: the training tasks.
     sandbox: dict[str, Any] | None = None
     """``{ name = …, … }``; default: the training ``[sandbox]``."""
     verifier: dict[str, Any] | None = None

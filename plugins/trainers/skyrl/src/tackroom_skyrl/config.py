@@ -32,7 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tackroom import AGGREGATIONS, ConfigError, PluginSelection
-from tackroom.app import Endpoint, ExecutorName, read_toml, validate
+from tackroom.app import Endpoint, ExecutorName, TaskSelection, read_toml, validate
 from tackroom_skyrl.arms import ArmSpec, EvalSection, unique_labels
 from tackroom_skyrl.tinker.server import TinkerSettings
 
@@ -141,14 +141,11 @@ class RolloutRules(BaseModel):
     """Cap on trials in flight; default: the derived rollout concurrency."""
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(TaskSelection):
     """A ``tackroom train`` config file (see the module docstring)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    tasks: list[str] = Field(default_factory=list)
-    include: list[str] = Field(default_factory=list)
-    exclude: list[str] = Field(default_factory=list)
     harness: PluginSelection = Field(default_factory=lambda: PluginSelection(name="archipelago"))
     sandbox: PluginSelection = Field(default_factory=lambda: PluginSelection(name="docker"))
     verifier: PluginSelection = Field(default_factory=lambda: PluginSelection(name="test-script"))

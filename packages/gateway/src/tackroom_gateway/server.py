@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import re
@@ -39,10 +38,10 @@ from starlette.routing import Route
 
 from tackroom import Policy, TackroomError, Trajectory
 from tackroom_gateway.asgi_server import InLoopServer
+from tackroom_gateway.auth import check_admin, session_at
 from tackroom_gateway.chat_template import ChatTemplate, ChatTemplateError
-from tackroom_gateway.engine_client import EngineChunk, EngineClient, EngineCompletion, EngineSettings
+from tackroom_gateway.engine_client import EngineClient, EngineCompletion, EngineSettings
 from tackroom_gateway.errors import (
-    AdminAuthError,
     BadRequestError,
     ContextLengthExceededError,
     EngineRequestInterruptedError,
@@ -52,6 +51,16 @@ from tackroom_gateway.errors import (
 )
 from tackroom_gateway.liveness import EngineLiveness
 from tackroom_gateway.protocol import PASSTHROUGH, ChatCompletionRequest, forced_tool_call_tag
+from tackroom_gateway.streaming import (
+    CANCELLED,
+    END,
+    ClientGone,
+    chat_logprobs,
+    client_gone,
+    error_response,
+    pump_stream,
+    sse,
+)
 from tackroom_gateway.tito import OpenRequest, PromptPlan, SessionSummary, TitoSession
 from tackroom_gateway.tool_parsers import ParsedOutput, ToolParser, get_tool_parser
 
@@ -75,66 +84,6 @@ class GatewaySettings(BaseModel):
     port: int = 0
     """0 picks a free port."""
     startup_timeout_s: float = 60.0
-
-
-def _sse(obj: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
-
-
-def _error_response(exc: GatewayError) -> JSONResponse:
-    return JSONResponse(exc.openai(), status_code=exc.status_code, headers=exc.headers())
-
-
-class _ClientGone(Exception):
-    """The client closed its connection before the engine answered; nobody is left to answer."""
-
-
-_END = object()
-"""The engine stream finished."""
-_CANCELLED = object()
-"""The gateway cancelled the engine stream (session closed, gateway stopping)."""
-
-
-async def _client_gone(request: Request) -> None:
-    """Return once the client has closed its connection (the ASGI ``http.disconnect`` message)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-async def _pump(chunks: AsyncIterator[EngineChunk], queue: asyncio.Queue[Any]) -> None:
-    """Move an engine stream into ``queue``, ending with ``_END``, the error, or ``_CANCELLED``."""
-    try:
-        async for chunk in chunks:
-            queue.put_nowait(chunk)
-    except asyncio.CancelledError:
-        queue.put_nowait(_CANCELLED)
-        raise
-    except Exception as exc:
-        queue.put_nowait(exc)
-    else:
-        queue.put_nowait(_END)
-    finally:
-        aclose = getattr(chunks, "aclose", None)
-        if aclose is not None:
-            with contextlib.suppress(Exception):
-                await aclose()
-
-
-def _chat_logprobs(tokens: list[str], values: list[float], tops: list[dict[str, float]]) -> dict[str, Any]:
-    content = []
-    for i, (tok, val) in enumerate(zip(tokens, values, strict=False)):
-        top = tops[i] if i < len(tops) else {}
-        content.append(
-            {
-                "token": tok,
-                "logprob": val,
-                "bytes": list(tok.encode()),
-                "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in top.items()],
-            }
-        )
-    return {"content": content}
 
 
 class PolicyGateway:
@@ -363,23 +312,11 @@ class PolicyGateway:
 
     # -- access ------------------------------------------------------------------------
     def _check_admin(self, request: Request) -> None:
-        scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(credentials.strip().encode(), self.admin_token.encode()):
-            raise AdminAuthError(
-                "this route needs the gateway's admin token (`Authorization: Bearer <token>`; "
-                "`tackroom gateway` prints it); a session's own URL is /sessions/{id}/{token}/v1"
-            )
+        check_admin(request, self.admin_token)
 
     def _session_at(self, request: Request) -> TitoSession:
         """The session a ``/sessions/{sid}/{token}/...`` URL names, if the token is its own."""
-        s = self.sessions.get(request.path_params["sid"])
-        token = request.path_params["token"].encode()
-        if s is None or not hmac.compare_digest(token, s.token.encode()):
-            raise SessionNotFoundError(
-                "no session at this URL: the session was closed or the URL is wrong "
-                "(a session's base URL is /sessions/{id}/{token}/v1, as its creator was given it)"
-            )
-        return s
+        return session_at(request, self.sessions)
 
     def _guarded(self, handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         """Every failure of ``handler`` becomes an OpenAI-shaped answer; nothing escapes to uvicorn's log."""
@@ -388,15 +325,15 @@ class PolicyGateway:
             try:
                 return await handler(request)
             except GatewayError as exc:
-                return _error_response(exc)
+                return error_response(exc)
             except asyncio.CancelledError:
                 # The request's task itself was cancelled (a hard server stop). Answer rather than let
                 # uvicorn log a CancelledError traceback: nothing awaits this task's result.
-                return _error_response(EngineRequestInterruptedError("the gateway is stopping"))
+                return error_response(EngineRequestInterruptedError("the gateway is stopping"))
             except Exception as exc:
                 log.error("gateway: %s failed: %s: %s", handler.__name__, type(exc).__name__, exc)
                 log.debug("gateway: %s failed", handler.__name__, exc_info=True)
-                return _error_response(GatewayInternalError(
+                return error_response(GatewayInternalError(
                     f"the gateway failed on this request ({type(exc).__name__}: {exc}); this is a bug in tackroom's gateway"
                 ))
 
@@ -581,7 +518,7 @@ class PolicyGateway:
             result = await self._engine_answer(request, session, task, self._track(session, task), task)
             self.liveness.answered()
             return JSONResponse(self._chat_response(req, session, plan, result))
-        except (_ClientGone, ClientDisconnect):
+        except (ClientGone, ClientDisconnect):
             return Response(status_code=499)  # nobody reads it; uvicorn drops it
         except EngineRequestInterruptedError:
             raise  # the session already knows (request_abandoned)
@@ -609,8 +546,8 @@ class PolicyGateway:
         answer: asyncio.Future[Any],
     ) -> Any:
         """``answer``'s result, unless the client goes away first: then ``work`` (the engine call) is
-        cancelled, the session notes that its request was abandoned, and ``_ClientGone`` is raised."""
-        gone = asyncio.ensure_future(_client_gone(request))
+        cancelled, the session notes that its request was abandoned, and ``ClientGone`` is raised."""
+        gone = asyncio.ensure_future(client_gone(request))
         try:
             await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -630,7 +567,7 @@ class PolicyGateway:
         if not work.done():
             work.cancel()
             session.request_abandoned(entry, "the client closed its connection")
-        raise _ClientGone
+        raise ClientGone
 
     def _chat_response(
         self, req: ChatCompletionRequest, session: TitoSession, plan: PromptPlan, result: EngineCompletion
@@ -643,7 +580,7 @@ class PolicyGateway:
         choice: dict[str, Any] = {
             "index": 0,
             "message": reply,
-            "logprobs": _chat_logprobs(result.tokens or [], result.logprobs or [], result.top_logprobs or [])
+            "logprobs": chat_logprobs(result.tokens or [], result.logprobs or [], result.top_logprobs or [])
             if req.logprobs
             else None,
             "finish_reason": self._finish_reason(result.finish_reason, parsed),
@@ -671,11 +608,11 @@ class PolicyGateway:
     ) -> Response:
         assert self.engine is not None and self.parser is not None
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        pump = asyncio.ensure_future(_pump(self.engine.stream(body), queue))
+        pump = asyncio.ensure_future(pump_stream(self.engine.stream(body), queue))
         entry = self._track(session, pump)
         # Wait for the engine's first chunk so that failures before any output are plain HTTP errors.
         first = await self._engine_answer(request, session, pump, entry, asyncio.ensure_future(queue.get()))
-        if first is _CANCELLED:
+        if first is CANCELLED:
             raise self._interrupted(session, entry)
         if isinstance(first, BaseException):
             raise first
@@ -701,7 +638,7 @@ class PolicyGateway:
         model = self.model_name
 
         def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: dict | None = None) -> bytes:
-            return _sse(
+            return sse(
                 {
                     "id": stream_id,
                     "object": "chat.completion.chunk",
@@ -718,8 +655,8 @@ class PolicyGateway:
         try:
             yield chunk({"role": "assistant", "content": ""})
             piece = first
-            while piece is not _END:
-                if piece is _CANCELLED:
+            while piece is not END:
+                if piece is CANCELLED:
                     raise self._interrupted(session, entry)
                 if isinstance(piece, BaseException):
                     raise piece
@@ -736,7 +673,7 @@ class PolicyGateway:
                     out["reasoning_content"] = delta.reasoning
                 if delta.content:
                     out["content"] = delta.content
-                lp = _chat_logprobs(piece.tokens, piece.logprobs, piece.top_logprobs) if req.logprobs else None
+                lp = chat_logprobs(piece.tokens, piece.logprobs, piece.top_logprobs) if req.logprobs else None
                 if out or lp:
                     yield chunk(out, logprobs=lp)
                 piece = await queue.get()
@@ -753,7 +690,7 @@ class PolicyGateway:
             self._record(session, plan, ids, logprobs if len(logprobs) == len(ids) else None, engine_reason, parsed)
             yield chunk({}, finish=self._finish_reason(engine_reason, parsed))
             if (req.stream_options or {}).get("include_usage"):
-                yield _sse(
+                yield sse(
                     {
                         "id": stream_id,
                         "object": "chat.completion.chunk",
@@ -772,14 +709,14 @@ class PolicyGateway:
             # Output may have reached the client already: the error is an SSE event, then the stream ends.
             if not isinstance(exc, EngineRequestInterruptedError):
                 session.record_error(exc)
-            yield _sse(exc.openai())
+            yield sse(exc.openai())
             yield b"data: [DONE]\n\n"
         except Exception as exc:
             log.error("gateway: a streamed chat completion failed: %s: %s", type(exc).__name__, exc)
             log.debug("gateway: a streamed chat completion failed", exc_info=True)
             err = GatewayInternalError(f"the gateway failed mid-stream ({type(exc).__name__}: {exc})")
             session.record_error(err)
-            yield _sse(err.openai())
+            yield sse(err.openai())
             yield b"data: [DONE]\n\n"
         except BaseException:
             # Cancelled (the client went away: Starlette cancels the stream) or closed: the engine

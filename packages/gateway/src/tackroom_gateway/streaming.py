@@ -1,0 +1,76 @@
+"""The gateway's streaming plumbing: server-sent events, an engine stream moved into a queue, a client that
+hung up, OpenAI-shaped error answers and chat logprobs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from tackroom_gateway.engine_client import EngineChunk
+from tackroom_gateway.errors import GatewayError
+
+
+def sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+
+
+def error_response(exc: GatewayError) -> JSONResponse:
+    return JSONResponse(exc.openai(), status_code=exc.status_code, headers=exc.headers())
+
+
+class ClientGone(Exception):
+    """The client closed its connection before the engine answered; nobody is left to answer."""
+
+
+END = object()
+"""The engine stream finished."""
+CANCELLED = object()
+"""The gateway cancelled the engine stream (session closed, gateway stopping)."""
+
+
+async def client_gone(request: Request) -> None:
+    """Return once the client has closed its connection (the ASGI ``http.disconnect`` message)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def pump_stream(chunks: AsyncIterator[EngineChunk], queue: asyncio.Queue[Any]) -> None:
+    """Move an engine stream into ``queue``, ending with ``END``, the error, or ``CANCELLED``."""
+    try:
+        async for chunk in chunks:
+            queue.put_nowait(chunk)
+    except asyncio.CancelledError:
+        queue.put_nowait(CANCELLED)
+        raise
+    except Exception as exc:
+        queue.put_nowait(exc)
+    else:
+        queue.put_nowait(END)
+    finally:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
+
+
+def chat_logprobs(tokens: list[str], values: list[float], tops: list[dict[str, float]]) -> dict[str, Any]:
+    content = []
+    for i, (tok, val) in enumerate(zip(tokens, values, strict=False)):
+        top = tops[i] if i < len(tops) else {}
+        content.append(
+            {
+                "token": tok,
+                "logprob": val,
+                "bytes": list(tok.encode()),
+                "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in top.items()],
+            }
+        )
+    return {"content": content}

@@ -161,7 +161,8 @@ def run_one(name: str, args: argparse.Namespace) -> dict:
     config = model_config(name, assets, tiny=args.tiny)
     tok = tokenizer_dir(name, assets)
     record: dict = {"model": name, "tiny": args.tiny, "lora_rank": args.lora_rank,
-                    "max_lora_adapters": args.max_lora_adapters}
+                    "max_lora_adapters": args.max_lora_adapters,
+                    "max_lora_rank": args.max_lora_rank or args.lora_rank}
     work = Path(tempfile.mkdtemp(prefix=f"jax-step-{name}-"))
     try:
         t = time.perf_counter()
@@ -177,7 +178,7 @@ def run_one(name: str, args: argparse.Namespace) -> dict:
         record.update(jax=jax.__version__, platform=dev.platform, device=dev.device_kind)
         t = time.perf_counter()
         backend = JaxBackend(str(work / "model"), JaxBackendConfig(
-            max_lora_adapters=args.max_lora_adapters, max_lora_rank=args.lora_rank,
+            max_lora_adapters=args.max_lora_adapters, max_lora_rank=args.max_lora_rank or args.lora_rank,
             sample_max_num_sequences=max(s["seqs"] for s in shapes(args.tiny)["sample"])))
         record["load_base_s"] = round(time.perf_counter() - t, 2)
         model_id = "policy"
@@ -284,6 +285,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sample-repeats", type=int, default=2, help="timed sampling batches after the compiling one")
     p.add_argument("--lora-rank", type=int, default=8)
     p.add_argument("--max-lora-adapters", type=int, default=2, help="SkyRL's JaxBackendConfig (slot 0 is the base)")
+    p.add_argument("--max-lora-rank", type=int, help="SkyRL's JaxBackendConfig; default: --lora-rank "
+                   "(`tackroom train` leaves SkyRL's defaults: 32 adapters, rank 32)")
     p.add_argument("--assets", default=str(local_assets()),
                    help="SmolLM2 config + tokenizers: tackroom's cache, or a --stage-assets folder")
     p.add_argument("--out", help="append one JSON line per model here")
@@ -315,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, __file__, "--child", "--model", name, "--device", args.device,
                "--steps", str(args.steps), "--sample-repeats", str(args.sample_repeats),
                "--lora-rank", str(args.lora_rank), "--max-lora-adapters", str(args.max_lora_adapters),
+               "--max-lora-rank", str(args.max_lora_rank or args.lora_rank),
                "--assets", args.assets] + (["--tiny"] if args.tiny else [])
         t = time.perf_counter()
         try:

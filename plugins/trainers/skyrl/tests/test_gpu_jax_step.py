@@ -3,7 +3,8 @@
 The H200 numbers in docs/gpu-step.md come from this script; the smoke (`--device cpu --tiny`: a
 2-layer SmolLM2-shaped model, 2 sequences) runs the same code path in the Tinker server's
 environment here, so a SkyRL upgrade that breaks the in-process backend calls fails a test, not the
-next GPU session. Marked ``tinker``: a few minutes on this shared 2-core machine.
+next GPU session. Marked ``tinker``: 5 min on this shared 2-core machine at load average ~20, 19 min
+at ~100 (mostly imports and XLA compiles).
 """
 
 from __future__ import annotations

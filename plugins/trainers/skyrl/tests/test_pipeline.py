@@ -56,6 +56,7 @@ def test_a_slow_trainer_never_trains_past_the_staleness_bound(max_staleness: int
     assert [t.step for t in result.steps] == [1, 2, 3, 4, 5, 6] and result.version == 6
     assert max(s for _, _, s in fake.trained) <= max_staleness
     assert not result.dropped  # the producer waited instead of sampling what could not be trained
+    assert len(fake.sampled) == 6  # and drew no batch beyond the last step's
     # the trainer gets what the producer sampled, with the staleness its version implies
     versions = dict(fake.sampled)
     for t in result.steps:
@@ -79,6 +80,7 @@ def test_batches_past_the_bound_are_dropped_never_trained() -> None:
     assert all(d.staleness > 0 and d.step is None for d in result.dropped)
     trained = {i for _, i, _ in fake.trained}
     assert not trained & {d.sampled.index for d in result.dropped}
+    assert len(fake.sampled) <= 4 + len(result.dropped)
 
 
 def test_a_step_without_signal_publishes_no_version() -> None:

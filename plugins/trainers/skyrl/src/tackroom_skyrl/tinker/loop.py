@@ -7,18 +7,25 @@ OpenAI-compatible engine inside sandboxes — through the trial runtime, exactly
 as the GPU backend does. So each step is:
 
 1. rollouts: ``TackroomGenerator.generate`` (the same generator SkyRL's trainer
-   calls: trial runtime, harness, sandbox, verifier, masking rules) against
-   :class:`~.sampling_endpoint.SamplingEndpoint`, which samples from the
-   current weights through the Tinker sampling client (exact token ids and
-   logprobs, no re-tokenisation);
+   calls: trial runtime, harness, sandbox, verifier, masking rules). With
+   ``[tinker] sampler = "engine"`` (default) they sample on the run's own vLLM
+   engine with the current LoRA (:mod:`.engine_sampling`); with ``"tinker"``
+   on :class:`~.sampling_endpoint.SamplingEndpoint` over the Tinker sampling
+   client. Either way the exact token ids and logprobs come back;
 2. GRPO advantages per task group; masked rows train nothing;
-3. ``forward_backward`` with the loss (:mod:`.datums`), then ``optim_step``
-   (Adam on the LoRA weights). A step where every group's rewards are equal
-   has no learning signal (every advantage is 0) and takes no optimiser step:
-   with a zero gradient, Adam would still move the weights along its stale
-   momentum, and a task the policy had solved drifts back;
-4. ``save_weights_and_get_sampling_client``: the next step samples from the
-   new weights (on-policy: no staleness on this backend).
+3. ``forward_backward`` with the loss (:mod:`.datums`; with ``[train]
+   tis_ratio_type`` a ``forward`` first gives π_old for truncated importance
+   sampling), then ``optim_step`` (Adam on the LoRA weights). A step where every
+   group's rewards are equal has no learning signal (every advantage is 0) and
+   takes no optimiser step: with a zero gradient, Adam would still move the
+   weights along its stale momentum, and a task the policy had solved drifts back;
+4. the hand-off: the new weights become the sampler's (saved and loaded into the
+   engine as the next policy version) before any batch samples with them.
+
+Steps run through :mod:`.pipeline`: rollouts for the next step run while a step
+trains, up to ``[train] max_staleness_steps`` versions behind; a batch staler
+than that is dropped, never trained on. Every trajectory's version and
+staleness goes to ``trajectories.jsonl``.
 
 After the last step the final LoRA is saved (``save_weights_for_sampler``) and
 :mod:`.policy` turns it into ``<run>/adapter/`` (the PEFT adapter) and

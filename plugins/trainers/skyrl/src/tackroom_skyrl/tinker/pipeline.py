@@ -86,7 +86,9 @@ async def run_pipeline(*, steps: int, max_staleness: int,
     async def produce() -> None:
         while True:
             async with progress:
-                await progress.wait_for(lambda: state["started"] - state["done"] <= ahead)
+                # within the bound, and no batch beyond what the remaining steps need
+                await progress.wait_for(lambda: state["started"] - state["done"] <= ahead
+                                        and state["started"] < steps + len(result.dropped))
                 state["started"] += 1
                 index, version = state["started"], result.version
             t0 = time.monotonic()

@@ -9,7 +9,8 @@ and the run's own vLLM engine (port 8013 or the next free one, never the shared 
   the base model (the engine's base model answers the same as adapter v0);
 * the engine killed: the proxy's next request fails and :meth:`check` raises EngineSamplingError.
 
-Marked ``tinker`` and ``slow``: a JAX server and a vLLM engine start (about 3-4 minutes here).
+Marked ``tinker`` and ``slow``: a JAX server and a vLLM engine start (9 minutes on this 2-core machine at load
+average ~20; measured: shift 2.01 nats a token, engine vs trainer at version 1 0.048, hand-off 4.1 s).
 """
 
 from __future__ import annotations

@@ -107,3 +107,96 @@ def test_a_trainer_error_stops_the_producer() -> None:
     with pytest.raises(RuntimeError, match="forward_backward failed"):
         asyncio.run(run_pipeline(rollout=fake.rollout, train=broken, publish=fake.publish, steps=3, max_staleness=1))
     assert len(fake.sampled) <= 2
+
+
+# -- the engine-sampling proxy against a stand-in engine (the real one: test_engine_sampling.py) ----------------
+def test_the_proxy_pins_the_batchs_adapter_and_a_failing_engine_stops_the_run(tmp_path) -> None:
+    import json
+    import tarfile
+
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from tackroom_gateway import InLoopServer
+    from tackroom_skyrl.tinker.engine_sampling import EngineSampling
+
+    seen: dict[str, list] = {"models": [], "loaded": []}
+    state = {"fail": False}
+
+    async def completions(request):
+        body = json.loads(await request.body())
+        seen["models"].append(body["model"])
+        if state["fail"]:
+            return JSONResponse({"error": "engine core died"}, status_code=500)
+        return JSONResponse({"choices": [{"text": "x", "token_ids": [1]}], "model": body["model"]})
+
+    async def load(request):
+        seen["loaded"].append(json.loads(await request.body()))
+        return JSONResponse("Success")
+
+    async def health(request):
+        return JSONResponse({})
+
+    engine = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]),
+                               Route("/v1/load_lora_adapter", load, methods=["POST"]),
+                               Route("/v1/unload_lora_adapter", load, methods=["POST"]),
+                               Route("/health", health)])
+    archive = tmp_path / "v.tar.gz"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "adapter_config.json").write_text("{}")
+    (tmp_path / "a" / "adapter_model.safetensors").write_bytes(b"x")
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "a", arcname=".")
+
+    async def scenario() -> None:
+        server = InLoopServer(engine, what="stand-in engine")
+        port = await server.start()
+        try:
+            async with EngineSampling(tmp_path / "run", "policy", engine_url=f"http://127.0.0.1:{port}",
+                                      keep_versions=2) as sampling:
+                async with httpx.AsyncClient(timeout=10) as client:
+                    async def ask() -> httpx.Response:
+                        return await client.post(f"{sampling.base_url}/completions",
+                                                 json={"model": "policy", "prompt": [1, 2]})
+
+                    assert (await ask()).status_code == 503  # nothing pinned yet: no sample of an unknown version
+                    for v in (0, 1, 2):
+                        assert await sampling.load(v, archive) >= 0
+                    assert (tmp_path / "run" / "lora" / "v2" / "adapter_config.json").is_file()
+                    assert sorted(sampling.adapters) == [1, 2]  # v0 unloaded: outside the kept window
+                    with pytest.raises(EngineSamplingError, match="not loaded"):
+                        sampling.pin(0)
+                    sampling.pin(1)
+                    assert (await ask()).status_code == 200
+                    sampling.pin(2)
+                    assert (await ask()).json()["model"] == sampling.adapter_name(2)
+                    assert seen["models"][-2:] == [sampling.adapter_name(1), sampling.adapter_name(2)]
+                    await sampling.check("batch 1")
+                    state["fail"] = True
+                    assert (await ask()).status_code == 500
+                    with pytest.raises(EngineSamplingError, match="batch 2.*failed 1 request"):
+                        await sampling.check("batch 2")
+            assert seen["loaded"][0]["lora_path"].endswith("lora/v0")
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_run_never_takes_the_shared_port_or_a_busy_one(tmp_path) -> None:
+    import socket
+
+    from tackroom import ConfigError
+    from tackroom_engine import EngineSettings
+    from tackroom_skyrl.tinker.engine_sampling import EngineSampling
+
+    with pytest.raises(ConfigError, match="shared engine"):
+        asyncio.run(EngineSampling(tmp_path, "p", settings=EngineSettings(port=8011, lora_rank=8)).start())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        with pytest.raises(ConfigError, match="in use"):
+            asyncio.run(EngineSampling(tmp_path, "p", settings=EngineSettings(port=busy, lora_rank=8)).start())

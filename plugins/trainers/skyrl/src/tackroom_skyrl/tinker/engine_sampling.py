@@ -71,6 +71,8 @@ class EngineSampling:
         ])
         self._server = InLoopServer(self.app, what="the engine-sampling proxy", error=EngineSamplingError)
         self.port: int | None = None
+        self._owns_engine = False
+        self._stopped = False
 
     @property
     def base_url(self) -> str:
@@ -80,6 +82,9 @@ class EngineSampling:
         return f"{self.prefix}-v{version}"
 
     async def start(self) -> EngineSampling:
+        """Start the engine (unless given by URL) and the proxy; a second call does nothing."""
+        if self.port is not None:
+            return self
         if self.engine_url is None:
             from tackroom_engine import engine
 
@@ -90,6 +95,7 @@ class EngineSampling:
             if engine._port_in_use(self.settings.host, port):
                 raise ConfigError(f"[tinker] engine_port = {port} is in use (another run's engine? `tackroom model "
                                   f"status`); stop it with `tackroom model down --port {port}` or pick another port")
+            self._owns_engine = True  # the port was free: what starts there now is ours to stop
             self._state = await asyncio.to_thread(engine.up, self.settings, lambda m: None)
             self.engine_url = self._state.base_url.removesuffix("/v1")
         self._client = httpx.AsyncClient(timeout=self.timeout_s)
@@ -97,10 +103,15 @@ class EngineSampling:
         return self
 
     async def stop(self) -> None:
-        await self._server.stop()
+        """Stop the proxy and the engine this object started (idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.port is not None:
+            await self._server.stop()
         if self._client is not None:
             await self._client.aclose()
-        if self._state is not None:
+        if self._owns_engine:
             from tackroom_engine import engine
 
             await asyncio.to_thread(engine.down, self.settings.port)

@@ -207,40 +207,68 @@ async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any =
     tokenizer = load_tokenizer(config.policy.tokenizer or config.model.tokenizer or base_model)
     server = None
     url = settings.url
-    if url is None:
-        server = TinkerServer(settings, base_model, run_dir / "tinker")
-        log(f"starting SkyRL's Tinker API server (JAX backend) on {server.url}; log: {server.log_path}")
-        try:
-            url = await asyncio.to_thread(server.start)
-        except BaseException:
-            await asyncio.to_thread(server.stop)
-            raise
-    else:
-        await asyncio.to_thread(check_reachable, url)
+    sampling = None
+    engine_start = None
+    if settings.sampler == "engine":  # the run's engine starts while the Tinker server does
+        sampling = EngineSampling(run_dir, config.model.served_name or "tackroom-tinker",
+                                  settings=_engine_settings(config, base_model),
+                                  keep_versions=config.train.max_staleness_steps + 2,
+                                  timeout_s=settings.request_timeout_s)
+
+    def start_engine() -> None:
+        nonlocal engine_start
+        if sampling is not None:
+            log(f"starting the run's vLLM engine with LoRA on port {settings.engine_port}; "
+                f"log: {_engine_log(settings.engine_port)}")
+            engine_start = asyncio.ensure_future(sampling.start())
+
     try:
+        if url is None:
+            server = TinkerServer(settings, base_model, run_dir / "tinker")
+            start_engine()
+            log(f"starting SkyRL's Tinker API server (JAX backend) on {server.url}; log: {server.log_path}")
+            url = await asyncio.to_thread(server.start)
+        else:
+            await asyncio.to_thread(check_reachable, url)
+            start_engine()
+        if engine_start is not None:
+            await engine_start
         return await _train(config, run_dir, TinkerCalls(settings, server), url, base_model, rows, tokenizer, loss,
-                            manager, log, preflight_only)
+                            manager, log, preflight_only, sampling)
     finally:
+        if engine_start is not None and not engine_start.done():
+            engine_start.cancel()
+            await asyncio.gather(engine_start, return_exceptions=True)
+        if sampling is not None:
+            await sampling.stop()
         if server is not None:
             await asyncio.to_thread(server.stop)
 
 
+def _engine_log(port: int) -> str:
+    from tackroom_engine.engine import log_file
+
+    return str(log_file(port))
+
+
 async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str, base_model: str,
                  rows: list[dict[str, Any]], tokenizer: Any, loss: tuple[Any, ...], manager: Any,
-                 log: Callable[[str], None], preflight_only: bool = False) -> TinkerRunSummary:
+                 log: Callable[[str], None], preflight_only: bool = False,
+                 sampling: EngineSampling | None = None) -> TinkerRunSummary:
     import tinker
 
     service = tinker.ServiceClient(base_url=url, api_key=os.environ.get("TINKER_API_KEY") or "tml-tackroom")
     try:
         return await _train_with(config, run_dir, call, service, base_model, rows, tokenizer, loss, manager, log,
-                                 preflight_only)
+                                 preflight_only, sampling)
     finally:
         _close(service)
 
 
 async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, service: Any, base_model: str,
                       rows: list[dict[str, Any]], tokenizer: Any, loss: tuple[Any, ...], manager: Any,
-                      log: Callable[[str], None], preflight_only: bool = False) -> TinkerRunSummary:
+                      log: Callable[[str], None], preflight_only: bool = False,
+                      sampling: EngineSampling | None = None) -> TinkerRunSummary:
     from skyrl.train.generators.base import TrajectoryID
     from tinker import types
 
@@ -269,10 +297,9 @@ async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, ser
 
     samplers: dict[int, Any] = {}
     if on_engine:
-        endpoint: Any = EngineSampling(run_dir, model_name, settings=_engine_settings(config, base_model),
-                                       keep_versions=knobs.max_staleness_steps + 2,
-                                       timeout_s=settings.request_timeout_s)
-        log(f"starting the run's vLLM engine with LoRA on port {settings.engine_port}")
+        endpoint: Any = sampling or EngineSampling(run_dir, model_name, settings=_engine_settings(config, base_model),
+                                                   keep_versions=knobs.max_staleness_steps + 2,
+                                                   timeout_s=settings.request_timeout_s)
     else:
         samplers[0] = await call("save weights for sampling", training.save_weights_and_get_sampling_client_async())
         endpoint = SamplingEndpoint(samplers[0], tokenizer, model_name, max_model_len=config.gpus.context_length,

@@ -4,8 +4,9 @@
 three one-word tasks × 4 samples, the ``answer`` harness through the policy
 gateway and the sampling endpoint, the ``local`` sandbox, the test-script
 verifier, sampling on the run's own vLLM engine with the live LoRA (``[tinker] sampler = "engine"``), one
-step's rollouts overlapping the previous step's training (``max_staleness_steps = 1``). About 12 minutes on a quiet
-machine, over 30 at load average ~20 (README, "Sampling on the engine with the live LoRA"). Marked
+step's rollouts overlapping the previous step's training (``max_staleness_steps = 1``). With the JAX sampler it took
+12-15 minutes on a quiet machine; on the engine it was measured only at load average ~20, where it needed over
+30 minutes (README, "Sampling on the engine with the live LoRA"). Marked
 ``tinker``: it needs the server's uv project (``scripts/setup`` installs it)
 and the SmolLM2 folder ``tackroom model up`` converts; a missing piece skips
 locally and fails under CI.

@@ -306,7 +306,7 @@ async def run_attempt(plan: AttemptPlan, *, manager: PluginManager | None = None
                 note = await stop_quietly(grader, deadlines.teardown_timeout_sec)
                 if note:
                     result.notes.append(note)
-        restored = await sandbox.restore_image_tools()
+        restored = await sandbox.restore_image_tools(keep=[workdir_of(sandbox), *task.config.verifier.grading_paths])
         if restored is None:
             result.notes.append(f"{plan.trial.sandbox}: grading ran with the sandbox's executables as the agent left "
                                 "them (this sandbox cannot restore the image's); grading = \"separate\" avoids that")

@@ -229,13 +229,14 @@ class Sandbox(abc.ABC):
         finally:
             await self.exec(f"rm -rf {shlex.quote(folder)}", timeout=30)
 
-    async def restore_image_tools(self) -> list[str] | None:
+    async def restore_image_tools(self, keep: list[str] | None = None) -> list[str] | None:
         """Before grading in this sandbox: make the image's executables and libraries the ones that run.
 
         An agent that replaced ``grep`` (or planted one earlier on ``PATH``, or changed a library) must not
         steer the grader. Returns what was restored or removed (for the trial's notes), ``[]`` when nothing
         needed it, and ``None`` when this sandbox cannot do it (the default): the runtime then notes that
-        grading used tools the agent could change (``[verifier] grading = "separate"`` avoids that).
+        grading used tools the agent could change (``[verifier] grading = "separate"`` avoids that). Paths
+        under ``keep`` (the task's ``grading_paths``) are left as the agent made them.
         Providers whose tools the agent cannot change (``local``: ``/usr`` is the host's, read-only) return ``[]``.
         """
         return None

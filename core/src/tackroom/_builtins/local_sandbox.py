@@ -774,7 +774,7 @@ class LocalSandbox(Sandbox):
     async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
         await self._transfer(f"download of {source}", self._download, source, Path(dest), timeout=timeout)
 
-    async def restore_image_tools(self) -> list[str]:
+    async def restore_image_tools(self, keep: list[str] | None = None) -> list[str]:
         """Nothing to restore: ``/usr`` is the host's, read-only, and ``/`` a read-only tmpfs, so the agent can
         change no executable or library there (tests/security/test_grading_attacks.py checks it). A tool it
         planted in a writable root on ``PATH`` is not run by the verifier's commands, whose ``PATH`` is the

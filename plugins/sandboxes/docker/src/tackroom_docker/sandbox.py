@@ -513,6 +513,13 @@ class DockerSandbox(Sandbox):
         await self._raise_if_gone(failed)
         raise SandboxError(f"{message}: {failed.describe()}")
 
+    async def restore_image_tools(self, keep: list[str] | None = None) -> list[str]:
+        """The image's executables and libraries back in place before grading (see :mod:`tackroom_docker.tools`)."""
+        from tackroom_docker.tools import restore_image_tools
+
+        self._require_started()
+        return await restore_image_tools(self, [self.workdir, *(keep or [])])
+
     async def forward_host_port(self, port: int) -> str:
         """The host network shares the port as it is; under ``--network none`` a forward opened in the
         container's network namespace (see :mod:`tackroom._host_forward`; it needs tackroom to run as root,

@@ -118,14 +118,16 @@ async def restore_image_tools(sandbox: DockerSandbox, keep: list[str]) -> list[s
     deleted = [p for p in deleted if not under(posixpath.dirname(p), deleted)]  # a deleted folder comes back whole
     to_copy = changed + deleted
     if to_copy and image is not None:
-        done += await _copy_from_image(sandbox, image.ref, to_copy)
+        done += await copy_from_image(sandbox, image.ref, to_copy)
     if added:
         removed = await sandbox._root_exec(REMOVE_SHADOWS, *added, timeout=timeout)
         done += [p for p in removed.out.splitlines() if p]
     return done
 
 
-async def _copy_from_image(sandbox: DockerSandbox, ref: str, paths: list[str]) -> list[str]:
+async def copy_from_image(sandbox: DockerSandbox, ref: str, paths: list[str]) -> list[str]:
+    """Copy each of ``paths`` from image ``ref`` into the sandbox's container, at the same place; returns those the
+    image has."""
     cli, timeout = sandbox.cli, sandbox.options.cli_timeout_sec
     pristine = f"{sandbox.name}-pristine"
     made = await cli.run(["create", "--name", pristine, "--label", "tackroom.managed=1", "--network", "none",

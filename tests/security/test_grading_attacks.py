@@ -176,3 +176,14 @@ async def test_the_harness_gets_the_agent_deadline_on_its_task(tmp_path):
 
     await trial(tmp_path, "local", harness=Clock)
     assert seen and seen[0] is not None and 25 < seen[0] <= 30
+
+
+# -- item 4: storage_mb ---------------------------------------------------------------------------
+
+
+async def test_writing_past_storage_mb_fails_inside_and_the_trial_is_still_graded(tmp_path, sandbox_name):
+    solve = ("dd if=/dev/zero of=/app/fill bs=1M count=300 2>/tmp/dd.err; dd if=/dev/zero of=/tmp/fill bs=1M count=300 2>>/tmp/dd.err; "
+             "grep -q 'No space left' /tmp/dd.err || grep -q 'No space left' /app/dd.err; "
+             "if grep -q 'No space left' /tmp/dd.err; then rm -f /app/fill; echo 42 > /app/answer.txt; fi")
+    result = await trial(tmp_path, sandbox_name, solve_sh=solve, toml_extra="[environment]\nstorage_mb = 64\n")
+    assert (result.error, result.reward) == (None, 1.0), (result.error, result.notes)

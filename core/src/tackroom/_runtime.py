@@ -67,7 +67,9 @@ class TrialPlugins:
     policy: Policy | None = None
     harness_label: str | None = None
     policy_for: Callable[[Trial], Any] | None = None
-    """Optional async context factory giving a per-trial Policy (e.g. a gateway session)."""
+    """Optional async context factory giving a per-trial session (e.g. a gateway session): its ``policy``, its
+    ``error()`` (the engine's classification of a failed harness run), optionally ``unrecovered_error()``, an
+    async ``settle()`` awaited before ``error()`` when the harness run failed, and ``complete(trajectory)``."""
 
     @classmethod
     def from_instances(cls, harness: Harness, sandbox: SandboxProvider, verifier: Verifier,
@@ -194,6 +196,9 @@ class TrialRuntime:
             return await self.run_attempt(trial, task, plugins, attempt)
         async with plugins.policy_for(trial) as session:
             result, trajectory = await self.run_attempt(trial, task, plugins, attempt, policy=session.policy)
+            settle = getattr(session, "settle", None)
+            if settle is not None and result.error is not None and result.error.phase == "harness_run":
+                await settle()  # e.g. one last engine liveness probe, so a silent engine is infra at any agent timeout
             engine_error = session.error()
             if engine_error is not None and result.error is not None and result.error.phase == "harness_run":
                 # The engine's own classification (down → infra, context exceeded → model) decides.

@@ -98,6 +98,7 @@ class TrialRuntime:
         attempts: int = 3,
         concurrency: int = 4,
         setup_timeout_sec: float = 600.0,
+        start_timeout_sec: float = 120.0,
         teardown_timeout_sec: float = 60.0,
         retry_backoff_sec: float = 1.0,
         manager: PluginManager | None = None,
@@ -110,6 +111,7 @@ class TrialRuntime:
         self.attempts = attempts
         self.concurrency = concurrency
         self.setup_timeout_sec = setup_timeout_sec
+        self.start_timeout_sec = start_timeout_sec
         self.teardown_timeout_sec = teardown_timeout_sec
         self.retry_backoff_sec = retry_backoff_sec
         self.manager = manager or get_plugin_manager()
@@ -122,7 +124,8 @@ class TrialRuntime:
     # -- one attempt ----------------------------------------------------------------
     @property
     def deadlines(self) -> AttemptDeadlines:
-        return AttemptDeadlines(setup_timeout_sec=self.setup_timeout_sec, teardown_timeout_sec=self.teardown_timeout_sec)
+        return AttemptDeadlines(setup_timeout_sec=self.setup_timeout_sec, start_timeout_sec=self.start_timeout_sec,
+                                teardown_timeout_sec=self.teardown_timeout_sec)
 
     def plan(self, trial: Trial, task: Task, plugins: TrialPlugins, attempt: int,
              policy: Policy | None = None) -> AttemptPlan:

@@ -30,6 +30,38 @@ done
 """Prints up to five FIFOs, sockets, devices, or links to one (but ``/dev/null``), under each path argument."""
 
 
+PREPARE = r"""
+n=$1; shift; i=0; bad=
+while [ "$i" -lt "$n" ]; do
+    p=$1; shift; i=$((i + 1))
+    rm -rf "$p" 2>/dev/null; mkdir -p "$p" 2>/dev/null
+    if [ ! -d "$p" ] || [ -L "$p" ] || [ -n "$(ls -A "$p" 2>/dev/null)" ]; then echo "NOTEMPTY $p"; bad=1; fi
+done
+[ -n "$bad" ] && exit 0
+""" + SPECIAL_FILES
+"""Args: how many folders to recreate empty, those folders, then the read paths to search for special files."""
+
+
+async def prepare_grading(sandbox: Sandbox, fresh: list[str], read: list[str], *, timeout: float = 60.0) -> None:
+    """:meth:`Sandbox.fresh_folder` for each of ``fresh`` and :func:`check_read_paths` for ``read``, in one command.
+
+    Raises :class:`GradingSabotagedError` when a folder cannot be emptied or a special file sits where the
+    verifier reads."""
+    reads = list(dict.fromkeys(p for p in read if p))
+    result = await sandbox.exec(["sh", "-c", PREPARE, "tackroom-prepare", str(len(fresh)), *fresh, *reads],
+                                cwd="/", timeout=timeout)
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    stuck = [line[len("NOTEMPTY "):] for line in lines if line.startswith("NOTEMPTY ")]
+    if stuck or not result.ok:
+        raise GradingSabotagedError(f"the agent left {', '.join(stuck) or ' '.join(fresh)} so that it cannot be "
+                                    f"recreated empty (exit {result.exit_code}: {result.stderr.strip()[:300]}); graded 0")
+    if lines:
+        raise GradingSabotagedError(
+            f"the agent left special files where the verifier reads ({', '.join(shlex.quote(f) for f in lines)}): "
+            "a FIFO, socket or device there can hang or steer grading; graded 0"
+        )
+
+
 def workdir_of(sandbox: Sandbox) -> str:
     """The sandbox's working directory (a provider may learn it from the image, as docker does)."""
     workdir = getattr(sandbox, "workdir", None)

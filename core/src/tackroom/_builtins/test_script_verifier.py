@@ -8,7 +8,7 @@ import math
 from pydantic import Field
 
 from tackroom._errors import TaskError
-from tackroom._grading import check_read_paths, workdir_of
+from tackroom._grading import prepare_grading, workdir_of
 from tackroom._markers import hookimpl
 from tackroom._plugin import PluginOptions
 from tackroom._reward import Reward
@@ -46,9 +46,10 @@ class TestScriptVerifier(Verifier):
         # An image or an agent must not be able to plant a reward, nor a test file (a conftest.py that
         # steers pytest): both folders are recreated empty first, then /tests gets exactly the task's files
         # (the runtime has killed every process the agent started, so nothing writes into them any more).
-        await sandbox.fresh_folder(REWARD_DIR)
-        await sandbox.upload_pristine(task.tests_dir, self.options.tests_dir)
-        await check_read_paths(sandbox, [workdir_of(sandbox), *task.config.verifier.grading_paths])
+        # One command does both folders and the search for FIFOs and devices where test.sh reads.
+        await prepare_grading(sandbox, [REWARD_DIR, self.options.tests_dir],
+                              [workdir_of(sandbox), *task.config.verifier.grading_paths])
+        await sandbox.upload(task.tests_dir, self.options.tests_dir)
         timeout = task.config.verifier.timeout_sec
         try:
             result = await sandbox.exec(

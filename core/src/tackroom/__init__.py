@@ -36,6 +36,8 @@ from tackroom._run_dirs import claim_run_dir
 from tackroom._sandbox import (
     DEFAULT_EXEC_TIMEOUT,
     ExecResult,
+    GraderBrokenError,
+    GradingSabotagedError,
     Sandbox,
     SandboxBuildError,
     SandboxError,
@@ -94,6 +96,8 @@ __all__ = [
     "Dataset",
     "ErrorClass",
     "ExecResult",
+    "GraderBrokenError",
+    "GradingSabotagedError",
     "Harness",
     "HostPortForward",
     "InfraError",

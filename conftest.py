@@ -33,3 +33,24 @@ def engine_url() -> str:
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
+
+
+# -- parallel runs (pytest-xdist, `--dist loadgroup` in pyproject's addopts) -----------------------
+#
+# Every test of a module runs on one worker, so module- and session-scoped fixtures (a gateway, a Ray
+# cluster, a Docker image) are built once; tests that share an exclusive resource across modules carry
+# `@pytest.mark.xdist_group("<name>")` and run on one worker together. Modules are handed out in the order
+# below: the longest groups first, so the run's length is the longest group, not the sum of the tail.
+
+
+# The inner-loop tier is `uv run pytest -m "not slow"`: besides tests marked `slow` by hand, everything that
+# needs Docker, the real engine, the Tinker server or a hosted service is slow by definition.
+SLOW_BY_NEED = ("docker", "engine", "tinker", "live")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(name) for name in SLOW_BY_NEED) or "engine_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+        if not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

@@ -254,5 +254,38 @@ def test_the_attempt_time_limit_is_the_sum_of_the_phase_limits(tmp_path):
     task = write_task(tmp_path, "t", "true", toml="[agent]\ntimeout_sec = 10\n[verifier]\ntimeout_sec = 20\n")
     rt = runtime(tmp_path, setup_timeout_sec=7, teardown_timeout_sec=3)
     env = task.config.environment
+    regrade = env.build_timeout_sec + 120 + 7 + 20 + VERIFY_GRACE_SEC + 3  # an untouched sandbox, graded
     assert rt.attempt_time_limit(task) == (env.build_timeout_sec + 120 + 2 * 7 + 10 + KILL_TIMEOUT_SEC + 5
-                                           + 20 + VERIFY_GRACE_SEC + 3)
+                                           + 20 + VERIFY_GRACE_SEC + regrade + 3)
+    separate = write_task(tmp_path, "s", "true", toml="[agent]\ntimeout_sec = 10\n[verifier]\ntimeout_sec = 20\n"
+                                                      'grading = "separate"\n')
+    assert rt.attempt_time_limit(separate) == rt.attempt_time_limit(task) + regrade
+
+
+async def test_a_sandbox_hanging_at_start_or_setup_is_infra_within_its_phase_limit(tmp_path):
+    class HangsAtStart(LocalSandboxProvider):
+        name = "hangs-at-start"
+
+        def create(self, spec):
+            sb = super().create(spec)
+
+            async def start():
+                await asyncio.sleep(600)
+
+            sb.start = start
+            return sb
+
+    class HangsInSetup(OracleHarness):
+        name = "hangs-in-setup"
+
+        async def setup(self, sandbox, task):
+            await asyncio.sleep(600)
+
+    task = write_task(tmp_path, "t", test_sh="echo 1 > /logs/verifier/reward.txt\n",
+                      toml="[environment]\nbuild_timeout_sec = 0.5\n[agent]\ntimeout_sec = 20\n")
+    rt = runtime(tmp_path, attempts=1, start_timeout_sec=0.5, setup_timeout_sec=0.5)
+    started = await rt.run_trial(trial_for(task), task, plugins(sandbox=HangsAtStart()))
+    assert (started.error.error_class, started.error.phase, started.error.type) == ("infra", "sandbox_start", "PhaseTimeoutError")
+    assert started.timings["sandbox_start"] < 2
+    set_up = await runtime(tmp_path / "s", attempts=1, setup_timeout_sec=0.5).run_trial(trial_for(task), task, plugins(HangsInSetup))
+    assert (set_up.error.error_class, set_up.error.phase) == ("infra", "harness_setup") and set_up.timings["harness_setup"] < 2

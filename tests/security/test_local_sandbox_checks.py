@@ -190,3 +190,32 @@ async def test_a_check_that_cannot_apply_is_skipped_not_passed():
     assert result.skipped and not result.passed and "setsid" in result.message
     assert report.skipped == [result] and report.failures == []
     report.assert_ok()
+
+
+GRADING = {"planted_test_files", "fifo_at_read_path", "tampered_tools", "disk_fill"}
+
+
+async def test_the_local_sandbox_holds_against_the_grading_attacks(tmp_path):
+    report = await run_sandbox_checks(LocalSandboxProvider({"root_dir": str(tmp_path)}), skip=skip_all_but(*GRADING))
+    results = {r.name: r for r in report.results if r.name in GRADING}
+    if os.geteuid() != 0:  # storage_mb needs root on local; the check is skipped with the sandbox's note
+        assert results.pop("disk_fill").skipped
+    assert {n: (r.passed, r.message) for n, r in results.items()} == {n: (True, "") for n in results}
+
+
+class NoRestoreWritableUsr(LocalSandbox):
+    """Deliberately broken: grep can be replaced (a writable folder first on PATH) and nothing restores it."""
+
+    async def start(self) -> None:
+        await super().start()
+        await self.exec("mkdir -p /opt/bin")
+        self.env["PATH"] = "/opt/bin:" + self.env["PATH"]
+
+    async def restore_image_tools(self, keep=None):
+        return None
+
+
+async def test_the_kit_fails_a_sandbox_whose_tools_the_agent_can_change(tmp_path):
+    report = await run_sandbox_checks(provider_of(NoRestoreWritableUsr), skip=skip_all_but("tampered_tools"))
+    (result,) = [r for r in report.results if r.name == "tampered_tools"]
+    assert not result.passed and "cannot restore the image's tools" in result.message, result

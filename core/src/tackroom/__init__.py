@@ -46,6 +46,8 @@ from tackroom._run_dirs import claim_run_dir
 from tackroom._sandbox import (
     DEFAULT_EXEC_TIMEOUT,
     ExecResult,
+    GraderBrokenError,
+    GradingSabotagedError,
     Sandbox,
     SandboxBuildError,
     SandboxError,
@@ -124,6 +126,8 @@ __all__ = [
     "InfraError",
     "ModelError",
     "TaskError",
+    "GradingSabotagedError",
+    "GraderBrokenError",
     "SandboxError",
     "SandboxBuildError",
     "SandboxTimeoutError",

@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from tackroom._errors import ErrorClass, ModelError, PluginNotFoundError, TackroomError
+from tackroom._grading import copy_paths, stop_quietly, workdir_of
 from tackroom._plugin import PluginKind, check_plugin_class
 from tackroom._policy import Policy
-from tackroom._sandbox import SandboxProvider, SandboxSpec
+from tackroom._reward import Reward
+from tackroom._sandbox import GraderBrokenError, GradingSabotagedError, SandboxProvider, SandboxSpec
 from tackroom._task import Task
 from tackroom._trajectory import Trajectory
 from tackroom._trial import Trial, TrialErrorInfo, TrialResult, slug
@@ -134,20 +136,42 @@ _providers: dict[str, SandboxProvider] = {}
 
 
 class AttemptDeadlines(BaseModel):
-    """The runtime's phase limits; the task holds the rest (build, agent, verifier timeouts)."""
+    """The runtime's phase limits; the task holds the rest (build, agent, verifier timeouts).
+
+    One attempt also has one deadline, :meth:`time_limit` after it starts: every phase's limit is cut to
+    what is left of it, so no phase can outlast the trial (a sandbox hanging at start or setup is an
+    ``infra`` error within its own phase limit).
+    """
 
     model_config = ConfigDict(frozen=True)
 
     setup_timeout_sec: float = 600.0
     """Each of verifier prepare and harness setup."""
+    start_timeout_sec: float = 120.0
+    """Starting the sandbox once its image exists (the build has the task's ``build_timeout_sec``)."""
     teardown_timeout_sec: float = 60.0
+
+    def second_sandbox_limit(self, task: Task) -> float:
+        """Starting, grading and stopping one more sandbox of ``task`` (separate grading, or the regrade of an
+        untouched environment; see :mod:`tackroom._grading`)."""
+        env = task.config.environment
+        return (env.build_timeout_sec + self.start_timeout_sec + self.setup_timeout_sec
+                + task.config.verifier.timeout_sec + VERIFY_GRACE_SEC + self.teardown_timeout_sec)
+
+    def grading_limit(self, task: Task) -> float:
+        """The longest grading may take: the verifier (in a second sandbox with ``grading = "separate"``), plus
+        a regrade of an untouched environment when it fails as a ``task`` error."""
+        verify = task.config.verifier.timeout_sec + VERIFY_GRACE_SEC
+        if task.config.verifier.grading == "separate":
+            verify += self.second_sandbox_limit(task)
+        return verify + self.second_sandbox_limit(task)
 
     def time_limit(self, task: Task) -> float:
         """The longest one attempt of ``task`` can legitimately take: the sum of :func:`run_attempt`'s phase limits."""
-        spec = sandbox_spec(task, "limit")
+        spec = sandbox_spec(task, "limit", self)
         return (spec.build_timeout_sec + spec.start_timeout_sec + 2 * self.setup_timeout_sec
                 + task.config.agent.timeout_sec + KILL_TIMEOUT_SEC + KILL_GRACE_SEC
-                + task.config.verifier.timeout_sec + VERIFY_GRACE_SEC + self.teardown_timeout_sec)
+                + self.grading_limit(task) + self.teardown_timeout_sec)
 
 
 class AttemptPlan(BaseModel):
@@ -176,7 +200,7 @@ class AttemptPlan(BaseModel):
                            category=task.category, **fields)
 
 
-def sandbox_spec(task: Task, name: str) -> SandboxSpec:
+def sandbox_spec(task: Task, name: str, deadlines: AttemptDeadlines | None = None) -> SandboxSpec:
     """The sandbox a trial of ``task`` gets.
 
     A harness with the ``agent_in_sandbox`` capability (e.g. OpenCode) gets the same
@@ -192,6 +216,8 @@ def sandbox_spec(task: Task, name: str) -> SandboxSpec:
         memory_mb=env.memory_mb,
         allow_internet=env.allow_internet,
         build_timeout_sec=env.build_timeout_sec,
+        start_timeout_sec=(deadlines or AttemptDeadlines()).start_timeout_sec,
+        storage_mb=env.storage_mb,
         labels={"tackroom._task": slug(task.id)},
     )
 
@@ -235,9 +261,11 @@ async def run_attempt(plan: AttemptPlan, *, manager: PluginManager | None = None
     harness_cls, harness_options = plan.harness.resolve(manager)
     verifier_cls, verifier_options = plan.verifier.resolve(manager)
     harness, verifier = harness_cls(harness_options), verifier_cls(verifier_options)
-    spec = sandbox_spec(task, f"{plan.trial.id}-a{plan.attempt}")
-    sandbox = plan.sandbox.provider(manager).create(spec)
+    spec = sandbox_spec(task, f"{plan.trial.id}-a{plan.attempt}", deadlines)
+    provider = plan.sandbox.provider(manager)
+    sandbox = provider.create(spec)
     started = time.monotonic()
+    deadline = started + deadlines.time_limit(task)
     if on_started is not None:
         on_started()
     phase = "sandbox_start"
@@ -245,14 +273,68 @@ async def run_attempt(plan: AttemptPlan, *, manager: PluginManager | None = None
 
     async def timed(name: str, coro: Any, timeout: float) -> Any:
         t0 = time.monotonic()
+        limit = max(min(timeout, deadline - t0), 0.001)  # one deadline for the whole attempt
         try:
-            return await asyncio.wait_for(coro, timeout)
+            return await asyncio.wait_for(coro, limit)
         except TimeoutError as exc:
             if name == "harness_run":
-                raise AgentTimeoutError(f"agent ran past the task's agent timeout ({timeout}s)") from exc
-            raise PhaseTimeoutError(f"{name} ran past its {timeout}s limit") from exc
+                raise AgentTimeoutError(f"agent ran past the task's agent timeout ({limit:g}s)") from exc
+            raise PhaseTimeoutError(f"{name} ran past its {limit:g}s limit") from exc
         finally:
             result.timings[name] = round(time.monotonic() - t0, 4)
+
+    async def fresh_sandbox(suffix: str) -> Any:
+        """A second sandbox of this task, started, that no agent touched (for grading; see _grading)."""
+        other = provider.create(spec.model_copy(update={"name": f"{spec.name}-{suffix}"}))
+        try:
+            await other.start()
+        except BaseException:
+            note = await stop_quietly(other, deadlines.teardown_timeout_sec)
+            if note:
+                result.notes.append(note)
+            raise
+        return other
+
+    async def grade() -> Reward:
+        if task.config.verifier.grading == "separate":
+            grader = await fresh_sandbox("grade")
+            try:
+                copied = await copy_paths(sandbox, grader, [workdir_of(sandbox), *task.config.verifier.grading_paths])
+                result.notes.append(f"graded in a fresh sandbox (grading = \"separate\"); copied {', '.join(copied) or 'nothing'}")
+                return await verifier.verify(task, grader, trajectory)
+            finally:
+                note = await stop_quietly(grader, deadlines.teardown_timeout_sec)
+                if note:
+                    result.notes.append(note)
+        restored = await sandbox.restore_image_tools(keep=[workdir_of(sandbox), *task.config.verifier.grading_paths])
+        if restored is None:
+            result.notes.append(f"{plan.trial.sandbox}: grading ran with the sandbox's executables as the agent left "
+                                "them (this sandbox cannot restore the image's); grading = \"separate\" avoids that")
+        elif restored:
+            shown = ", ".join(restored[:10]) + (f" and {len(restored) - 10} more" if len(restored) > 10 else "")
+            result.notes.append(f"restored the image's tools before grading: {shown}")
+        return await verifier.verify(task, sandbox, trajectory)
+
+    async def regrade_untouched(error: BaseException) -> BaseException:
+        """Grading failed as a ``task`` error after the agent ran: grade an untouched sandbox to learn whose fault it is."""
+        clean = await fresh_sandbox("untouched")
+        try:
+            clean_verifier = verifier_cls(verifier_options)
+            await clean_verifier.prepare(task, clean)
+            await clean_verifier.verify(task, clean, Trajectory(stop_reason="untouched"))
+        except Exception as again:
+            if classify(again, "verify", manager) == "infra":
+                return again
+            return GraderBrokenError(f"grading failed ({type(error).__name__}: {error}), and on an environment no agent "
+                                     f"touched too ({type(again).__name__}: {again}): the task's grader is broken")
+        finally:
+            note = await stop_quietly(clean, deadlines.teardown_timeout_sec)
+            if note:
+                result.notes.append(note)
+        result.notes.append(f"grading failed only on what the agent left ({type(error).__name__}); an untouched "
+                            "environment of the task grades cleanly, so the failure counts as the model's: reward 0")
+        return GradingSabotagedError(f"grading failed on what the agent left ({type(error).__name__}: {error}) but works "
+                                     "on an untouched environment: sabotaged grading, reward 0")
 
     try:
         await timed("sandbox_start", sandbox.start(), spec.build_timeout_sec + spec.start_timeout_sec)
@@ -261,8 +343,10 @@ async def run_attempt(plan: AttemptPlan, *, manager: PluginManager | None = None
         phase = "harness_setup"
         await timed("harness_setup", harness.setup(sandbox, task), deadlines.setup_timeout_sec)
         phase = "harness_run"
+        agent_timeout = min(task.config.agent.timeout_sec, max(deadline - time.monotonic(), 0.001))
+        agent_task = task.model_copy(update={"deadline": time.time() + agent_timeout})
         try:
-            trajectory = await timed("harness_run", harness.run(task, sandbox, plan.policy), task.config.agent.timeout_sec)
+            trajectory = await timed("harness_run", harness.run(agent_task, sandbox, plan.policy), agent_timeout)
         except Exception as exc:
             if classify(exc, phase, manager) != "model":
                 raise
@@ -276,8 +360,13 @@ async def run_attempt(plan: AttemptPlan, *, manager: PluginManager | None = None
         phase = "kill_agent"
         await timed("kill_agent", sandbox.kill_processes(timeout=KILL_TIMEOUT_SEC), KILL_TIMEOUT_SEC + KILL_GRACE_SEC)
         phase = "verify"
-        reward = await timed("verify", verifier.verify(task, sandbox, trajectory),
-                             task.config.verifier.timeout_sec + VERIFY_GRACE_SEC)
+        try:
+            reward = await timed("verify", grade(), deadlines.grading_limit(task) - deadlines.second_sandbox_limit(task))
+        except Exception as exc:
+            if classify(exc, phase, manager) != "task" or isinstance(exc, GraderBrokenError):
+                raise
+            phase = "regrade"
+            raise await timed("regrade", regrade_untouched(exc), deadlines.second_sandbox_limit(task)) from exc
         reward.check_range(*task.config.verifier.reward_range, where=f"verifier {verifier.name!r}")
         result.reward = reward.score
         result.components = reward.components

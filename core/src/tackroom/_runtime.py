@@ -67,7 +67,9 @@ class TrialPlugins:
     policy: Policy | None = None
     harness_label: str | None = None
     policy_for: Callable[[Trial], Any] | None = None
-    """Optional async context factory giving a per-trial Policy (e.g. a gateway session)."""
+    """Optional async context factory giving a per-trial session (e.g. a gateway session): its ``policy``, its
+    ``error()`` (the engine's classification of a failed harness run), optionally ``unrecovered_error()``, an
+    async ``settle()`` awaited before ``error()`` when the harness run failed, and ``complete(trajectory)``."""
 
     @classmethod
     def from_instances(cls, harness: Harness, sandbox: SandboxProvider, verifier: Verifier,
@@ -96,6 +98,7 @@ class TrialRuntime:
         attempts: int = 3,
         concurrency: int = 4,
         setup_timeout_sec: float = 600.0,
+        start_timeout_sec: float = 120.0,
         teardown_timeout_sec: float = 60.0,
         retry_backoff_sec: float = 1.0,
         manager: PluginManager | None = None,
@@ -108,6 +111,7 @@ class TrialRuntime:
         self.attempts = attempts
         self.concurrency = concurrency
         self.setup_timeout_sec = setup_timeout_sec
+        self.start_timeout_sec = start_timeout_sec
         self.teardown_timeout_sec = teardown_timeout_sec
         self.retry_backoff_sec = retry_backoff_sec
         self.manager = manager or get_plugin_manager()
@@ -120,7 +124,8 @@ class TrialRuntime:
     # -- one attempt ----------------------------------------------------------------
     @property
     def deadlines(self) -> AttemptDeadlines:
-        return AttemptDeadlines(setup_timeout_sec=self.setup_timeout_sec, teardown_timeout_sec=self.teardown_timeout_sec)
+        return AttemptDeadlines(setup_timeout_sec=self.setup_timeout_sec, start_timeout_sec=self.start_timeout_sec,
+                                teardown_timeout_sec=self.teardown_timeout_sec)
 
     def plan(self, trial: Trial, task: Task, plugins: TrialPlugins, attempt: int,
              policy: Policy | None = None) -> AttemptPlan:
@@ -194,6 +199,9 @@ class TrialRuntime:
             return await self.run_attempt(trial, task, plugins, attempt)
         async with plugins.policy_for(trial) as session:
             result, trajectory = await self.run_attempt(trial, task, plugins, attempt, policy=session.policy)
+            settle = getattr(session, "settle", None)
+            if settle is not None and result.error is not None and result.error.phase == "harness_run":
+                await settle()  # e.g. one last engine liveness probe, so a silent engine is infra at any agent timeout
             engine_error = session.error()
             if engine_error is not None and result.error is not None and result.error.phase == "harness_run":
                 # The engine's own classification (down → infra, context exceeded → model) decides.

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from tackroom._errors import (  # the sandbox errors live in the leaf module so _host_forward can raise them
+    ModelError,
     SandboxBuildError,
     SandboxError,
     SandboxPathError,
@@ -30,11 +31,21 @@ from tackroom._errors import (  # the sandbox errors live in the leaf module so 
 from tackroom._host_forward import forward_into_namespace
 from tackroom._plugin import Plugin, PluginKind
 
-__all__ = ["DEFAULT_EXEC_TIMEOUT", "DEFAULT_OUTPUT_LIMIT", "ExecResult", "Sandbox", "SandboxBuildError", "SandboxError",
+__all__ = ["DEFAULT_EXEC_TIMEOUT", "DEFAULT_OUTPUT_LIMIT", "ExecResult", "GraderBrokenError", "GradingSabotagedError",
+           "Sandbox", "SandboxBuildError", "SandboxError",
            "SandboxPathError", "SandboxProvider", "SandboxSpec", "SandboxTimeoutError", "check_relative_inside"]
 
 DEFAULT_EXEC_TIMEOUT = 600.0
 DEFAULT_OUTPUT_LIMIT = 1_000_000
+
+
+class GradingSabotagedError(ModelError):
+    """The agent left the sandbox so that it cannot be graded (a FIFO where the verifier reads, a folder
+    that cannot be emptied, a grader that only fails on what the agent touched): the model's failure, reward 0."""
+
+
+class GraderBrokenError(TaskError):
+    """Grading failed on an untouched environment too: the task's grader is broken on its own."""
 
 
 class ExecResult(BaseModel):
@@ -64,6 +75,9 @@ class SandboxSpec(BaseModel):
     """A prebuilt image reference; wins over ``environment_dir``."""
     cpus: float = 1.0
     memory_mb: int = 2048
+    storage_mb: int | None = None
+    """Disk the sandbox's writable files may use; writing past it fails inside (ENOSPC). A provider that
+    cannot enforce it says so in the sandbox's notes."""
     allow_internet: bool = False
     build_timeout_sec: float = 600.0
     start_timeout_sec: float = 120.0
@@ -202,6 +216,40 @@ class Sandbox(abc.ABC):
         finally:
             await self.exec(f"rm -rf {shlex.quote(folder)}", timeout=30)
 
+    async def restore_image_tools(self, keep: list[str] | None = None) -> list[str] | None:
+        """Before grading in this sandbox: make the image's executables and libraries the ones that run.
+
+        An agent that replaced ``grep`` (or planted one earlier on ``PATH``, or changed a library) must not
+        steer the grader. Returns what was restored or removed (for the trial's notes), ``[]`` when nothing
+        needed it, and ``None`` when this sandbox cannot do it (the default): the runtime then notes that
+        grading used tools the agent could change (``[verifier] grading = "separate"`` avoids that). Paths
+        under ``keep`` (the task's ``grading_paths``) are left as the agent made them.
+        Providers whose tools the agent cannot change (``local``: ``/usr`` is the host's, read-only) return ``[]``.
+        """
+        return None
+
+    async def fresh_folder(self, path: str, *, timeout: float = 60.0) -> None:
+        """Make ``path`` an empty directory, whatever the agent left there (files, links, a FIFO, a mount's contents).
+
+        Verifiers call it before they upload into a folder, so grading sees exactly the task's files (a
+        planted ``conftest.py`` in ``/tests`` is gone). ``rm -rf`` removes a planted link, not its target; on
+        a mount point it empties the folder. Raises :class:`GradingSabotagedError` (``model``, reward 0) when
+        the agent left ``path`` so that it cannot be emptied.
+        """
+        import shlex
+
+        q = shlex.quote(path)
+        result = await self.exec(f"rm -rf {q} 2>/dev/null; mkdir -p {q} && [ -d {q} ] && [ ! -L {q} ] && [ -z \"$(ls -A {q})\" ]",
+                                 cwd="/", timeout=timeout)
+        if not result.ok:
+            raise GradingSabotagedError(f"the agent left {path} so that it cannot be recreated empty (exit "
+                                        f"{result.exit_code}: {(result.stderr or result.stdout).strip()[:300]}); graded 0")
+
+    async def upload_pristine(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
+        """:meth:`fresh_folder` then :meth:`upload`: ``dest`` holds exactly the files of ``source`` (a folder)."""
+        await self.fresh_folder(dest, timeout=min(timeout, 60.0))
+        await self.upload(source, dest, timeout=timeout)
+
     async def kill_processes(self, *, timeout: float = 10.0) -> None:
         """Kill every process started inside the sandbox and confirm they are gone; the sandbox stays usable.
 
@@ -269,6 +317,8 @@ def check_relative_inside(path: str, root: str = "/") -> str:
 
 __all__ = [
     "ExecResult",
+    "GraderBrokenError",
+    "GradingSabotagedError",
     "Sandbox",
     "SandboxBuildError",
     "SandboxError",

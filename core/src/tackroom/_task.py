@@ -12,9 +12,10 @@ import json
 import math
 import os
 import stat
+import time
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
@@ -64,6 +65,23 @@ class VerifierSection(_Section):
     env: dict[str, str] = Field(default_factory=dict)
     reward_range: tuple[float, float] = (0.0, 1.0)
     """The range every reward and named sub-score must fall in; anything outside (or not finite) is a task error."""
+    grading: Literal["shared", "separate"] = "shared"
+    """Where grading runs. ``shared``: in the agent's sandbox, after its processes are killed, with the image's
+    executables and libraries restored where the sandbox can (:meth:`Sandbox.restore_image_tools`); tests that
+    need what the agent set up outside ``grading_paths`` (a database it filled, a service's state) need it.
+    ``separate``: in a fresh sandbox of the same image, into which only ``grading_paths`` (default: the working
+    directory) are copied; nothing else the agent changed reaches the grader, at the cost of a second start."""
+    grading_paths: list[str] = Field(default_factory=list)
+    """Absolute sandbox paths the grader reads besides the working directory: checked for planted FIFOs and
+    devices before grading, and what ``grading = "separate"`` copies (with the working directory)."""
+
+    @field_validator("grading_paths")
+    @classmethod
+    def _absolute(cls, v: list[str]) -> list[str]:
+        for path in v:
+            if not path.startswith("/") or ".." in path.split("/"):
+                raise ValueError(f"grading_paths must be absolute paths without '..', got {path!r}")
+        return v
 
     @field_validator("reward_range")
     @classmethod
@@ -163,6 +181,15 @@ class Task(BaseModel):
     config: TaskConfig
     source_hash: str = ""
     """Hash of the task's resolved path and every file under it (and its world); see :func:`task_source_hash`."""
+    deadline: float | None = None
+    """When the agent's turn ends (seconds since the epoch, :func:`time.time`), on the task a harness's ``run``
+    receives; ``None`` outside a trial. Harnesses read :meth:`time_left` to plan."""
+
+    def time_left(self) -> float | None:
+        """Seconds until :attr:`deadline` (0 once it passed), or ``None`` when no deadline is set."""
+        if self.deadline is None:
+            return None
+        return max(self.deadline - time.time(), 0.0)
 
     @property
     def environment_dir(self) -> Path:

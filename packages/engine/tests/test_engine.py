@@ -269,3 +269,39 @@ def test_core_carries_no_engine():
             "assert not [m for m in sys.modules if m.startswith('tackroom_engine') or m == 'tackroom._cli.model_cmd']\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_lora_flags_reach_vllm_and_runtime_loading_is_allowed(tmp_path):
+    """``--lora-rank R --max-loras N``: vLLM serves adapters up to rank R, N per batch, and a trainer may add
+    adapters to the running engine; without it, no LoRA flag and no runtime loading."""
+    plain = engine.EngineSettings(port=8013)
+    argv = engine.engine_argv(plain, "py", tmp_path, None)
+    assert "--enable-lora" not in argv and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in engine.engine_env(plain)
+    lora = engine.EngineSettings(port=8013, lora_rank=8, max_loras=3, kv_cache_gib=1)
+    argv = engine.engine_argv(lora, "py", tmp_path, None)
+    at = argv.index("--enable-lora")
+    assert argv[at:at + 5] == ["--enable-lora", "--max-lora-rank", "8", "--max-loras", "3"]
+    env = engine.engine_env(lora)
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True" and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    with pytest.raises(ValueError):
+        engine.EngineSettings(lora_rank=0)
+
+
+def test_cli_up_passes_the_lora_and_kv_cache_options(monkeypatch):
+    from typer.testing import CliRunner
+
+    from tackroom_engine import cli
+
+    seen = {}
+
+    def fake_up(settings, log):
+        seen["settings"] = settings
+        return engine.EngineState(pid=1, base_url=settings.base_url, model="m", model_path="/m", log="/l",
+                                  started_at=0.0)
+
+    monkeypatch.setattr(engine, "up", fake_up)
+    result = CliRunner().invoke(cli.model_app, ["up", "--port", "8013", "--lora-rank", "8", "--max-loras", "4",
+                                                "--kv-cache-gib", "1"])
+    assert result.exit_code == 0, result.output
+    s = seen["settings"]
+    assert (s.port, s.lora_rank, s.max_loras, s.kv_cache_gib) == (8013, 8, 4, 1)

@@ -631,3 +631,27 @@ async def test_the_misbehaving_engine_speaks_chat_to_harnesses_directly():
     assert [r.reply.kind for r in engine.requests] == ["status", "ok", "ok", "close", "raw"]
     assert [r.path for r in engine.requests] == ["/v1/chat/completions"] * 5
     assert garbled.status_code == 200 and garbled.text.startswith("<html>")
+
+
+SLOW_PROBES = {"probe_interval_s": 60.0, "probe_timeout_s": 0.5}
+"""The watch would first probe after 60 s of silence: any verdict in a shorter turn comes from the last probe."""
+
+
+async def test_an_engine_hanging_past_an_agent_timeout_shorter_than_the_probe_interval_is_infra(tmp_path, smollm2_tokenizer):
+    async with engine_and_gateway(smollm2_tokenizer, then=EngineReply.hang(), **SLOW_PROBES) as (engine, gw):
+        result = await run_one_trial(tmp_path, gw, agent_timeout_s=1)
+        probes = len(engine.probes)
+    assert result.error is not None and result.error.error_class == "infra", result.error
+    assert result.error.type == "EngineRequestInterruptedError" and result.reward is None
+    assert "no answer within 0.5s" in result.error.message
+    assert probes == 1  # the one last probe decided
+
+
+async def test_a_long_generation_past_a_short_agent_timeout_on_a_healthy_engine_stays_model(tmp_path, smollm2_tokenizer):
+    async with engine_and_gateway(smollm2_tokenizer, [EngineReply.ok("solved, eventually", delay_s=60)],
+                                  **SLOW_PROBES) as (engine, gw):
+        result = await run_one_trial(tmp_path, gw, agent_timeout_s=1)
+        probes = len(engine.probes)
+    assert result.error is not None and result.error.error_class == "model", result.error
+    assert result.error.type == "AgentTimeoutError" and result.reward == 0.0
+    assert probes == 1  # asked, and it answered

@@ -39,7 +39,9 @@ Limits
     every exec join before they start. Without a writable cgroup, ``limits = "auto"`` falls back to
     rlimits (``prlimit``: ``RLIMIT_AS`` = memory_mb per process, ``RLIMIT_NPROC`` = pids_limit for the
     sandbox's uid; cpus is then not enforced) and says so in the trial's notes; ``limits = "cgroup"``
-    refuses to start with a :class:`SandboxError` that names the limits. Disk use is not limited.
+    refuses to start with a :class:`SandboxError` that names the limits. ``SandboxSpec.storage_mb``: run as
+    root, the per-trial root is an ext4 filesystem of that size (a sparse file beside it, loop-mounted),
+    so writing past it fails inside with ENOSPC; unprivileged, disk use is not limited and the notes say so.
 Transfers
     ``upload``/``download`` never let the kernel follow a link the agent made: they walk the sandbox's
     view one component at a time with directory file descriptors and ``O_NOFOLLOW``, resolving each
@@ -92,6 +94,7 @@ import shutil
 import signal
 import socket
 import stat
+import subprocess
 import tempfile
 import time
 import uuid
@@ -147,6 +150,8 @@ JOIN_CGROUPS = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done
 """``sh -c`` prefix: move this process into each cgroup.procs named before ``--``, then exec the rest."""
 HOST_UID_BASE = 1_000_000_000
 MARKER_SUFFIX = ".owner.json"
+DISK_SUFFIX = ".disk"
+"""Beside a root: the file of its size-limited filesystem (``storage_mb``, run as root)."""
 
 
 class LocalSandboxOptions(PluginOptions):
@@ -276,6 +281,7 @@ class LocalSandbox(Sandbox):
         self._inside: dict[str, str] = {}
         self._marker_data: dict | None = None
         self._stopped = False
+        self._disk: Path | None = None
         self._ready = asyncio.Event()
         self._ready.set()
         self._lock = asyncio.Lock()
@@ -318,6 +324,7 @@ class LocalSandbox(Sandbox):
         }  # fmt: skip
         _write_json(self.marker, self._marker_data)
         self.root.mkdir(mode=0o755)
+        self._limit_storage()
         for name in WRITABLE_ROOTS:
             d = self.root / name
             d.mkdir(mode=0o1777 if name == "tmp" else 0o755)
@@ -336,6 +343,30 @@ class LocalSandbox(Sandbox):
         self._view = _build_view(self.root)
         self._inside = {name: _inside_path(name, self._view) for name in ("setpriv", "env", "bash")}
         self._setup_limits()
+
+    def _limit_storage(self) -> None:
+        """``storage_mb``: run as root, the per-trial root (every writable folder) is an ext4 filesystem of that
+        size on a sparse file beside it, loop-mounted, so writing past it fails inside with ENOSPC."""
+        size = self.spec.storage_mb
+        if size is None:
+            return
+        if os.geteuid() != 0:
+            self.notes.append(f"storage_mb = {size} is not enforced: the local sandbox needs root to mount a "
+                              "size-limited filesystem (the docker sandbox enforces it)")
+            return
+        disk = self.base / f"{self.root.name}{DISK_SUFFIX}"
+        assert self._marker_data is not None
+        self._marker_data["disk"] = disk.name
+        _write_json(self.marker, self._marker_data)
+        with open(disk, "wb") as f:
+            f.truncate(size * 1024 * 1024)
+        for argv in (["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", str(disk)],
+                     ["mount", "-o", "loop,nodev,nosuid", str(disk), str(self.root)]):
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            if done.returncode != 0:
+                raise SandboxError(f"storage_mb = {size}: {argv[0]} failed: {(done.stderr or done.stdout).strip()[:300]}")
+        self._disk = disk
+        os.chmod(self.root, 0o755)
 
     def _setup_limits(self) -> None:
         spec, opts = self.spec, self.options
@@ -550,8 +581,9 @@ class LocalSandbox(Sandbox):
         gone = self._cgroups.remove() if self._cgroups is not None else True
         if not self.options.keep_root:
             try:
+                _unmount_disk(self.root, self._disk)
                 _rmtree(self.root)
-            except OSError:
+            except (OSError, subprocess.SubprocessError):
                 gone = False
         if gone and self._marker_data is not None:
             with contextlib.suppress(FileNotFoundError):
@@ -774,6 +806,13 @@ class LocalSandbox(Sandbox):
     async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
         await self._transfer(f"download of {source}", self._download, source, Path(dest), timeout=timeout)
 
+    async def restore_image_tools(self, keep: list[str] | None = None) -> list[str]:
+        """Nothing to restore: ``/usr`` is the host's, read-only, and ``/`` a read-only tmpfs, so the agent can
+        change no executable or library there (tests/security/test_grading_attacks.py checks it). A tool it
+        planted in a writable root on ``PATH`` is not run by the verifier's commands, whose ``PATH`` is the
+        sandbox's fixed one."""
+        return []
+
     async def forward_host_port(self, port: int) -> str:
         if self.spec.allow_internet:
             return f"http://127.0.0.1:{port}"  # the sandbox shares the host's network
@@ -851,11 +890,21 @@ def _cleanup(base: Path) -> int:
         cgroups_gone = _Cgroups(cgroups).remove(wait=5) if cgroups else True
         root = base / name if isinstance(name, str) and "/" not in name and name not in ("", ".", "..") else None
         if root is not None and (root.exists() or root.is_symlink()):
+            disk = data.get("disk")
+            _unmount_disk(root, base / disk if isinstance(disk, str) and disk == f"{name}{DISK_SUFFIX}" else None)
             _rmtree(root)
             removed += 1
         if cgroups_gone:
             marker.unlink(missing_ok=True)
     return removed
+
+
+def _unmount_disk(root: Path, disk: Path | None) -> None:
+    """Unmount ``storage_mb``'s filesystem from ``root`` (when mounted) and remove its file."""
+    if os.path.ismount(root):
+        subprocess.run(["umount", "-l", str(root)], capture_output=True, timeout=60, check=True)
+    if disk is not None:
+        disk.unlink(missing_ok=True)
 
 
 def _base_dir(options: LocalSandboxOptions) -> Path:

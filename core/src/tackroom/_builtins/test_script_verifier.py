@@ -7,7 +7,8 @@ import math
 
 from pydantic import Field
 
-from tackroom._errors import ModelError, TaskError
+from tackroom._errors import TaskError
+from tackroom._grading import prepare_grading, workdir_of
 from tackroom._markers import hookimpl
 from tackroom._plugin import PluginOptions
 from tackroom._reward import Reward
@@ -28,9 +29,10 @@ class TestScriptOptions(PluginOptions):
 class TestScriptVerifier(Verifier):
     """Runs tests/test.sh under the verifier timeout; reward from /logs/verifier/reward.json or reward.txt.
 
-    /logs/verifier is recreated empty before the tests are uploaded (an agent that makes that impossible
-    has failed: ``model``, reward 0), and every process test.sh left running is killed before the reward
-    is read.
+    /logs/verifier and /tests are recreated empty before the tests are uploaded (an agent that makes that
+    impossible has failed: ``model``, reward 0); a FIFO, socket or device file the agent left where test.sh
+    reads (the working directory, ``[verifier] grading_paths``) is sabotage (``model``, reward 0); every
+    process test.sh left running is killed before the reward is read.
     """
 
     name = "test-script"
@@ -41,15 +43,12 @@ class TestScriptVerifier(Verifier):
         script = task.tests_dir / "test.sh"
         if not script.is_file():
             raise TaskError(f"{script}: missing; the test-script verifier needs tests/test.sh")
-        # An image or an agent must not be able to plant a reward: the folder is recreated empty (the
-        # runtime has killed every process the agent started, so nothing writes into it any more).
-        # (`rm -rf` removes a planted symlink, not its target; on a mount point it empties the folder.)
-        fresh = await sandbox.exec(f"rm -rf {REWARD_DIR}; mkdir -p {REWARD_DIR} && [ -d {REWARD_DIR} ] && [ ! -L {REWARD_DIR} ] "
-                                   f"&& [ -z \"$(ls -A {REWARD_DIR})\" ]",
-                                   cwd="/", timeout=30)
-        if not fresh.ok:
-            raise ModelError(f"the agent left {REWARD_DIR} so that it cannot be recreated empty (exit "
-                             f"{fresh.exit_code}: {(fresh.stderr or fresh.stdout).strip()[:300]}); graded 0")
+        # An image or an agent must not be able to plant a reward, nor a test file (a conftest.py that
+        # steers pytest): both folders are recreated empty first, then /tests gets exactly the task's files
+        # (the runtime has killed every process the agent started, so nothing writes into them any more).
+        # One command does both folders and the search for FIFOs and devices where test.sh reads.
+        await prepare_grading(sandbox, [REWARD_DIR, self.options.tests_dir],
+                              [workdir_of(sandbox), *task.config.verifier.grading_paths])
         await sandbox.upload(task.tests_dir, self.options.tests_dir)
         timeout = task.config.verifier.timeout_sec
         try:

@@ -24,6 +24,8 @@ all stop), ``planted_symlinks`` (links from inside the sandbox to host paths at
 every transfer destination change no host file and bring no host file back)
 and ``privileges`` (the sandbox cannot write a host file by its path nor any
 of its own read-only mounts, even after ``mount -o remount,rw`` or ``unshare``).
+The grading attacks (:mod:`tackroom.testing.grading_checks`) come last: ``planted_test_files``,
+``fifo_at_read_path``, ``tampered_tools`` and ``disk_fill``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from tackroom._sandbox import (
     SandboxTimeoutError,
 )
 from tackroom.testing._report import CheckReport, CheckResult, SkipCheck, known_skips, timed_check
+from tackroom.testing.grading_checks import GRADING_CHECKS
 
 SPEC_ENV_KEY = "TACKROOM_SELF_CHECK_SPEC_ENV"
 BINARY = bytes(range(256)) * 64
@@ -71,8 +74,11 @@ Check = Callable[[Sandbox, "CheckContext"], Awaitable[None]]
 class CheckContext:
     """Per-run scratch: a unique sandbox directory, a local temp dir, the spec used, the report's timings."""
 
-    def __init__(self, spec: SandboxSpec, local: Path, timings: dict[str, float] | None = None) -> None:
+    def __init__(self, spec: SandboxSpec, local: Path, timings: dict[str, float] | None = None,
+                 provider: SandboxProvider | None = None) -> None:
         self.spec = spec
+        self.provider = provider
+        """The provider under test (checks that need a sandbox of their own, e.g. ``disk_fill``, start one)."""
         self.local = local
         self.root = f"/tmp/tackroom-check-{secrets.token_hex(4)}"
         self.timings = timings if timings is not None else {}
@@ -578,6 +584,7 @@ CHECKS: dict[str, Check] = {
     "privileges": check_privileges,
     "planted_symlinks": check_planted_symlinks,
     "kill_processes": check_kill_processes,
+    **GRADING_CHECKS,
 }
 """Checks that share one started sandbox, in order. ``stop_idempotent`` and
 ``stop_never_started`` use sandboxes of their own."""
@@ -637,7 +644,7 @@ async def run_sandbox_checks(
                     await sb.exec("true", timeout=30)
                     round_trips.append(time.monotonic() - t)
                 timings["exec_round_trip_s"] = sorted(round_trips)[2]
-                ctx = CheckContext(spec, Path(tmp), timings)
+                ctx = CheckContext(spec, Path(tmp), timings, provider)
                 for name, check in CHECKS.items():
                     if name not in skip:
                         results.append(await timed_check(name, check(sb, ctx), check_timeout))

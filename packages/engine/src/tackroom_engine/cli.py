@@ -28,6 +28,10 @@ def model_up(
     chat_template: Path = typer.Option(None, "--chat-template", help="A Jinja chat template; default: tackroom's tools "
                                        "template for SmolLM2, the folder's chat_template.jinja for --model."),
     max_model_len: int = typer.Option(4096, help="Context length."),
+    kv_cache_gib: int = typer.Option(2, "--kv-cache-gib", help="GiB of KV cache (vLLM-CPU's VLLM_CPU_KVCACHE_SPACE)."),
+    lora_rank: int = typer.Option(None, "--lora-rank", help="Serve LoRA adapters up to this rank and allow adding "
+                                  "them at runtime (POST /v1/load_lora_adapter); default: no LoRA."),
+    max_loras: int = typer.Option(2, "--max-loras", help="LoRA adapters in one batch at once (with --lora-rank)."),
     timeout: float = typer.Option(900, help="Seconds to wait for /health."),
     as_json: bool = typer.Option(False, "--json", help="Print the engine state as JSON."),
 ) -> None:
@@ -38,7 +42,8 @@ def model_up(
 
     settings = EngineSettings(port=port, model=str(model) if model else None, served_name=name,
                               chat_template=str(chat_template) if chat_template else None,
-                              max_model_len=max_model_len, start_timeout_sec=timeout)
+                              max_model_len=max_model_len, start_timeout_sec=timeout, kv_cache_gib=kv_cache_gib,
+                              lora_rank=lora_rank, max_loras=max_loras)
     try:
         state = up(settings, log=lambda m: err_console.print(m, style="dim", markup=False, highlight=False))
     except TackroomError as exc:

@@ -81,6 +81,11 @@ class EngineSettings(BaseModel):
     (when it has none, vLLM uses the tokenizer config's)."""
     max_model_len: int = 4096
     kv_cache_gib: int = 2
+    lora_rank: int | None = Field(default=None, ge=1)
+    """Serve LoRA adapters up to this rank (``--enable-lora --max-lora-rank``) and let a trainer add them to the
+    running engine (``POST /v1/load_lora_adapter``, ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``); None: no LoRA."""
+    max_loras: int = Field(default=2, ge=1)
+    """Adapters in one batch at once (``--max-loras``), when :attr:`lora_rank` is set."""
     start_timeout_sec: float = 900.0
     install_timeout_sec: float = 1800.0
     extra_args: list[str] = Field(default_factory=list)
@@ -355,6 +360,33 @@ def check_model_folder(path: Path) -> Path:
     return path
 
 
+def engine_env(settings: EngineSettings) -> dict[str, str]:
+    """The variables the engine process gets on top of this one's environment."""
+    env = {
+        "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gib),
+        "VLLM_CPU_OMP_THREADS_BIND": "auto",
+        "VLLM_USE_AOT_COMPILE": "0",
+        "TORCHINDUCTOR_CACHE_DIR": str(cache_root() / "torchinductor"),
+    }
+    if settings.lora_rank is not None:
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    return env
+
+
+def engine_argv(settings: EngineSettings, python: str | Path, model: Path, template: Path | None) -> list[str]:
+    """vLLM's OpenAI server command line for ``settings``."""
+    lora = ([] if settings.lora_rank is None else
+            ["--enable-lora", "--max-lora-rank", str(settings.lora_rank), "--max-loras", str(settings.max_loras)])
+    return [
+        str(python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model), "--served-model-name", settings.name(),
+        "--host", settings.host, "--port", str(settings.port), "--max-model-len", str(settings.max_model_len),
+        *(["--chat-template", str(template)] if template is not None else []),
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+        *lora, *settings.extra_args,
+    ]
+
+
 def up(settings: EngineSettings | None = None, log: Callable[[str], None] = print) -> EngineState:
     """Start the engine on ``settings.port`` (setting it up first if needed) and wait until it is healthy.
 
@@ -387,21 +419,8 @@ def up(settings: EngineSettings | None = None, log: Callable[[str], None] = prin
     model = check_model_folder(settings.model_path()) if settings.model else ensure_model(python, log)
     engine_dir().mkdir(parents=True, exist_ok=True)
     logfile = log_file(settings.port)
-    env = dict(os.environ)
-    env.update({
-        "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gib),
-        "VLLM_CPU_OMP_THREADS_BIND": "auto",
-        "VLLM_USE_AOT_COMPILE": "0",
-        "TORCHINDUCTOR_CACHE_DIR": str(cache_root() / "torchinductor"),
-    })
-    argv = [
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--served-model-name", settings.name(),
-        "--host", settings.host, "--port", str(settings.port), "--max-model-len", str(settings.max_model_len),
-        *(["--chat-template", str(template)] if template is not None else []),
-        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-        *settings.extra_args,
-    ]
+    env = {**os.environ, **engine_env(settings)}
+    argv = engine_argv(settings, python, model, template)
     log(f"starting vLLM serving {model} as {settings.name()!r} on {settings.base_url} (log: {logfile})")
     with open(logfile, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -301,6 +301,26 @@ class PolicyGateway:
         s = self.sessions.get(session_id)
         return s.worst_error() if s else None
 
+    async def settle_session(self, session_id: str) -> None:
+        """Before :meth:`session_error` is asked at the end of a turn: when an engine request of the session was
+        open at the end (still open, or cut off then) and nothing has shown since it was sent whether the engine
+        answers (no probe, no output), send one last probe and wait for it (``probe_timeout_s`` at most).
+
+        Without it a turn shorter than ``probe_interval_s`` that ends waiting on a silent engine would leave no
+        verdict, and the agent's timeout would count as the model's failure; with it, a silent engine is
+        ``infra`` at any agent timeout."""
+        s = self.sessions.get(session_id)
+        if s is None or self.engine is None or self.template is None:
+            return
+        since = s.unsettled_since()
+        if since is None:
+            return
+        p, answered = self.liveness.last_probe, self.liveness.last_answer_at
+        if (p is not None and p.sent_at >= since) or (answered is not None and answered >= since):
+            return  # a probe sent, or output produced, after the request went out: the verdict exists
+        eot = self.template.end_of_turn_id
+        await self.liveness.probe(self.engine, [eot if eot is not None else 0])
+
     def close_session(self, session_id: str) -> Trajectory | None:
         """Forget a session (its URL stops working, its open engine requests are cut off); returns its
         trajectory (None if it never finished a turn)."""

@@ -146,6 +146,8 @@ class CutOff:
     turn_ended: bool
     engine_failure: str | None
     """Why the engine counted as not answering when it was cut off (None: it was answering)."""
+    started: float = 0.0
+    """When the request was sent (``time.monotonic()``)."""
 
 
 def _no_liveness() -> str:
@@ -195,7 +197,8 @@ class TitoSession:
         self._clock += 1
         waited = time.monotonic() - entry.started
         failure = self.engine_failure() if entry.turn_ended else None
-        cut = CutOff(seq=self._clock, why=why, waited=waited, turn_ended=entry.turn_ended, engine_failure=failure)
+        cut = CutOff(seq=self._clock, why=why, waited=waited, turn_ended=entry.turn_ended, engine_failure=failure,
+                     started=entry.started)
         note = f"turn {len(self.turns)}: an engine request was cut off after {waited:.1f}s: {why}"
         if entry.turn_ended:
             note += (f"; the engine was not answering ({failure})" if failure is not None else
@@ -225,6 +228,17 @@ class TitoSession:
         """An engine request (or its preparation) failed with a classified error."""
         self.errors.append(error)
         self._last_outcome = error
+
+    def unsettled_since(self) -> float | None:
+        """When the request that would decide :meth:`worst_error` by the engine's liveness was sent: the oldest
+        one still open, or the last one cut off at the end of the turn while the engine counted as answering
+        (no request after it); None when no such request exists."""
+        if self.inflight:
+            return min(e.started for e in self.inflight.values())
+        cut = self._interrupted
+        if cut is not None and cut.turn_ended and cut.seq > self._last_start and cut.engine_failure is None:
+            return cut.started
+        return None
 
     def _still_open(self) -> EngineRequestInterruptedError | None:
         """Asked with engine requests still open (the agent's turn is over): infra when the engine is not

@@ -33,6 +33,11 @@ class GatewayTrialSession:
         self.session_id = session_id
         self.policy: Policy = gateway.policy(session_id, sampling=sampling, label=label, token_ids=False)
 
+    async def settle(self) -> None:
+        """One last liveness probe when the turn ended on an engine request no probe has judged yet
+        (``PolicyGateway.settle_session``); the runtime awaits it before asking :meth:`error`."""
+        await self.gateway.settle_session(self.session_id)
+
     def error(self) -> TackroomError | None:
         """The session's deciding error (``PolicyGateway.session_error``); ask before ``complete()``, which
         closes the session: an engine request still open now counts as an infra error when the engine is

@@ -16,6 +16,8 @@ pytestmark = [
 async def test_modal_conforms() -> None:
     provider = ModalProvider()
     try:
-        await sandbox_self_check(provider)
+        # A documented gap (docs/threat-model.md, "Grading"): these sandboxes cannot restore the image's tools
+        # nor limit disk; tasks that need either use grading = "separate" or the docker sandbox.
+        await sandbox_self_check(provider, skip={"tampered_tools", "disk_fill"})
     finally:
         await provider.cleanup()

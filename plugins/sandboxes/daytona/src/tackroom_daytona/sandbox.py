@@ -61,6 +61,8 @@ class DaytonaSandbox(TarTransfer, Sandbox):
         self.sandbox: Any = None
         self._holding_slot = False
         self._stopped = False
+        if spec.storage_mb is not None:  # a documented gap (docs/threat-model.md, "Grading")
+            self.notes.append(f"storage_mb = {spec.storage_mb} is not enforced: the daytona sandbox cannot limit its disk")
         self._workdir: str | None = None
 
     # -- lifecycle ------------------------------------------------------------------

@@ -75,6 +75,16 @@ class EngineInfo(BaseModel):
     mem_total: int
     init_binary: str
     local: bool
+    storage_driver: str = ""
+    backing_fs: str = ""
+
+    @property
+    def storage_quota(self) -> bool:
+        """Whether ``docker run --storage-opt size=`` limits a container's writable layer on this engine
+        (overlay2 on xfs mounted with pquota, btrfs, zfs, devicemapper)."""
+        if self.storage_driver == "overlay2":
+            return self.backing_fs == "xfs"
+        return self.storage_driver in ("btrfs", "zfs", "devicemapper", "windowsfilter")
 
     @property
     def init_available(self) -> bool:
@@ -219,6 +229,8 @@ class DockerCLI:
                 mem_total=int(data.get("MemTotal") or 0),
                 init_binary=str(data.get("InitBinary") or "docker-init"),
                 local=host == "" or host.startswith("unix://"),
+                storage_driver=str(data.get("Driver") or ""),
+                backing_fs=next((str(v) for k, v in data.get("DriverStatus") or [] if k == "Backing Filesystem"), ""),
             )
         return _info_cache[key]
 

@@ -28,7 +28,7 @@ from tackroom import (
     transfer_check_stdin,
     upload_directories,
 )
-from tackroom_docker.engine import CallResult, DockerCLI
+from tackroom_docker.engine import CallResult, DockerCLI, EngineInfo
 from tackroom_docker.images import ImageResolver, ResolvedImage
 from tackroom_docker.options import DockerOptions
 from tackroom_docker.ownership import owner_label
@@ -140,6 +140,7 @@ class DockerSandbox(Sandbox):
         self.workdir = spec.workdir
         """The container's working directory (the Dockerfile's WORKDIR unless the spec sets one)."""
         self._shell = "bash"
+        self._tmpfs_workdir = False
         self._run_attempted = False
         self._started = False
         self._stopped = False
@@ -180,6 +181,11 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"could not start a container from {self.image.ref}: {result.describe()}")
         self.timings["run_s"] = time.monotonic() - t1
         self._started = True
+        if self._tmpfs_workdir:
+            # The tmpfs volume hides what the image put in the working directory: copied in from the image.
+            from tackroom_docker.tools import copy_from_image
+
+            await copy_from_image(self, self.image.ref, [self.workdir])
 
     async def _run_argv(self, image: ResolvedImage) -> list[str]:
         info = await self.cli.info(timeout=self.options.cli_timeout_sec)
@@ -216,12 +222,31 @@ class DockerSandbox(Sandbox):
             self.workdir = image.working_dir
         for key, value in spec.env.items():
             argv += ["-e", f"{key}={value}"]
+        if spec.storage_mb is not None:
+            argv += self._storage_args(info, spec.storage_mb)
         argv += self.options.extra_run_args
         if self.options.keep_entrypoint:
             argv += [image.ref, "sh", "-c", KEEPALIVE]
         else:
             argv += ["--entrypoint", "sh", image.ref, "-c", KEEPALIVE]
         return argv
+
+    def _storage_args(self, info: EngineInfo, size_mb: int) -> list[str]:
+        """``storage_mb``: the writable layer's quota where the storage driver has one; else the working
+        directory and /tmp are size-limited tmpfs volumes (filled from the image, removed with the container)."""
+        if info.storage_quota:
+            return ["--storage-opt", f"size={size_mb}m"]
+        self.notes.append(
+            f"storage_mb = {size_mb}: the engine's storage driver ({info.storage_driver or 'unknown'} on "
+            f"{info.backing_fs or 'unknown'}) has no per-container quota, so {self.workdir} and /tmp are each a "
+            f"{size_mb} MB tmpfs (counted in the memory limit too); the rest of the container's writable layer is not limited"
+        )
+        args: list[str] = []
+        self._tmpfs_workdir = self.workdir not in ("/", "/tmp")
+        for dest in dict.fromkeys(d for d in (self.workdir, "/tmp") if d != "/"):
+            args += ["--mount", f"type=volume,dst={dest},volume-driver=local,volume-opt=type=tmpfs,"
+                                f"volume-opt=device=tmpfs,volume-opt=o=size={size_mb}m"]
+        return args
 
     async def stop(self) -> None:
         """Remove the container (``docker rm -f``: no grace period); idempotent and shielded from cancellation."""
@@ -512,6 +537,13 @@ class DockerSandbox(Sandbox):
     async def _raise_if_gone_or(self, failed: CallResult, message: str) -> None:
         await self._raise_if_gone(failed)
         raise SandboxError(f"{message}: {failed.describe()}")
+
+    async def restore_image_tools(self, keep: list[str] | None = None) -> list[str]:
+        """The image's executables and libraries back in place before grading (see :mod:`tackroom_docker.tools`)."""
+        from tackroom_docker.tools import restore_image_tools
+
+        self._require_started()
+        return await restore_image_tools(self, [self.workdir, *(keep or [])])
 
     async def forward_host_port(self, port: int) -> str:
         """The host network shares the port as it is; under ``--network none`` a forward opened in the

@@ -39,6 +39,8 @@ class ModalSandbox(TarTransfer, Sandbox):
         self.sandbox: Any = None
         self._holding_slot = False
         self._stopped = False
+        if spec.storage_mb is not None:  # a documented gap (docs/threat-model.md, "Grading")
+            self.notes.append(f"storage_mb = {spec.storage_mb} is not enforced: the modal sandbox cannot limit its disk")
 
     # -- lifecycle ------------------------------------------------------------------
     async def start(self) -> None:

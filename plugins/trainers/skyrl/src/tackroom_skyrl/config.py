@@ -86,6 +86,13 @@ class TrainKnobs(BaseModel):
     strategy: Literal["fsdp", "megatron"] = "fsdp"
     logprob_mismatch_warn: float = Field(default=0.03, ge=0)
     """Warn when a step's mean |trainer − rollout| logprob over trained tokens is above this (both backends)."""
+    tis_ratio_type: Literal["token", "sequence"] | None = None
+    """Off-policy correction: truncated importance sampling on the trainer/sampler ratio, SkyRL's
+    ``off_policy_correction.tis_ratio_type``. ``token``: each trained token's loss × min(π_trainer/π_sampler,
+    ``token_tis_ratio_clip_high``); ``sequence``: every token of a sequence × min(Π_t π_trainer/π_sampler,
+    ``sequence_tis_ratio_clip_high``). None: no correction."""
+    token_tis_ratio_clip_high: float = Field(default=2.0, gt=0)
+    sequence_tis_ratio_clip_high: float = Field(default=5.0, gt=0)
     preflight_passes: int = Field(default=1, ge=0)
     """Before training (tinker backend), run every task this many times and measure the non-model error rate;
     0 skips the pass (see tackroom_skyrl.error_rate)."""

@@ -63,6 +63,10 @@ def skyrl_overrides(config: TrainConfig, *, dataset_path: str | Path, run_dir: s
         "trainer.algorithm.loss_reduction": aggregation,
         "trainer.algorithm.advantage_estimator": t.advantage_estimator,
         "trainer.algorithm.use_kl_loss": t.use_kl_loss,
+        **({} if t.tis_ratio_type is None else {
+            "trainer.algorithm.off_policy_correction.tis_ratio_type": t.tis_ratio_type,
+            "trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high": t.token_tis_ratio_clip_high,
+            "trainer.algorithm.off_policy_correction.sequence_tis_ratio_clip_high": t.sequence_tis_ratio_clip_high}),
         # inference:train split
         "trainer.placement.colocate_all": False,
         "trainer.placement.policy_num_nodes": g.nodes,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 COLUMNS = ("step", "mean_reward", "trained_trials", "masked_trials", "mismatch_mean", "mismatch_max", "loss",
-           "rollout_s", "train_s")
+           "rollout_s", "train_s", "version", "staleness", "handoff_s", "mismatch_flagged", "dropped_batches")
 
 
 def write_csv(steps: list[dict[str, Any]], path: str | Path) -> Path:
@@ -54,10 +54,13 @@ def write_png(steps: list[dict[str, Any]], path: str | Path, *, title: str = "ta
 
 def render_table(steps: list[dict[str, Any]]) -> str:
     """The curve as text, for the terminal."""
-    lines = ["step  mean_reward  mismatch   loss      trained/masked"]
+    lines = ["step  mean_reward  mismatch   loss      trained/masked  version/stale  rollout_s  train_s  handoff_s"]
     for s in steps:
         mm = s.get("mismatch_mean")
         loss = s.get("loss")
+        version = f"{s['version']}/{s['staleness']}" if s.get("version") is not None else "-"
+        secs = {k: "-" if s.get(k) is None else f"{s[k]:.1f}" for k in ("rollout_s", "train_s", "handoff_s")}
         lines.append(f"{s['step']:>4}  {s['mean_reward']:>11.3f}  {'-' if mm is None else f'{mm:.4f}':>8}   "
-                     f"{'-' if loss is None else f'{loss:+.4f}':>8}  {s['trained_trials']}/{s['masked_trials']}")
+                     f"{'-' if loss is None else f'{loss:+.4f}':>8}  {s['trained_trials']}/{s['masked_trials']:<13}"
+                     f"{version:>6}  {secs['rollout_s']:>14}  {secs['train_s']:>7}  {secs['handoff_s']:>9}")
     return "\n".join(lines)

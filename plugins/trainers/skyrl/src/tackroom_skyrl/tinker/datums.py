@@ -28,6 +28,7 @@ Losses on this backend (``[tinker] loss_fn``):
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from statistics import mean, pstdev
@@ -135,27 +136,69 @@ def batch_from_output(output: dict[str, Any], advantages: list[float], groups: l
     return Batch(rows, aggregation)
 
 
-def datums(batch: Batch, *, with_advantages: bool) -> list[Any]:
+TIS_LOG_CLIP = 20.0
+"""|log ratio| beyond this is clipped before exp (SkyRL's ``safe_exp_delta`` clip)."""
+
+
+def tis_ratios(batch: Batch, trainer_logprobs: list[list[float]], ratio_type: str, *, token_cap: float = 2.0,
+               sequence_cap: float = 5.0) -> tuple[list[list[float]], dict[str, float]]:
+    """Truncated importance-sampling weights per response token, SkyRL's ``compute_tis_ratio`` semantics.
+
+    ``trainer_logprobs`` are the trainer's (the "old" policy's, before this step's update) over target
+    positions; the rows' ``rollout_logprobs`` are the sampler's. ``token``: min(exp(old − rollout), token_cap)
+    per token; ``sequence``: min(exp(Σ_masked (old − rollout)), sequence_cap) on every token of the row.
+    Masked tokens get their ratio too (it multiplies a zero advantage). Also the share capped."""
+    def safe_exp(x: float) -> float:
+        return math.exp(max(-TIS_LOG_CLIP, min(TIS_LOG_CLIP, x)))
+
+    out, capped, counted = [], 0, 0
+    for row, lp in zip(batch.rows, trainer_logprobs):
+        deltas = [float(lp[row.start + j]) - r for j, r in enumerate(row.rollout_logprobs)]
+        if ratio_type == "token":
+            ratios = [safe_exp(d) for d in deltas]
+            capped += sum(1 for x, m in zip(ratios, row.mask) if m and x > token_cap)
+            counted += sum(1 for m in row.mask if m)
+            out.append([min(x, token_cap) for x in ratios])
+        elif ratio_type == "sequence":
+            ratio = safe_exp(sum(d for d, m in zip(deltas, row.mask) if m))
+            capped += ratio > sequence_cap
+            counted += 1
+            out.append([min(ratio, sequence_cap)] * len(deltas))
+        else:
+            raise ValueError(f"unknown tis_ratio_type {ratio_type!r}: 'token' or 'sequence'")
+    key = "tis_token_clip_high_ratio" if ratio_type == "token" else "tis_seq_clip_high_ratio"
+    return out, {key: capped / max(counted, 1)}
+
+
+def datums(batch: Batch, *, with_advantages: bool, old_logprobs: list[list[float]] | None = None,
+           token_weights: list[list[float]] | None = None) -> list[Any]:
     """Tinker ``Datum`` s; with ``with_advantages`` also ``logprobs``, ``advantages`` and ``weights`` for a built-in loss.
 
     The built-in losses of SkyRL's JAX backend reduce as ``(1/B) Σ_b (Σ_t w_bt ℓ_bt) / Σ_t w_bt``
     (``w`` = ``weights``, ``B`` = the batch's sequences). With ``w`` = the loss mask and the advantage
     of sequence ``b`` sent as ``A_b · c_b · n_b · B`` (``c_b`` the aggregation's factor, ``n_b`` its
     trained tokens), that reduction is exactly ``Σ_b c_b Σ_t m_bt ℓ_bt``: the ``[loss] aggregation``.
+
+    Off-policy correction (``[train] tis_ratio_type``): ``old_logprobs`` (the trainer's, per target position)
+    replace the sampler's as the loss's reference, so its ratio is π_θ/π_old, and each token's advantage is
+    multiplied by ``token_weights`` (:func:`tis_ratios`): SkyRL's TIS, the truncated π_old/π_sampler factor.
     """
     from tinker import types
 
     factors = aggregation_factors([r.mask for r in batch.rows], [r.group for r in batch.rows], batch.aggregation)
     size = len(batch.rows)
     out = []
-    for row, c in zip(batch.rows, factors):
+    for i, (row, c) in enumerate(zip(batch.rows, factors)):
         seq = row.prompt_ids + row.response_ids
         inputs: dict[str, Any] = {"target_tokens": seq[1:]}
         if with_advantages:
             pad = [0.0] * row.start
             scale = row.advantage * c * sum(row.mask) * size
-            inputs["logprobs"] = pad + row.rollout_logprobs
-            inputs["advantages"] = pad + [scale * m for m in row.mask]
+            reference = row.rollout_logprobs if old_logprobs is None else \
+                [float(x) for x in old_logprobs[i][row.start:row.start + len(row.mask)]]
+            weights = token_weights[i] if token_weights is not None else [1.0] * len(row.mask)
+            inputs["logprobs"] = pad + reference
+            inputs["advantages"] = pad + [scale * m * w for m, w in zip(row.mask, weights)]
             inputs["weights"] = pad + [float(m) for m in row.mask]
         out.append(types.Datum(model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs=inputs))
     return out

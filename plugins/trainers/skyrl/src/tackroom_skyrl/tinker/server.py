@@ -71,6 +71,15 @@ class TinkerSettings(BaseModel):
     ``importance_sampling``, ``ppo_clip`` → ``ppo``); a built-in by name; or ``tackroom``: the loss in torch
     through Tinker's custom-loss path (servers with a plain weighted-sum cross-entropy; not SkyRL 0.4's JAX
     backend). See :mod:`tackroom_skyrl.tinker.datums`."""
+    sampler: Literal["engine", "tinker"] = "engine"
+    """Where rollouts sample: ``engine``, a vLLM engine the run starts on ``engine_port`` with LoRA enabled, each
+    optimiser step's LoRA loaded into it (see :mod:`tackroom_skyrl.tinker.engine_sampling`); ``tinker``: the
+    Tinker server's own (JAX) sampler."""
+    engine_port: int = Field(default=8013, ge=1, le=65535)
+    """The run's own engine (not 8011, the shared one)."""
+    engine_max_loras: int = Field(default=2, ge=1)
+    engine_kv_cache_gib: int = Field(default=1, ge=1)
+    engine_start_timeout_s: float = Field(default=900.0, gt=0)
     normalize_advantages: bool = True
     """GRPO: divide by the group's reward std (SkyRL's ``norm_adv_by_std_in_grpo``)."""
     port: int = 0

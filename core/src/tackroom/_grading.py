@@ -1,0 +1,113 @@
+"""What keeps grading out of the agent's reach (docs/threat-model.md, "Grading").
+
+- :func:`check_read_paths`: a FIFO, socket or device (or a link to one) where the verifier reads is
+  sabotage: it would hang or steer test.sh. Found before the tests run, it is the model's failure.
+- :func:`regrade_untouched`: when grading ends in a ``task`` error (a timeout, an unreadable reward), the
+  runtime grades a fresh sandbox of the same task that no agent touched. Grading that works there failed
+  because of what the agent did (:class:`GradingSabotagedError`, ``model``, reward 0); grading that fails
+  there too is the task's own fault (:class:`GraderBrokenError`, ``task``).
+- :func:`grade_separately`: ``[verifier] grading = "separate"``: the agent's files under
+  ``grading_paths`` are copied into a fresh sandbox of the same image, and grading runs there, with the
+  image's own tools and nothing the agent left running or installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import tempfile
+from pathlib import Path
+
+from tackroom._sandbox import GradingSabotagedError, Sandbox
+
+SPECIAL_FILES = r"""
+for p in "$@"; do
+    [ -e "$p" ] || [ -L "$p" ] || continue
+    find "$p" \( -type p -o -type s -o -type b -o -type c \
+        -o \( -type l ! -lname /dev/null \( -xtype p -o -xtype s -o -xtype b -o -xtype c \) \) \) -print 2>/dev/null | head -n 5
+done
+"""
+"""Prints up to five FIFOs, sockets, devices, or links to one (but ``/dev/null``), under each path argument."""
+
+
+PREPARE = r"""
+n=$1; shift; i=0; bad=
+while [ "$i" -lt "$n" ]; do
+    p=$1; shift; i=$((i + 1))
+    rm -rf "$p" 2>/dev/null; mkdir -p "$p" 2>/dev/null
+    if [ ! -d "$p" ] || [ -L "$p" ] || [ -n "$(ls -A "$p" 2>/dev/null)" ]; then echo "NOTEMPTY $p"; bad=1; fi
+done
+[ -n "$bad" ] && exit 0
+""" + SPECIAL_FILES
+"""Args: how many folders to recreate empty, those folders, then the read paths to search for special files."""
+
+
+async def prepare_grading(sandbox: Sandbox, fresh: list[str], read: list[str], *, timeout: float = 60.0) -> None:
+    """:meth:`Sandbox.fresh_folder` for each of ``fresh`` and :func:`check_read_paths` for ``read``, in one command.
+
+    Raises :class:`GradingSabotagedError` when a folder cannot be emptied or a special file sits where the
+    verifier reads."""
+    reads = list(dict.fromkeys(p for p in read if p))
+    result = await sandbox.exec(["sh", "-c", PREPARE, "tackroom-prepare", str(len(fresh)), *fresh, *reads],
+                                cwd="/", timeout=timeout)
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    stuck = [line[len("NOTEMPTY "):] for line in lines if line.startswith("NOTEMPTY ")]
+    if stuck or not result.ok:
+        raise GradingSabotagedError(f"the agent left {', '.join(stuck) or ' '.join(fresh)} so that it cannot be "
+                                    f"recreated empty (exit {result.exit_code}: {result.stderr.strip()[:300]}); graded 0")
+    if lines:
+        raise GradingSabotagedError(
+            f"the agent left special files where the verifier reads ({', '.join(shlex.quote(f) for f in lines)}): "
+            "a FIFO, socket or device there can hang or steer grading; graded 0"
+        )
+
+
+def workdir_of(sandbox: Sandbox) -> str:
+    """The sandbox's working directory (a provider may learn it from the image, as docker does)."""
+    workdir = getattr(sandbox, "workdir", None)
+    return workdir if isinstance(workdir, str) and workdir.startswith("/") else sandbox.spec.workdir
+
+
+async def check_read_paths(sandbox: Sandbox, paths: list[str], *, timeout: float = 60.0) -> None:
+    """Raise :class:`GradingSabotagedError` when a FIFO, socket or device file (or a link to one) sits under ``paths``.
+
+    Nothing the agent legitimately leaves behind needs one there once its processes are gone, and reading
+    one hangs test.sh (a FIFO), or feeds it endless or steered data (a device, a socket's server).
+    """
+    unique = list(dict.fromkeys(p for p in paths if p))
+    if not unique:
+        return
+    result = await sandbox.exec(["sh", "-c", SPECIAL_FILES, "tackroom-check", *unique], cwd="/", timeout=timeout)
+    found = [line for line in result.stdout.splitlines() if line.strip()]
+    if found:
+        raise GradingSabotagedError(
+            f"the agent left special files where the verifier reads ({', '.join(shlex.quote(f) for f in found)}): "
+            "a FIFO, socket or device there can hang or steer grading; graded 0"
+        )
+
+
+async def copy_paths(source: Sandbox, dest: Sandbox, paths: list[str], *, timeout: float = 300.0) -> list[str]:
+    """Copy each of ``paths`` that exists in ``source`` to the same place in ``dest`` (through the host);
+    returns the paths copied. Transfers never follow a link the agent planted (the sandbox contract)."""
+    copied: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="tackroom-grading-") as tmp:
+        for i, path in enumerate(dict.fromkeys(paths)):
+            local = Path(tmp) / str(i)
+            try:
+                await source.download(path, local, timeout=timeout)
+            except FileNotFoundError:
+                continue
+            if local.is_dir():
+                await dest.fresh_folder(path)
+            await dest.upload(local, path, timeout=timeout)
+            copied.append(path)
+    return copied
+
+
+async def stop_quietly(sandbox: Sandbox, timeout: float = 60.0) -> str | None:
+    """Stop ``sandbox``; a failure is returned as a note, never raised."""
+    try:
+        await asyncio.shield(asyncio.wait_for(sandbox.stop(), timeout))
+    except (Exception, asyncio.CancelledError) as exc:
+        return f"teardown of a grading sandbox failed: {type(exc).__name__}: {exc}"
+    return None

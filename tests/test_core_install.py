@@ -1,4 +1,5 @@
-"""``pip install ./core`` alone: a small venv holding the plugin contract, the runtime and the built-ins."""
+"""``pip install ./core`` alone: a small venv holding the plugin contract, the runtime and the built-ins (no
+sandbox: the default, ``local``, is tackroom-local, and `tackroom run` says how to install it)."""
 
 import json
 import shutil
@@ -38,10 +39,17 @@ def test_core_alone_is_a_small_venv_that_lists_its_built_ins(tmp_path):
     plugins = run(str(venv / "bin" / "tackroom"), "plugins", "--json")
     assert plugins.returncode == 0, plugins.stderr
     assert {(r["kind"], r["name"]) for r in json.loads(plugins.stdout)} == {
-        ("harness", "oracle"), ("harness", "nop"), ("harness", "answer"), ("sandbox", "local"),
+        ("harness", "oracle"), ("harness", "nop"), ("harness", "answer"),
         ("verifier", "test-script"), ("executor", "asyncio")}
     imported = run(py, "-c", "import sys, tackroom, tackroom.app, tackroom.executors, tackroom.testing\n"
                               "print(sorted({m.split('.')[0] for m in sys.modules}))")
     assert imported.returncode == 0, imported.stderr
     loaded = set(json.loads(imported.stdout.replace("'", '"')))
     assert not loaded & set(HEAVY), f"import tackroom loaded {sorted(loaded & set(HEAVY))}"
+
+    trial = subprocess.run([str(venv / "bin" / "tackroom"), "run", str(REPO / "examples/tasks/hello-file"),
+                            "--out", str(tmp_path / "runs")], capture_output=True, text=True, timeout=120,
+                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "300"})
+    message = " ".join((trial.stdout + trial.stderr).split())
+    assert trial.returncode != 0 and "no sandbox named 'local' is installed" in message, message
+    assert "'local' is provided by tackroom-local: pip install ./plugins/sandboxes/local" in message, message

@@ -6,10 +6,10 @@ import asyncio
 import tackroom
 import tackroom.testing
 from tackroom._attempt import sandbox_spec
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._trial import Trial
+from tackroom_local import LocalSandboxProvider
 
 
 class DialsHomeHarness(tackroom.Harness):

@@ -9,7 +9,6 @@ import pytest
 import tackroom
 from tackroom import instantiate
 from tackroom._builtins.answer_harness import AnswerEndpointError, AnswerHarness, AnswerModelError
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._sandbox import SandboxSpec
@@ -25,6 +24,7 @@ from tackroom.testing import (
     harness_self_check,
     task_for_tests,
 )
+from tackroom_local import LocalSandboxProvider
 
 SAY_BLUE = Path(__file__).resolve().parents[2] / "examples" / "train" / "overfit-tasks" / "say-blue"
 
@@ -238,14 +238,14 @@ async def test_answer_passes_the_harness_conformance_kit_on_local():
 
 
 async def test_with_core_alone_tackroom_run_answer_chats_straight_to_the_endpoint(tmp_path):
-    """`answer` lives in core, so it runs with core alone: no gateway installed, one chat completion to the
-    endpoint, graded as usual (the trajectory has no token ids)."""
+    """`answer` lives in core, so it runs with core alone (and a sandbox: the default, tackroom-local): no gateway
+    installed, one chat completion to the endpoint, graded as usual (the trajectory has no token ids)."""
     import asyncio
     import json
     import os
     import sys
 
-    core_alone = {**os.environ, "TACKROOM_LOAD_PLUGINS": ""}
+    core_alone = {**os.environ, "TACKROOM_LOAD_PLUGINS": "tackroom-local"}
     async with ScriptedChatServerForTests(["blue"]) as server:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tackroom._cli.main", "run", str(SAY_BLUE), "--harness", "answer",

@@ -23,6 +23,16 @@ def test_allowlist_keeps_builtins_and_blocklist_removes_them():
         blocked.entry("harness", "nop")
 
 
+def test_the_default_sandbox_is_a_plugin_of_its_own_and_without_it_the_error_says_how_to_install_it():
+    assert tackroom.RunConfig().sandbox.name == "local"
+    assert tackroom.PluginManager(env={}).entry("sandbox", "local").distribution == "tackroom-local"
+    only_core = tackroom.PluginManager(env={"TACKROOM_LOAD_PLUGINS": ""})
+    assert "local" not in [e.name for e in only_core.entries("sandbox")]
+    with pytest.raises(tackroom.PluginNotFoundError) as missing:
+        only_core.get("sandbox", "local")
+    assert "'local' is provided by tackroom-local: pip install ./plugins/sandboxes/local" in str(missing.value)
+
+
 def test_check_registered_fails_for_an_unregistered_name():
     with pytest.raises(AssertionError, match="not registered through the 'tackroom' entry-point group"):
         check_registered("harness", "definitely-not-installed")

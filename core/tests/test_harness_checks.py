@@ -6,7 +6,6 @@ import httpx
 import pytest
 
 import tackroom
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.nop_harness import NopHarness
 from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom.testing import (
@@ -17,6 +16,7 @@ from tackroom.testing import (
     harness_self_check,
     run_harness_checks,
 )
+from tackroom_local import LocalSandboxProvider
 
 
 async def test_oracle_passes_the_kit_on_local():

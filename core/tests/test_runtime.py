@@ -11,12 +11,12 @@ import pytest
 
 import tackroom
 import tackroom.testing
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.nop_harness import NopHarness
 from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._trial import Trial
+from tackroom_local import LocalSandboxProvider
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 

@@ -19,18 +19,14 @@ def test_cleanup_of_an_unknown_sandbox_lists_the_installed_ones():
 
 
 def test_cleanup_of_a_provider_without_leaks_reports_zero():
-    # `local` is core's embedded sandbox; its cleanup() has nothing to remove when no trial leaked.
-    listed = json.loads(runner.invoke(app, ["plugins", "--json"]).output)
-    sandboxes = [r["name"] for r in listed if r["kind"] == "sandbox" and r["distribution"] == "tackroom"]
-    if not sandboxes:
-        pytest.skip("no built-in sandbox registered yet")
-    # A machine where an earlier run was killed (OOM, kill -9) has leaks: the first cleanup removes them,
-    # the second finds none (nothing a live run holds is ever counted).
-    first = runner.invoke(app, ["sandbox", "cleanup", "--sandbox", sandboxes[0], "--json"])
+    # `local` (tackroom-local, the default sandbox, installed by the workspace): its cleanup() has nothing to
+    # remove when no trial leaked. A machine where an earlier run was killed (OOM, kill -9) has leaks: the first
+    # cleanup removes them, the second finds none (nothing a live run holds is ever counted).
+    first = runner.invoke(app, ["sandbox", "cleanup", "--sandbox", "local", "--json"])
     assert first.exit_code == 0, first.output
-    result = runner.invoke(app, ["sandbox", "cleanup", "--sandbox", sandboxes[0], "--json"])
+    result = runner.invoke(app, ["sandbox", "cleanup", "--sandbox", "local", "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output) == {"sandbox": sandboxes[0], "removed": 0}
+    assert json.loads(result.output) == {"sandbox": "local", "removed": 0}
 
 
 def test_options_are_key_value_with_json_values():

@@ -17,12 +17,12 @@ import pytest
 
 import tackroom
 import tackroom.testing
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.nop_harness import NopHarness
 from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._trial import Trial
+from tackroom_local import LocalSandboxProvider
 
 CHECK = 'if [ "$(cat /app/answer.txt 2>/dev/null)" = 42 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
 """test.sh: reward 1 only for the right answer."""

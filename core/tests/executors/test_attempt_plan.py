@@ -10,11 +10,11 @@ import pytest
 
 import tackroom
 import tackroom.testing
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom.executors import AsyncioExecutor, AttemptPlan, Executor, run_attempt
+from tackroom_local import LocalSandboxProvider
 
 REWARD_SH = "#!/bin/bash\nmkdir -p /logs/verifier\n[ \"$(cat /app/out.txt)\" = {i} ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from pydantic import Field
 
 from tackroom import Trajectory
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.oracle_harness import OracleHarness, OracleOptions
 from tackroom.testing import run_harness_checks, run_sandbox_checks
+from tackroom_local import LocalSandboxProvider
 
 
 class FaultOptions(OracleOptions):

@@ -29,11 +29,11 @@ import tackroom
 import tackroom._runtime
 import tackroom.testing
 from tackroom import Trial
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom.executors import ExecutorUnavailableError
+from tackroom_local import LocalSandboxProvider
 from tackroom_ray import RayOptions
 
 pytestmark = pytest.mark.slow

@@ -8,11 +8,11 @@ import pytest
 
 import tackroom
 from tackroom import load_run_config
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom.executors import AsyncioExecutor, ExecutorUnavailableError, PluginRef, make_executor
+from tackroom_local import LocalSandboxProvider
 from tackroom_ray import PluginNotShippableError, RayOptions
 from tackroom_ray.executor import RayExecutor
 from tackroom_ray.shipping import check_shippable

@@ -75,6 +75,7 @@ from typing import Any
 from tackroom._attempt import sandbox_spec
 from tackroom._config import validate
 from tackroom._errors import ConfigError, TackroomError
+from tackroom._manager import get_plugin_manager
 from tackroom._reward import Reward
 from tackroom._sandbox import DEFAULT_EXEC_TIMEOUT, ExecResult, Sandbox, SandboxError, SandboxProvider
 from tackroom._task import Task, load_task
@@ -593,9 +594,7 @@ async def run_verifier_checks(
     """
     skip = known_skips("verifier", skip, ALL_CHECKS)
     if sandbox is None:
-        from tackroom._builtins.local_sandbox import LocalSandboxProvider
-
-        sandbox = LocalSandboxProvider()
+        sandbox = get_plugin_manager().get("sandbox", "local")()  # the default; its install line when missing
     with tempfile.TemporaryDirectory(prefix="tackroom-verifier-check-") as tmp:
         work = Path(tmp)
         if task is None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tackroom import Task, load_task
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom.app import sandbox_spec
+from tackroom_local import LocalSandboxProvider
 
 REPO = Path(__file__).resolve().parents[4]
 WORLD = REPO / "examples" / "worlds" / "acme"

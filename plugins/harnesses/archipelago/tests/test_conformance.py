@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from conftest import WORLD
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom.testing import HarnessScript, harness_self_check
 from tackroom_archipelago import ArchipelagoHarness
+from tackroom_local import LocalSandboxProvider
 
 
 def _call(name: str, **arguments: object) -> str:

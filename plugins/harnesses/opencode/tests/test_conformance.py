@@ -28,7 +28,7 @@ async def conforms(tokenizer, provider) -> None:
 
 
 async def test_conformance_on_local(smollm2_tokenizer, opencode_install):
-    from tackroom._builtins.local_sandbox import LocalSandboxProvider
+    from tackroom_local import LocalSandboxProvider
 
     await conforms(smollm2_tokenizer, LocalSandboxProvider())
 

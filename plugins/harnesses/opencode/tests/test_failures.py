@@ -15,7 +15,7 @@ from opencode_scripted_engine import Later, ScriptedEngineForTests, scripted_gat
 
 from conftest import write_task
 from tackroom import SandboxSpec, load_task
-from tackroom._builtins.local_sandbox import LocalSandbox, LocalSandboxOptions, LocalSandboxProvider
+from tackroom_local import LocalSandbox, LocalSandboxOptions, LocalSandboxProvider
 from tackroom_opencode.errors import (
     OpenCodeCrashError,
     OpenCodeModelError,

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from tackroom import SandboxSpec
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
+from tackroom_local import LocalSandboxProvider
 
 
 def make_turn(*commands: str | tuple[str, float], complete: bool = False, analysis: str = "", plan: str = "") -> str:

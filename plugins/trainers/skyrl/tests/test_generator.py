@@ -130,7 +130,7 @@ def oracle_config(tasks: list[Path], **rollout) -> TrainConfig:
 
 
 async def test_task_error_masks_the_group_and_infra_is_retried_then_masked(tmp_path, monkeypatch):
-    from tackroom._builtins.local_sandbox import LocalSandbox
+    from tackroom_local import LocalSandbox
 
     # An agent can no longer kill its own sandbox (PID 1 ignores it): the host kills this one (as an OOM
     # kill of bwrap would) when the agent's turn ends, on every attempt: an infra error, retried, then masked.

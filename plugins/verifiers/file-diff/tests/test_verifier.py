@@ -9,10 +9,10 @@ import pytest
 
 import tackroom
 from tackroom import Trial
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom.testing import check_registered
 from tackroom_file_diff import FileChangeTracker, FileDiffVerifier
+from tackroom_local import LocalSandboxProvider
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the local sandbox needs bubblewrap")
 

@@ -15,8 +15,8 @@ import pytest
 
 import tackroom
 from tackroom import Trial
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom.app import TrialPlugins, TrialRuntime
+from tackroom_local import LocalSandboxProvider
 from tackroom_rubric_judge import RubricJudgeVerifier, score, shared_client, shared_clients
 from tackroom_rubric_judge.scoring import CriterionResult
 

@@ -237,7 +237,7 @@ async def test_a_trial_whose_judge_is_down_is_classified_infra_by_the_runtime(ju
         name="rubric-judge", base_url=server.base_url, model="judge", retry={**FAST, "max_attempts": 2}),
         manager=manager)
     harness = tackroom.instantiate("harness", "nop", manager=manager)
-    from tackroom._builtins.local_sandbox import LocalSandboxProvider
+    from tackroom_local import LocalSandboxProvider
 
     plugins = TrialPlugins.from_instances(harness, LocalSandboxProvider(), verifier)
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="nop", sandbox="local", verifier="rubric-judge")
@@ -270,7 +270,7 @@ async def test_end_to_end_trial_sends_the_file_changes_and_scores_penalties(judg
     manager = tackroom.PluginManager(env={})
     verifier = tackroom.instantiate("verifier", tackroom.PluginSelection(
         name="rubric-judge", base_url=server.base_url, model="judge", retry=FAST), manager=manager)
-    from tackroom._builtins.local_sandbox import LocalSandboxProvider
+    from tackroom_local import LocalSandboxProvider
 
     plugins = TrialPlugins.from_instances(tackroom.instantiate("harness", "oracle", manager=manager),
                                           LocalSandboxProvider(), verifier)

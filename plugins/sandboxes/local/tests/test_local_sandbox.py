@@ -8,8 +8,8 @@ import signal
 import pytest
 
 import tackroom
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
 from tackroom.testing import check_registered, sandbox_self_check
+from tackroom_local import LocalSandboxProvider
 
 
 def spec(tmp_path=None, **kw) -> tackroom.SandboxSpec:
@@ -17,7 +17,7 @@ def spec(tmp_path=None, **kw) -> tackroom.SandboxSpec:
 
 
 def test_local_is_registered_through_the_entry_point():
-    check_registered("sandbox", "local", distribution="tackroom")
+    check_registered("sandbox", "local", distribution="tackroom-local")
 
 
 async def test_local_sandbox_passes_the_conformance_suite():

@@ -24,12 +24,13 @@ from pathlib import Path
 import pytest
 
 import tackroom
-from tackroom._builtins import _local_view, local_sandbox
-from tackroom._builtins.local_sandbox import LocalSandbox, LocalSandboxProvider
 from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._trial import Trial
+from tackroom_local import LocalSandbox, LocalSandboxProvider
+from tackroom_local import sandbox as local_sandbox
+from tackroom_local import view as local_view
 
 SECRET = "host secret that no sandbox may read or change\n"
 
@@ -158,7 +159,7 @@ async def test_mount_unshare_mknod_and_chown_cannot_regain_privileges(make):
 
 async def test_binaries_planted_on_the_tasks_path_never_run_while_capabilities_are_held(make):
     """nsenter hands the sandbox's user-namespace capabilities to what it starts: never a binary the agent wrote."""
-    sb = await make(spec={"env": {"PATH": "/app/bin:/opt/bin:" + _local_view.DEFAULT_PATH, "LD_LIBRARY_PATH": "/app/lib"}})
+    sb = await make(spec={"env": {"PATH": "/app/bin:/opt/bin:" + local_view.DEFAULT_PATH, "LD_LIBRARY_PATH": "/app/lib"}})
     r = await sb.exec("mkdir -p /app/bin /opt/bin && for b in setpriv env bash nsenter sh; do "
                       "printf '#!/bin/sh\\ngrep CapEff /proc/self/status > /app/pwned-%s\\nexec /usr/bin/%s \"$@\"\\n' $b $b "
                       "> /app/bin/$b; chmod +x /app/bin/$b; cp /app/bin/$b /opt/bin/$b; done")
@@ -192,7 +193,7 @@ async def test_host_secrets_are_not_in_the_sandbox(make):
         r = await sb.exec(f"ls -d {path}")
         assert not r.ok, f"{path} is visible inside the sandbox"
     listed = set((await sb.exec("ls -A /etc")).stdout.split())
-    allowed = {p.split("/")[0] for p in _local_view.ETC_FILES} | set(_local_view.ETC_LINKS)
+    allowed = {p.split("/")[0] for p in local_view.ETC_FILES} | set(local_view.ETC_LINKS)
     unexpected = {name for name in listed if not any(re.fullmatch(a.replace("*", ".*"), name) for a in allowed)}
     assert not unexpected, f"/etc holds more than the allow-list: {sorted(unexpected)}"
     assert "passwd" in listed and "ld.so.cache" in listed
@@ -465,7 +466,7 @@ async def test_limits_cgroup_refuses_to_start_without_a_writable_cgroup(tmp_path
 OWNER = """
 import asyncio, json, sys
 import tackroom
-from tackroom._builtins.local_sandbox import LocalSandboxProvider
+from tackroom_local import LocalSandboxProvider
 
 async def main():
     sb = LocalSandboxProvider({"root_dir": sys.argv[1]}).create(tackroom.SandboxSpec(name="leaky"))

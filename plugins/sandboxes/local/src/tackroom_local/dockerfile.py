@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from tackroom._errors import TaskError
+from tackroom import TaskError
 
 
 class Instruction(BaseModel):

@@ -1,4 +1,4 @@
-"""The ``local`` sandbox: a per-trial root under bubblewrap, the embedded default.
+"""The ``local`` sandbox: a per-trial root under bubblewrap, tackroom's default sandbox.
 
 One long-lived ``bwrap`` per sandbox holds the namespaces (user, mount, pid, net, ipc, uts, cgroup);
 every ``exec`` enters them with ``nsenter``, so processes a harness starts (tmux, MCP servers) live
@@ -104,13 +104,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from tackroom._dockerfile import parse_copy, parse_dockerfile, parse_env
-from tackroom._errors import TaskError
-from tackroom._markers import hookimpl
-from tackroom._plugin import PluginOptions
-from tackroom._process import run_process
-from tackroom._sandbox import (
+from tackroom import (
     ExecResult,
+    PluginOptions,
     Sandbox,
     SandboxBuildError,
     SandboxError,
@@ -118,10 +114,20 @@ from tackroom._sandbox import (
     SandboxProvider,
     SandboxSpec,
     SandboxTimeoutError,
+    TaskError,
+    run_process,
 )
-
-from ._local_cgroups import _CGROUP_NAME, MiB, _cgroup_parents, _Cgroups, _make_cgroups, _start_time, _sweep_cgroups
-from ._local_view import (
+from tackroom_local.cgroups import (
+    _CGROUP_NAME,
+    MiB,
+    _cgroup_parents,
+    _Cgroups,
+    _make_cgroups,
+    _start_time,
+    _sweep_cgroups,
+)
+from tackroom_local.dockerfile import parse_copy, parse_dockerfile, parse_env
+from tackroom_local.view import (
     _INSTALL_HINT,
     _O_READ,
     DEFAULT_PATH,
@@ -943,8 +949,3 @@ class LocalSandboxProvider(SandboxProvider):
             return removed
 
         return await asyncio.to_thread(run)
-
-
-@hookimpl
-def tackroom_sandboxes(register) -> None:
-    register.add_sandbox(LocalSandboxProvider)

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 import tackroom
-from tackroom._builtins import _local_view, local_sandbox
-from tackroom._builtins.local_sandbox import LocalSandbox, LocalSandboxProvider
 from tackroom._sandbox import ExecResult
 from tackroom.testing import SANDBOX_CHECKS, run_sandbox_checks
 from tackroom.testing.sandbox_checks import CHECKS
+from tackroom_local import LocalSandbox, LocalSandboxProvider
+from tackroom_local import sandbox as local_sandbox
+from tackroom_local import view as local_view
 
 ONLY = {"privileges", "planted_symlinks", "kill_processes", "host_port_forward"}
 
@@ -106,7 +107,7 @@ def keeps_capabilities(extra_ro_bind: Path) -> type[LocalSandbox]:
 
         def _prepare(self) -> None:
             super()._prepare()
-            self._view.children["bound"] = _local_view._Bind(str(extra_ro_bind))
+            self._view.children["bound"] = local_view._Bind(str(extra_ro_bind))
 
         async def exec(self, cmd, *, cwd=None, env=None, timeout=600.0, stdin=None) -> ExecResult:
             from tackroom._process import run_process

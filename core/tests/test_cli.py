@@ -67,16 +67,18 @@ def test_a_command_of_a_missing_distribution_answers_with_its_install_line():
     assert "(not installed: pip install ./packages/engine" in listed.stdout, listed.stdout
 
 
-def test_run_without_the_local_sandbox_installed_names_its_install_line():
-    """`local` is the default sandbox but its own distribution: with core alone, `tackroom run` says how to get it."""
+def test_run_without_the_local_sandbox_installed_names_its_install_line(tmp_path):
+    """`local` is the default sandbox but its own distribution: with core alone, `tackroom run` says how to get it,
+    before any trial (no run folder)."""
     import os
     from pathlib import Path
 
     hello = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "hello-file"
     core_alone = {**os.environ, "TACKROOM_LOAD_PLUGINS": "", "COLUMNS": "300"}
-    out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "run", str(hello), "--json"],
-                         capture_output=True, text=True, env=core_alone, timeout=120)
-    assert out.returncode != 0
+    out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "run", str(hello), "--out", str(tmp_path / "runs"),
+                          "--json"], capture_output=True, text=True, env=core_alone, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
     message = " ".join((out.stdout + out.stderr).split())
     assert "no sandbox named 'local' is installed" in message, message
     assert "'local' is provided by tackroom-local: pip install ./plugins/sandboxes/local" in message, message
+    assert not (tmp_path / "runs").exists()

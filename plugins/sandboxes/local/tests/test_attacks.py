@@ -24,10 +24,8 @@ from pathlib import Path
 import pytest
 
 import tackroom
-from tackroom._builtins.oracle_harness import OracleHarness
-from tackroom._builtins.test_script_verifier import TestScriptVerifier
-from tackroom._runtime import TrialPlugins, TrialRuntime
-from tackroom._trial import Trial
+from tackroom import Trial
+from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom_local import LocalSandbox, LocalSandboxProvider
 from tackroom_local import sandbox as local_sandbox
 from tackroom_local import view as local_view
@@ -583,10 +581,12 @@ async def test_a_real_trial_whose_agent_plants_links_forks_writers_and_remounts_
         exit 0
         """))
     task = tackroom.load_task(task_dir)
+    manager = tackroom.PluginManager()
+    OracleHarness, TestScriptVerifier = manager.get("harness", "oracle"), manager.get("verifier", "test-script")
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox="local", verifier="test-script")
     plugins = TrialPlugins(OracleHarness, OracleHarness.Options(), LocalSandboxProvider({"root_dir": str(tmp_path / "roots")}),
                            TestScriptVerifier, TestScriptVerifier.Options())  # fmt: skip
-    rt = TrialRuntime(tmp_path / "run", progress=False, manager=tackroom.PluginManager(), retry_backoff_sec=0.01)
+    rt = TrialRuntime(tmp_path / "run", progress=False, manager=manager, retry_backoff_sec=0.01)
     result = await rt.run_trial(trial, task, plugins)
     assert result.error is None, result.error
     assert result.reward == 0.0, "the agent's writers outlived its turn, or its planted files were graded"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import tackroom
-from tackroom._sandbox import ExecResult
+from tackroom import ExecResult, run_process
 from tackroom.testing import SANDBOX_CHECKS, run_sandbox_checks
 from tackroom.testing.sandbox_checks import CHECKS
 from tackroom_local import LocalSandbox, LocalSandboxProvider
@@ -110,8 +110,6 @@ def keeps_capabilities(extra_ro_bind: Path) -> type[LocalSandbox]:
             self._view.children["bound"] = local_view._Bind(str(extra_ro_bind))
 
         async def exec(self, cmd, *, cwd=None, env=None, timeout=600.0, stdin=None) -> ExecResult:
-            from tackroom._process import run_process
-
             self._alive()
             script = cmd if isinstance(cmd, str) else " ".join(local_sandbox._quote(c) for c in cmd)
             argv = self._prefix() + [self._tools["nsenter"], "-t", str(self._child_pid), "-U", "-m", "-u", "-i", "-n",

@@ -35,17 +35,45 @@ def engine_url() -> str:
     pytest.skip(message)
 
 
-# -- parallel runs (pytest-xdist, `--dist loadgroup` in pyproject's addopts) -----------------------
+# -- parallel runs (pytest-xdist: `-n 4 --dist loadgroup --no-loadscope-reorder` in pyproject's addopts) --
 #
 # Every test of a module runs on one worker, so module- and session-scoped fixtures (a gateway, a Ray
-# cluster, a Docker image) are built once; tests that share an exclusive resource across modules carry
-# `@pytest.mark.xdist_group("<name>")` and run on one worker together. Modules are handed out in the order
-# below: the longest groups first, so the run's length is the longest group, not the sum of the tail.
+# cluster, an OpenCode install) are built once. Tests that share something exclusive across modules run on
+# one worker together: everything that needs Docker (image builds and removals, `sandbox cleanup` of
+# leaked containers) is the `docker` group. Groups are handed out in collection order, and the collection
+# is reordered so that the longest groups start first: the run lasts about as long as its longest group
+# instead of a one-test module that took ten minutes starting last (xdist's own reorder, by test count,
+# put exactly those last). docs/testing.md has the figures behind the list.
 
+LONGEST_FIRST = (
+    "plugins/trainers/skyrl/tests/test_tinker_overfit.py",
+    "docker",
+    "plugins/trainers/skyrl/tests/test_gpu_jax_step.py",
+    "plugins/trainers/skyrl/tests/test_engine_sampling.py",
+    "plugins/trainers/skyrl/tests/test_policy_serving.py",
+    "plugins/harnesses/opencode/tests/test_conformance.py",
+    "packages/gateway/tests/test_engine_e2e.py",
+    "plugins/trainers/skyrl/tests/test_tinker_policy.py",
+    "packages/ray/tests/test_ray_executor.py",
+    "packages/gateway/tests/test_tokenizer_threads.py",
+    "plugins/harnesses/opencode/tests/test_real_engine.py",
+    "plugins/harnesses/terminus/tests/test_engine_e2e.py",
+    "packages/gateway/tests/test_gateway_cli.py",
+    "plugins/harnesses/archipelago/tests/test_conformance.py",
+    "packages/matrix/tests/test_matrix_cmd.py",
+)
+EXCLUSIVE = {"docker": ("core/tests/test_sandbox_cmd.py", "plugins/sandboxes/docker/")}
 
 # The inner-loop tier is `uv run pytest -m "not slow"`: besides tests marked `slow` by hand, everything that
 # needs Docker, the real engine, the Tinker server or a hosted service is slow by definition.
 SLOW_BY_NEED = ("docker", "engine", "tinker", "live")
+
+
+def _group(item: pytest.Item) -> str:
+    path = item.nodeid.split("::", 1)[0]
+    if item.get_closest_marker("docker") or any(path.startswith(p) for p in EXCLUSIVE["docker"]):
+        return "docker"
+    return path
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -53,4 +81,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if any(item.get_closest_marker(name) for name in SLOW_BY_NEED) or "engine_url" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
         if not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
+    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+
+    def order(item: pytest.Item) -> int:
+        mark = item.get_closest_marker("xdist_group")
+        name = (mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else ""
+        return rank.get(name, len(rank))
+
+    items.sort(key=order)  # stable: within a rank, collection order

@@ -18,7 +18,8 @@ def tackroom(*args, cwd=None, env=None):
 def test_the_command_comes_from_the_package_not_from_core():
     assert tackroom("matrix", "--help").returncode == 0
     without = tackroom("matrix", "--help", env={"TACKROOM_BLOCK_PLUGINS": "tackroom-matrix"})
-    assert without.returncode != 0 and "No such command 'matrix'" in without.stderr
+    assert without.returncode != 0 and "`tackroom matrix` is provided by tackroom-matrix, which is not installed" in without.stderr
+    assert "pip install ./packages/matrix" in without.stderr
 
 
 def test_the_demo_config_runs_and_writes_every_report(tmp_path, chromium):

@@ -234,7 +234,7 @@ async def test_an_attempt_that_blocks_its_event_loop_is_cancelled_at_its_deadlin
     task = write_task(tmp_path, "stuck", 2)
     harness = plugins(BlocksItsLoop, sandbox=roots_in(tmp_path), marker_dir=str(tmp_path / "m"), seconds=600)
     started = time.monotonic()
-    [result] = await ray_runtime(tmp_path / "run", attempt_timeout_sec=8, teardown_timeout_sec=2).run_all(
+    [result] = await ray_runtime(tmp_path / "run", attempt_timeout_sec=20, teardown_timeout_sec=2).run_all(
         [(trial_for(task, "blocks-its-loop"), task, harness)])
     assert result.reward == 1.0 and result.attempt == 2
     [hung] = result.previous_attempts

@@ -91,8 +91,9 @@ async def test_no_progress_and_no_model_call_is_a_hang_an_infra_error_with_the_l
 
 
 async def test_a_slow_model_is_not_a_hang(tmp_path, smollm2_tokenizer, opencode_install):
-    engine = ScriptedEngineForTests(smollm2_tokenizer, replies=[Later("Hi.", 8)])
-    async with prepared(tmp_path, engine, hang_timeout_sec=3) as (harness, task, sandbox, policy):
+    engine = ScriptedEngineForTests(smollm2_tokenizer, replies=[Later("Hi.", 20)])
+    # a model call slower than the hang timeout, which must be long enough for OpenCode to boot on a loaded machine
+    async with prepared(tmp_path, engine, hang_timeout_sec=8) as (harness, task, sandbox, policy):
         trajectory = await harness.run(task, sandbox, policy)
     assert trajectory.final_answer == "Hi." and trajectory.stop_reason == "completed"
 

@@ -36,14 +36,12 @@ def _require(ok: bool, message: str) -> None:
         pytest.skip(message)
 
 
-def _free_port(start: int = 8013) -> int:
-    for port in range(start, start + 50):
-        if port == 8011:
-            continue
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) != 0:
-                return port
-    raise RuntimeError("no free port")
+def _free_port() -> int:
+    # a port the OS hands out, not the first free one from 8013: tests running in parallel that start
+    # engines (the overfit run's, the merged policy's) must never pick the same port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 async def _engine_logprobs(proxy_url: str, ids: list[int], start: int) -> list[float]:

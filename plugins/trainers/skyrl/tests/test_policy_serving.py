@@ -28,19 +28,12 @@ def _require(ok: bool, message: str) -> None:
         pytest.skip(message)
 
 
-def _free_port(start: int = 8012) -> int:
-    from tackroom_engine.engine import read_state
-
-    for port in range(start, start + 100):
-        if read_state(port) is not None:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 8012-8111")
+def _free_port() -> int:
+    # a port the OS hands out, not the first free one from 8012: tests running in parallel that start
+    # engines (the trainer's own engine, this one) must never pick the same port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def synthetic_adapter(base: Path, folder: Path, *, rank: int = 8, alpha: float = 32.0, std: float = 0.04) -> Path:

@@ -40,20 +40,17 @@ def engine_url() -> str:
 # Every test of a module runs on one worker, so module- and session-scoped fixtures (a gateway, a Ray
 # cluster, an OpenCode install) are built once. Tests that share something exclusive across modules run on
 # one worker together: everything that needs Docker (image builds and removals, `sandbox cleanup` of
-# leaked containers) is the `docker` group. Groups are handed out in collection order, and the collection
+# leaked containers) is the `docker` group; the trainer tests that start engines and JAX servers are the
+# `trainer` group (memory). Groups are handed out in collection order, and the collection
 # is reordered so that the longest groups start first: the run lasts about as long as its longest group
 # instead of a one-test module that took ten minutes starting last (xdist's own reorder, by test count,
 # put exactly those last). docs/testing.md has the figures behind the list.
 
 LONGEST_FIRST = (
-    "plugins/trainers/skyrl/tests/test_tinker_overfit.py",
+    "trainer",
     "docker",
-    "plugins/trainers/skyrl/tests/test_gpu_jax_step.py",
-    "plugins/trainers/skyrl/tests/test_engine_sampling.py",
-    "plugins/trainers/skyrl/tests/test_policy_serving.py",
     "plugins/harnesses/opencode/tests/test_conformance.py",
     "packages/gateway/tests/test_engine_e2e.py",
-    "plugins/trainers/skyrl/tests/test_tinker_policy.py",
     "packages/ray/tests/test_ray_executor.py",
     "packages/gateway/tests/test_tokenizer_threads.py",
     "plugins/harnesses/opencode/tests/test_real_engine.py",
@@ -62,7 +59,13 @@ LONGEST_FIRST = (
     "plugins/harnesses/archipelago/tests/test_conformance.py",
     "packages/matrix/tests/test_matrix_cmd.py",
 )
-EXCLUSIVE = {"docker": ("core/tests/test_sandbox_cmd.py", "plugins/sandboxes/docker/")}
+EXCLUSIVE = {
+    "docker": ("core/tests/test_sandbox_cmd.py", "plugins/sandboxes/docker/"),
+    # each starts a vLLM engine and/or SkyRL's JAX server (3-7 GB apiece): run together they filled the
+    # 24 GB machine and Ray's memory monitor killed other tests' workers
+    "trainer": tuple(f"plugins/trainers/skyrl/tests/test_{name}.py" for name in (
+        "tinker_overfit", "tinker_policy", "gpu_jax_step", "engine_sampling", "policy_serving")),
+}
 
 # The inner-loop tier is `uv run pytest -m "not slow"`: besides tests marked `slow` by hand, everything that
 # needs Docker, the real engine, the Tinker server or a hosted service is slow by definition.
@@ -73,6 +76,8 @@ def _group(item: pytest.Item) -> str:
     path = item.nodeid.split("::", 1)[0]
     if item.get_closest_marker("docker") or any(path.startswith(p) for p in EXCLUSIVE["docker"]):
         return "docker"
+    if path in EXCLUSIVE["trainer"]:
+        return "trainer"
     return path
 
 

@@ -17,6 +17,16 @@ from tackroom._plugin import PluginKind
 CATALOGUE_ENV = "TACKROOM_REGISTRY"
 
 
+def _install_line(install: str | None, path: str | None, distribution: str) -> str:
+    """How to install a catalogued plugin or command: its own line, else a path install from a checkout
+    (first-party distributions are not on PyPI yet), else ``pip install <distribution>``."""
+    if install:
+        return install
+    if path:
+        return f"pip install ./{path} (from a checkout of the tackroom repository)"
+    return f"pip install {distribution}"
+
+
 class CatalogueEntry(BaseModel):
     """A plugin the project knows about."""
 
@@ -36,11 +46,7 @@ class CatalogueEntry(BaseModel):
 
     @property
     def install_hint(self) -> str:
-        if self.install:
-            return self.install
-        if self.path:
-            return f"pip install ./{self.path} (from a checkout of the tackroom repository)"
-        return f"pip install {self.distribution}"
+        return _install_line(self.install, self.path, self.distribution)
 
 
 class CatalogueCommand(BaseModel):
@@ -57,11 +63,7 @@ class CatalogueCommand(BaseModel):
 
     @property
     def install_hint(self) -> str:
-        if self.install:
-            return self.install
-        if self.path:
-            return f"pip install ./{self.path} (from a checkout of the tackroom repository)"
-        return f"pip install {self.distribution}"
+        return _install_line(self.install, self.path, self.distribution)
 
 
 class Catalogue(BaseModel):

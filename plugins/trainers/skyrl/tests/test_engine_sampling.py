@@ -19,7 +19,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -36,14 +35,6 @@ def _require(ok: bool, message: str) -> None:
         pytest.skip(message)
 
 
-def _free_port() -> int:
-    # a port the OS hands out, not the first free one from 8013: tests running in parallel that start
-    # engines (the overfit run's, the merged policy's) must never pick the same port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def _engine_logprobs(proxy_url: str, ids: list[int], start: int) -> list[float]:
     """log p(ids[t] | ids[:t]) for t ≥ start, from the engine through the proxy (prompt logprobs)."""
     async with httpx.AsyncClient(timeout=300) as client:
@@ -55,7 +46,7 @@ async def _engine_logprobs(proxy_url: str, ids: list[int], start: int) -> list[f
     return [float(rows[t][str(ids[t])]["logprob"]) for t in range(start, len(ids))]
 
 
-def test_one_step_moves_the_engine_and_the_version_is_the_trainers(tmp_path: Path) -> None:
+def test_one_step_moves_the_engine_and_the_version_is_the_trainers(tmp_path: Path, free_port: int) -> None:
     import tinker
     import transformers
     from tinker import types
@@ -77,7 +68,7 @@ def test_one_step_moves_the_engine_and_the_version_is_the_trainers(tmp_path: Pat
     answer = tokenizer.encode("Vermilion, always vermilion.<|im_end|>")
     ids = prompt + answer
     config = TrainConfig(model={"path": str(base)}, gpus={"context_length": 1024},
-                         tinker={"engine_port": _free_port(), "lora_rank": 8,
+                         tinker={"engine_port": free_port, "lora_rank": 8,
                                  "backend_config": {"max_lora_adapters": 2, "max_lora_rank": 8,
                                                     "train_micro_batch_size": 2}})
     run = tmp_path / "run"

@@ -12,7 +12,6 @@ engine venv and the converted SmolLM2 (`tackroom model up` once), else skipped (
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import httpx
@@ -26,14 +25,6 @@ def _require(ok: bool, message: str) -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-
-
-def _free_port() -> int:
-    # a port the OS hands out, not the first free one from 8012: tests running in parallel that start
-    # engines (the trainer's own engine, this one) must never pick the same port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def synthetic_adapter(base: Path, folder: Path, *, rank: int = 8, alpha: float = 32.0, std: float = 0.04) -> Path:
@@ -66,7 +57,7 @@ def prompt_logprobs_hf(folder: Path, ids: list[int]) -> list[float]:
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0].tolist()
 
 
-def test_a_merged_policy_serves_beside_the_base_model(tmp_path: Path) -> None:
+def test_a_merged_policy_serves_beside_the_base_model(tmp_path: Path, free_port: int) -> None:
     from tackroom_engine import engine
     from tackroom_skyrl.tinker.policy import merge_lora
 
@@ -86,7 +77,7 @@ def test_a_merged_policy_serves_beside_the_base_model(tmp_path: Path) -> None:
     moved = sum(abs(a - b) for a, b in zip(merged_lp, base_lp)) / len(base_lp)
     assert moved > 0.4, f"the synthetic LoRA must change the model (mean |Δ logprob| {moved:.3f})"
 
-    port = _free_port()
+    port = free_port
     settings = engine.EngineSettings(port=port, model=str(policy), served_name="trained-policy", max_model_len=2048)
     assert settings.template() == policy / "chat_template.jinja", "the folder's own (training) chat template is served"
     try:

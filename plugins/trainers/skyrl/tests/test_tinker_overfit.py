@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 from collections import defaultdict
 from pathlib import Path
 from statistics import mean
@@ -41,7 +40,7 @@ def _require(ok: bool, message: str) -> None:
         pytest.skip(message)
 
 
-def test_overfit_reward_rises_and_the_curve_is_written(tmp_path: Path) -> None:
+def test_overfit_reward_rises_and_the_curve_is_written(tmp_path: Path, free_port: int) -> None:
     from tackroom_engine import model_dir
     from tackroom_skyrl.tinker.server import server_dir
 
@@ -49,9 +48,7 @@ def test_overfit_reward_rises_and_the_curve_is_written(tmp_path: Path) -> None:
     _require((server_dir() / ".venv").is_dir(), "the Tinker server's environment is not installed: "
                                                 "`uv run python -m tackroom_skyrl.tinker.server`")
     config = load_train_config(CONFIG)
-    with socket.socket() as s:  # the run's own engine on a port no test running beside this one can pick
-        s.bind(("127.0.0.1", 0))
-        config.tinker.engine_port = s.getsockname()[1]
+    config.tinker.engine_port = free_port  # the run's own engine on a port no test beside this one picks
     lines: list[str] = []
     summary = asyncio.run(run_tinker(config, tmp_path / "run", log=lines.append))
     print("\n".join(lines))

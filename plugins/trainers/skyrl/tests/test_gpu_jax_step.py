@@ -75,10 +75,15 @@ def test_configs_of_the_timed_architectures(tmp_path: Path) -> None:
 def test_cpu_smoke_runs_a_real_step_and_samples(tmp_path: Path) -> None:
     from tackroom_skyrl.tinker.server import server_dir
 
+    from tackroom_gateway.tokenizers import smollm2_tokenizer_dir
+
     python = server_dir() / ".venv" / "bin" / "python"
     cache = Path(os.environ.get("TACKROOM_CACHE", Path.home() / ".cache" / "tackroom"))
-    missing = [p for p in (python, cache / "models" / "SmolLM2-135M-Instruct" / "config.json",
-                           cache / "tokenizers" / "smollm2" / "tokenizer.json") if not p.exists()]
+    model = cache / "models" / "SmolLM2-135M-Instruct" / "config.json"
+    if model.exists():
+        # Built on first use (from the GGUF `tackroom model up` fetched): no earlier test may have needed it yet.
+        smollm2_tokenizer_dir()
+    missing = [p for p in (python, model, cache / "tokenizers" / "smollm2" / "tokenizer.json") if not p.exists()]
     if missing:
         message = f"missing: {', '.join(map(str, missing))} (scripts/setup, `tackroom model up`)"
         if os.environ.get("CI") == "true":

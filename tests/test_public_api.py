@@ -1,5 +1,6 @@
-"""The public API is the only door: plugins and packages import ``tackroom``, ``tackroom.testing``,
-``tackroom.executors`` and ``tackroom.app``, never another ``tackroom.<module>`` (those are private)."""
+"""The public API is the only door: plugins and packages, their tests included, reach ``tackroom``,
+``tackroom.testing``, ``tackroom.executors``, ``tackroom.app`` (and ``python -m tackroom``), never another
+``tackroom.<module>`` (those are private)."""
 
 from __future__ import annotations
 
@@ -14,25 +15,52 @@ import tackroom.app
 import tackroom.executors
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLIC = {"tackroom", "tackroom.testing", "tackroom.executors", "tackroom.app"}
+PUBLIC = {"tackroom", "tackroom.testing", "tackroom.executors", "tackroom.app", "tackroom.__main__"}
 
 SOURCES = sorted([*ROOT.glob("plugins/*/*/src/**/*.py"), *ROOT.glob("packages/*/src/**/*.py")])
+TESTS = sorted([*ROOT.glob("plugins/*/*/tests/**/*.py"), *ROOT.glob("packages/*/tests/**/*.py")])
+
+
+def _private(module: str) -> bool:
+    return (module == "tackroom" or module.startswith("tackroom.")) and module not in PUBLIC
+
+
+def _code_in(text: str) -> ast.AST | None:
+    """``text`` parsed as Python when it holds an import (the code a test hands ``python -c`` or writes to a file)."""
+    if "import" not in text:
+        return None
+    try:
+        return ast.parse(text)
+    except SyntaxError:
+        return None
+
+
+def _private_names(tree: ast.AST) -> list[tuple[int, str]]:
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found += [(node.lineno, node.module)] if _private(node.module) else []
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names if _private(alias.name)]
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "tackroom"
+              and node.attr.startswith("_") and not node.attr.startswith("__")):
+            found.append((node.lineno, f"tackroom.{node.attr}"))  # tackroom._runtime, loaded by someone else
+        elif isinstance(node, (ast.List, ast.Tuple, ast.Call)):
+            items = node.args if isinstance(node, ast.Call) else node.elts
+            texts = [i.value if isinstance(i, ast.Constant) and isinstance(i.value, str) else None for i in items]
+            found += [(node.lineno, module) for flag, module in zip(texts, texts[1:])  # python -m tackroom._cli.main
+                      if flag == "-m" and module and _private(module)]
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "setattr" \
+                    and texts and texts[0] and _private(texts[0].rsplit(".", 1)[0]):
+                found.append((node.lineno, texts[0]))  # monkeypatch.setattr("tackroom._manager._manager", ...)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (code := _code_in(node.value)):
+            found += [(node.lineno, module) for _, module in _private_names(code)]
+    return found
 
 
 def private_imports(path: Path) -> list[str]:
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            modules = [node.module]
-        elif isinstance(node, ast.Import):
-            modules = [alias.name for alias in node.names]
-        else:
-            continue
-        for module in modules:
-            if (module == "tackroom" or module.startswith("tackroom.")) and module not in PUBLIC:
-                where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-                found.append(f"{where}:{node.lineno}: {module}")
-    return found
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    return [f"{where}:{line}: {module}" for line, module in sorted(_private_names(ast.parse(path.read_text(), str(path))))]
 
 
 def test_every_module_outside_the_public_api_is_underscored():
@@ -53,14 +81,60 @@ def test_the_scan_finds_what_it_looks_for(tmp_path):
                                                                         "tackroom._config"]
 
 
+def test_the_scan_finds_private_modules_reached_without_an_import_statement(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import subprocess, sys, tackroom\n"
+        "subprocess.run([sys.executable, '-m', 'tackroom._cli.main', 'run'])\n"
+        "subprocess.run([sys.executable, '-c', 'import sys, tackroom._cli.main'])\n"
+        "def test(monkeypatch):\n"
+        "    monkeypatch.setattr('tackroom._manager._manager', None)\n"
+        "    monkeypatch.setattr(tackroom._runtime, 'write', None)\n"
+        "LABEL = 'tackroom._trial'\n"  # a container label that happens to look like a module: not an import
+        "subprocess.run([sys.executable, '-m', 'tackroom', 'run'])\n"
+        "print(tackroom.__version__)\n")
+    assert [line.split(": ")[1] for line in private_imports(probe)] == [
+        "tackroom._cli.main", "tackroom._cli.main", "tackroom._manager._manager", "tackroom._runtime"]
+
+
 def test_there_are_plugins_and_packages_to_check():
     assert {p.relative_to(ROOT).parts[0] for p in SOURCES} == {"plugins", "packages"}
-    assert len(SOURCES) > 50
+    assert {p.relative_to(ROOT).parts[0] for p in TESTS} == {"plugins", "packages"}
+    assert len(SOURCES) > 50 and len(TESTS) > 50
 
 
 def test_no_plugin_or_package_imports_a_private_tackroom_module():
     found = [hit for path in SOURCES for hit in private_imports(path)]
     assert not found, "import these from tackroom / tackroom.app / tackroom.executors instead:\n" + "\n".join(found)
+
+
+# Issue 29: plugins/trainers/skyrl was being changed on another branch when the scan reached the tests; its four
+# hits (`python -m tackroom` and `from tackroom import TrialResult` are the public forms) go with that branch.
+# Remove each line here as it is fixed: test_waived_hits_are_still_there fails while one names a hit that is gone.
+WAIVED = {
+    "plugins/trainers/skyrl/tests/test_arms.py: tackroom._cli.main",
+    "plugins/trainers/skyrl/tests/test_config_mapping.py: tackroom._cli.main",
+    "plugins/trainers/skyrl/tests/test_error_rate.py: tackroom._cli.main",
+    "plugins/trainers/skyrl/tests/test_generator.py: tackroom._trial",
+}
+
+
+def _without_line(hit: str) -> str:
+    where, module = hit.split(": ", 1)
+    return f"{where.rsplit(':', 1)[0]}: {module}"
+
+
+def test_no_plugin_or_package_test_reaches_a_private_tackroom_module():
+    """A plugin's tests are examples of use: they show the public way (``python -m tackroom``, a built-in by name
+    through ``tackroom.instantiate`` or ``PluginManager.get``, the process-wide manager reset, not replaced)."""
+    found = [hit for path in TESTS for hit in private_imports(path) if _without_line(hit) not in WAIVED]
+    assert not found, ("use tackroom / tackroom.app / tackroom.executors / tackroom.testing / python -m tackroom "
+                       "instead:\n" + "\n".join(found))
+
+
+def test_waived_hits_are_still_there():
+    found = {_without_line(hit) for path in TESTS for hit in private_imports(path)}
+    assert not WAIVED - found, f"fixed, so remove from WAIVED: {sorted(WAIVED - found)}"
 
 
 @pytest.mark.parametrize("module", [tackroom, tackroom.app, tackroom.executors], ids=lambda m: m.__name__)

@@ -35,6 +35,7 @@ from tackroom._policy import register_secrets_in
 from tackroom._policy_routing import gateway_sessions, policy_gateway, policy_routing, wants_gateway
 from tackroom._registrar import BASES
 from tackroom._resolve import ExecutorName, resolve_run_config, resolve_runtime
+from tackroom._run import run_config
 from tackroom._run_dirs import (
     claim_run_dir,
     has_results,
@@ -143,4 +144,5 @@ __all__ = [
     "with_overrides",
     "resolve_run_config",
     "resolve_runtime",
+    "run_config",
 ]

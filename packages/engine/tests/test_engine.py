@@ -127,7 +127,7 @@ def test_engines_side_by_side_status_and_down_per_port(cache, tmp_path):
         with pytest.raises(engine.EngineError, match="already serves smollm2"):
             engine.up(engine.EngineSettings(port=a, model=str(policy), served_name="r1"))
 
-        cli = [sys.executable, "-m", "tackroom._cli.main", "model"]
+        cli = [sys.executable, "-m", "tackroom", "model"]
         env = {**os.environ, "TACKROOM_CACHE": str(cache), "COLUMNS": "300"}
         out = subprocess.run(cli + ["status"], capture_output=True, text=True, env=env)
         assert out.returncode == 0 and f"port {a}: healthy" in out.stdout and f"port {b}: healthy" in out.stdout
@@ -206,7 +206,7 @@ def test_the_real_engine_serves_token_ids(engine_url):
 
 
 def test_cli_status_json(cache):
-    cli = [sys.executable, "-m", "tackroom._cli.main", "model", "status", "--json"]
+    cli = [sys.executable, "-m", "tackroom", "model", "status", "--json"]
     env = {**os.environ, "TACKROOM_CACHE": str(cache)}
     out = subprocess.run(cli + ["--port", "8011"], capture_output=True, text=True, env=env)
     assert json.loads(out.stdout) == {"running": False, "healthy": False} and out.returncode == 1
@@ -265,8 +265,8 @@ def test_the_engine_is_a_plugin_that_adds_the_model_commands():
 
 def test_core_carries_no_engine():
     # Core's CLI module list no longer holds the engine: it comes only through the hook.
-    code = ("import sys, tackroom._cli.main\n"
-            "assert not [m for m in sys.modules if m.startswith('tackroom_engine') or m == 'tackroom._cli.model_cmd']\n")
+    code = ("import sys, tackroom.__main__\n"
+            "assert not [m for m in sys.modules if m.startswith('tackroom_engine')]\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
 

@@ -10,8 +10,7 @@ import pytest
 import tackroom
 import tackroom_gateway
 from tackroom import RunConfig
-from tackroom._cli.run_cmd import run_config
-from tackroom.app import policy_gateway
+from tackroom.app import policy_gateway, run_config
 from tackroom_gateway import GatewaySessions, PolicyGateway
 
 
@@ -32,13 +31,15 @@ class OneChatHarness(tackroom.Harness):
 
 
 @pytest.fixture
-def manager_with_one_chat(monkeypatch):
-    manager = tackroom.PluginManager()
+def manager_with_one_chat():
+    """The process-wide manager (what ``run_config`` resolves names with), with one more harness registered."""
+    tackroom.reset_plugin_manager()
+    manager = tackroom.get_plugin_manager()
     mod = types.ModuleType("one_chat_plugin")
     mod.tackroom_harnesses = tackroom.hookimpl(lambda register: register.add_harness(OneChatHarness))
     manager.register(mod)
-    monkeypatch.setattr("tackroom._manager._manager", manager)
-    return manager
+    yield manager
+    tackroom.reset_plugin_manager()
 
 
 def task_dir(tmp_path):

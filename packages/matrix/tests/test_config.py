@@ -6,7 +6,7 @@ import pytest
 
 import tackroom
 from tackroom import ConfigError, PluginNotFoundError, load_run_config
-from tackroom._endpoint import LITELLM_PROXY_ENV, Endpoint
+from tackroom.app import Endpoint
 from tackroom_matrix.config import load_matrix_config, resolve_plugins
 
 from .conftest import EXAMPLES
@@ -44,7 +44,7 @@ def test_config_errors_name_the_dotted_path(tmp_path, text, expected):
 
 def test_defaults_and_relative_paths(tmp_path, monkeypatch):
     (tmp_path / "tasks").mkdir()
-    monkeypatch.setenv(LITELLM_PROXY_ENV, "http://proxy:4000/v1/")
+    monkeypatch.setenv("LITELLM_PROXY_URL", "http://proxy:4000/v1/")
     config = load_matrix_config(write(tmp_path, 'tasks = ["tasks"]\npasses = 4\n'
                                       '[[models]]\nlitellm = "anthropic/claude-3-5-haiku"\n'
                                       '[[models]]\nbase_url = "http://127.0.0.1:8011/v1/"\n'))

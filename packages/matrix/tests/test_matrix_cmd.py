@@ -11,7 +11,7 @@ from .conftest import EXAMPLES, closed_port, painted, screenshot
 
 
 def tackroom(*args, cwd=None, env=None):
-    return subprocess.run([sys.executable, "-m", "tackroom._cli.main", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tackroom", *args], capture_output=True, text=True,
                           timeout=600, cwd=cwd, env={**os.environ, "COLUMNS": "160", **(env or {})})
 
 

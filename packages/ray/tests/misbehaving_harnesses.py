@@ -14,10 +14,12 @@ from pathlib import Path
 
 from pydantic import Field
 
-from tackroom import Trajectory
-from tackroom._builtins.oracle_harness import OracleHarness, OracleOptions
+from tackroom import Trajectory, get_plugin_manager
 from tackroom.testing import run_harness_checks, run_sandbox_checks
 from tackroom_local import LocalSandboxProvider
+
+OracleHarness = get_plugin_manager().get("harness", "oracle")  # the built-in, by name
+OracleOptions = OracleHarness.Options
 
 
 class FaultOptions(OracleOptions):

@@ -26,11 +26,8 @@ from misbehaving_harnesses import (
 )
 
 import tackroom
-import tackroom._runtime
 import tackroom.testing
 from tackroom import Trial
-from tackroom._builtins.oracle_harness import OracleHarness
-from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom.executors import ExecutorUnavailableError
 from tackroom_local import LocalSandboxProvider
@@ -39,6 +36,8 @@ from tackroom_ray import RayOptions
 pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "tasks"
+OracleHarness = tackroom.get_plugin_manager().get("harness", "oracle")  # built-ins, by name
+TestScriptVerifier = tackroom.get_plugin_manager().get("verifier", "test-script")
 REWARD_SH = '[ "$(cat /app/out.txt)" = "{i}" ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n'
 
 
@@ -72,15 +71,16 @@ def ray_runtime(run_dir: Path, manager=None, attempts: int = 3, concurrency: int
 
 @pytest.fixture
 def writes(monkeypatch) -> Counter:
-    """How often the driver wrote each run-directory file (workers never touch the run directory)."""
+    """How often the driver wrote each run-directory file (workers never touch the run directory): the runtime
+    writes a file atomically, a temporary file renamed over it, so each write is one ``Path.replace`` onto it."""
     counts: Counter = Counter()
-    real = tackroom._runtime._atomic_write
+    real = Path.replace
 
-    def counting(path, data):
-        counts[str(path)] += 1
-        real(path, data)
+    def counting(self, target):
+        counts[str(target)] += 1
+        return real(self, target)
 
-    monkeypatch.setattr(tackroom._runtime, "_atomic_write", counting)
+    monkeypatch.setattr(Path, "replace", counting)
     return counts
 
 
@@ -142,7 +142,7 @@ def test_tackroom_run_executor_ray_attaches_to_a_running_cluster(ray_cluster, tm
 
     def run(*extra, env=None):
         out = subprocess.run(
-            [sys.executable, "-m", "tackroom._cli.main", "run", str(EXAMPLES / "hello-file"), str(EXAMPLES / "csv-totals"),
+            [sys.executable, "-m", "tackroom", "run", str(EXAMPLES / "hello-file"), str(EXAMPLES / "csv-totals"),
              "--out", str(tmp_path), "--json", *extra],
             capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
         assert out.returncode == 0, out.stderr[-3000:]
@@ -366,7 +366,7 @@ async def test_a_plugin_missing_on_the_worker_node_is_an_infra_error_naming_the_
     only_here = tmp_path / "driver_only"
     only_here.mkdir()
     (only_here / "driver_only_harness.py").write_text(
-        "from tackroom._builtins.oracle_harness import OracleHarness\n\n"
+        "import tackroom\n\nOracleHarness = tackroom.get_plugin_manager().get('harness', 'oracle')\n\n"
         "class DriverOnly(OracleHarness):\n    '''Installed on the driver's machine only.'''\n\n    name = 'driver-only'\n")
     monkeypatch.syspath_prepend(str(only_here))
     from driver_only_harness import DriverOnly

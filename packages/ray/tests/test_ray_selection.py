@@ -8,14 +8,15 @@ import pytest
 
 import tackroom
 from tackroom import load_run_config
-from tackroom._builtins.oracle_harness import OracleHarness
-from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom.executors import AsyncioExecutor, ExecutorUnavailableError, PluginRef, make_executor
 from tackroom_local import LocalSandboxProvider
 from tackroom_ray import PluginNotShippableError, RayOptions
 from tackroom_ray.executor import RayExecutor
 from tackroom_ray.shipping import check_shippable
+
+OracleHarness = tackroom.get_plugin_manager().get("harness", "oracle")  # built-ins, by name
+TestScriptVerifier = tackroom.get_plugin_manager().get("verifier", "test-script")
 
 
 def test_tackroom_ray_registers_ray_lazily_through_tackroom_executors():
@@ -61,7 +62,7 @@ def test_a_missing_ray_says_how_to_install_it(monkeypatch):
 
 
 def test_tackroom_never_imports_ray_unless_the_ray_executor_runs():
-    code = ("import sys, tackroom, tackroom._runtime, tackroom.executors, tackroom._cli.main\n"
+    code = ("import sys, tackroom, tackroom.app, tackroom.executors, tackroom.__main__\n"
             "from tackroom.executors import make_executor\n"
             "make_executor('ray', {'num_cpus_per_trial': 1})\n"
             "assert 'ray' not in sys.modules, 'ray was imported'\n")
@@ -104,7 +105,7 @@ def test_built_in_plugins_ship_by_reference_and_come_back_equal(manager, tmp_pat
     shipped = pickle.loads(pickle.dumps(plan))  # what a worker gets: references, no live objects
     assert shipped.model_dump() == plan.model_dump() and shipped.time_limit == runtime.attempt_time_limit(task)
     assert (shipped.attempt, shipped.deadlines.setup_timeout_sec, shipped.deadlines.teardown_timeout_sec) == (2, 7, 9)
-    assert shipped.harness.reference == "tackroom._builtins.oracle_harness:OracleHarness"
+    assert shipped.harness.reference == f"{OracleHarness.__module__}:{OracleHarness.__qualname__}"
     assert shipped.sandbox.name == "local" and shipped.sandbox.options["output_limit_bytes"] == 4096
     full = tackroom.PluginManager()
     for ref, cls, options in ((shipped.harness, OracleHarness, plugins.harness_options),

@@ -9,7 +9,7 @@ from opencode_scripted_engine import ScriptedEngineForTests, serve, tool_call
 
 from conftest import EXAMPLES
 from tackroom import RunConfig
-from tackroom._cli.run_cmd import run_config
+from tackroom.app import run_config
 
 SOLVE_HELLO = tool_call("bash", command="printf 'Hello, tackroom!\\n' > /app/greeting.txt", description="write the greeting")
 

@@ -38,9 +38,8 @@ def test_listing_the_losses_does_not_import_torch():
 
 
 def test_tackroom_plugins_lists_them_without_importing_torch():
-    code = "import sys; sys.argv = ['tackroom', 'plugins', '--json']; from tackroom._cli.main import main; main()"
-    out = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "tackroom", "plugins", "--json"],
+                         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert '"glm5"' in out.stdout and '"tackroom-losses"' in out.stdout
     imported = {line.split("|")[-1].strip().split(".")[0] for line in out.stderr.splitlines() if "|" in line}

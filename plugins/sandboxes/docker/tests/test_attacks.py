@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tackroom import SandboxError, SandboxPathError, SandboxSpec, cache_root
-from tackroom._tar_transfer import extract_tar, write_file_safely
+from tackroom import SandboxError, SandboxPathError, SandboxSpec, cache_root, extract_tar
 from tackroom_docker import DockerProvider
 from tackroom_docker.sandbox import DockerSandbox
 
@@ -566,14 +565,3 @@ def test_devices_fifos_and_setuid_bits_do_not_reach_the_host(tmp_path):
 def test_members_outside_the_downloaded_entry_are_refused(tmp_path):
     with pytest.raises(SandboxPathError, match="outside"):
         extract_tar(_tar(("top", "dir", ""), ("other/x", "file", "x")), tmp_path / "dest", top="top")
-
-
-def test_write_file_safely_replaces_a_link_and_refuses_a_directory(tmp_path, host_canary):
-    dest = tmp_path / "out.txt"
-    dest.symlink_to(host_canary)
-    write_file_safely(dest, io.BytesIO(b"new"))
-    assert not dest.is_symlink() and dest.read_bytes() == b"new"
-    _host_untouched(host_canary)
-    with pytest.raises(IsADirectoryError):
-        write_file_safely(tmp_path, io.BytesIO(b"x"))
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tackroom-")] == [], "a temporary file was left"

@@ -13,7 +13,7 @@ from tackroom_docker.base_images import bootstrap, slim_rootfs
 
 
 def tackroom(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tackroom._cli.main", *args], capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "tackroom", *args], capture_output=True, text=True, timeout=600)
 
 
 def test_tackroom_commands_hook_adds_the_images_group():

@@ -480,7 +480,7 @@ asyncio.run(main())
 
 
 def cleanup_cli(roots: Path) -> dict:
-    out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "sandbox", "cleanup", "--sandbox", "local",
+    out = subprocess.run([sys.executable, "-m", "tackroom", "sandbox", "cleanup", "--sandbox", "local",
                           "--option", f"root_dir={roots}", "--json"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -70,7 +70,7 @@ class GatewayTrialSession:
 
 
 class GatewaySessions:
-    """``policy_for`` for :class:`~tackroom._runtime.TrialPlugins`: a fresh gateway session per attempt."""
+    """``policy_for`` for :class:`tackroom.app.TrialPlugins`: a fresh gateway session per attempt."""
 
     def __init__(self, gateway: PolicyGateway, *, sampling: dict[str, Any] | None = None,
                  label: str | None = None) -> None:

@@ -83,22 +83,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import glob
-import json
 import os
-import posixpath
 import re
 import secrets
-import shutil
 import signal
 import socket
-import stat
 import subprocess
-import tempfile
-import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -108,56 +99,31 @@ from tackroom import (
     ExecResult,
     PluginOptions,
     Sandbox,
-    SandboxBuildError,
     SandboxError,
     SandboxPathError,
     SandboxProvider,
     SandboxSpec,
     SandboxTimeoutError,
-    TaskError,
     run_process,
 )
-from tackroom_local.cgroups import (
-    _CGROUP_NAME,
-    MiB,
-    _cgroup_parents,
-    _Cgroups,
-    _make_cgroups,
-    _start_time,
-    _sweep_cgroups,
+from tackroom_local.cgroups import _cgroup_parents, _Cgroups, _start_time, _sweep_cgroups
+from tackroom_local.dockerfile import DockerfileSteps
+from tackroom_local.keeper import STAGE_DIR, NamespaceKeeper, copy_keeper, tool
+from tackroom_local.limits import SandboxLimits
+from tackroom_local.markers import (
+    MARKER_SUFFIX,
+    base_dir,
+    boot_id,
+    check_private_dir,
+    remove_leftovers,
+    rmtree,
+    unmount_disk,
+    write_json,
 )
-from tackroom_local.dockerfile import parse_copy, parse_dockerfile, parse_env
-from tackroom_local.view import (
-    _INSTALL_HINT,
-    _O_READ,
-    DEFAULT_PATH,
-    WRITABLE_ROOTS,
-    _build_view,
-    _Deadline,
-    _Dir,
-    _inside_path,
-    _mount_args,
-    _searchable_by_all,
-    _Walk,
-)
+from tackroom_local.transfers import ViewTransfers
+from tackroom_local.view import DEFAULT_PATH, WRITABLE_ROOTS, _build_view, _Dir, _inside_path, _searchable_by_all
 
-KEEPER_PATH = "/.tackroom-keeper"
-KEEPER_SCRIPT = (
-    'trap "" HUP INT QUIT TERM USR1 USR2 PIPE ALRM TSTP TTIN TTOU; exec {info}>&-; echo ready >&{sock}; '
-    "while read -r -u {sock} _ || [ $? -gt 128 ]; do :; done"
-)
-"""PID 1: signals ignored, no forks; it reaps orphans (bash's SIGCHLD handler) until tackroom's end of
-the socket closes."""
-STAGE_DIR = Path("/tmp/.tackroom-local-stage")
-STAGE_SCRIPT = 'set -e; mount --bind "$2" "$1"; shift 3; exec "$@"'
-"""Run as root in a private mount namespace when root_dir is not searchable by the sandbox's uid: the
-per-trial root appears at :data:`STAGE_DIR` (for that bwrap only), where the sandbox's uid can reach it."""
-JOIN_CGROUPS = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
-"""``sh -c`` prefix: move this process into each cgroup.procs named before ``--``, then exec the rest."""
 HOST_UID_BASE = 1_000_000_000
-MARKER_SUFFIX = ".owner.json"
-DISK_SUFFIX = ".disk"
-"""Beside a root: the file of its size-limited filesystem (``storage_mb``, run as root)."""
 
 
 class LocalSandboxOptions(PluginOptions):
@@ -183,89 +149,16 @@ class LocalSandboxOptions(PluginOptions):
     )  # fmt: skip
 
 
-def _tool(name: str, why: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        raise SandboxError(f"{name!r} is not installed; the local sandbox needs it ({why}). {_INSTALL_HINT}")
-    return found
-
-
-
-
-# -- processes, owner markers --------------------------------------------------------
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _same_process(pid: object, start: object, boot: object) -> bool:
-    """Whether ``pid`` is still the process that had ``start`` time in boot ``boot``."""
-    if not isinstance(pid, int) or pid <= 0 or boot != _boot_id():
-        return False
-    return start is not None and _start_time(pid) == start
-
-
-def _check_private_dir(path: Path) -> None:
-    """Roots, markers and the keeper live here: it must be ours and not writable by anyone else."""
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise SandboxError(
-            f"{path} must be a directory owned by uid {os.geteuid()} and writable only by it (it holds the local "
-            f"sandbox's roots); it is mode {stat.filemode(st.st_mode)} owned by uid {st.st_uid}. Remove it or set "
-            "[sandbox] root_dir to another directory"
-        )
-
-
-def _copy_keeper(root: Path) -> Path:
-    """An execute-only copy of bash in the per-trial root, outside every folder bound into the sandbox
-    (a process running a binary it cannot read is not dumpable, so the agent cannot ptrace its PID 1)."""
-    path = root / ".keeper"
-    shutil.copyfile(os.path.realpath(shutil.which("bash") or "/bin/bash"), path)
-    os.chmod(path, 0o111)
-    return path
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
-def _rmtree(path: Path) -> None:
-    """``shutil.rmtree`` (fd-based: never follows a link) that also gets through ``chmod 000`` folders."""
-
-    def onexc(func, p, exc):
-        if isinstance(exc, FileNotFoundError):
-            return
-        if isinstance(exc, PermissionError) and os.geteuid() != 0:
-            for d in (os.path.dirname(p), p):
-                with contextlib.suppress(OSError):
-                    if stat.S_ISDIR(os.lstat(d).st_mode):
-                        os.chmod(d, 0o700)
-            shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) and not os.path.islink(p) else func(p)
-            return
-        raise exc
-
-    if path.is_symlink():
-        path.unlink()
-    elif path.exists():
-        shutil.rmtree(path, onexc=onexc)
-
-
-# -- the sandbox ----------------------------------------------------------------------
-
-
-class LocalSandbox(Sandbox):
-    """A bubblewrap sandbox; see the module docstring."""
+class LocalSandbox(DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimits, Sandbox):
+    """A bubblewrap sandbox; see the module docstring. Its jobs live beside it: launching bwrap and the keeper
+    (:mod:`~tackroom_local.keeper`), limits (:mod:`~tackroom_local.limits`), the Dockerfile
+    (:mod:`~tackroom_local.dockerfile`), transfers (:mod:`~tackroom_local.transfers`) and owner markers
+    (:mod:`~tackroom_local.markers`); this class holds the state they share, the lifecycle and ``exec``."""
 
     def __init__(self, spec: SandboxSpec, options: LocalSandboxOptions) -> None:
         super().__init__(spec)
         self.options = options
-        self.base = _base_dir(options)
+        self.base = base_dir(options.root_dir)
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", spec.name)[:80]
         self.root = self.base / f"{safe}-{uuid.uuid4().hex[:8]}"
         self.env: dict[str, str] = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "xterm"}
@@ -305,9 +198,9 @@ class LocalSandbox(Sandbox):
             raise SandboxError("this sandbox was stopped; create a new one")
         try:
             self._tools = {
-                "bwrap": _tool(self.options.bwrap, "bubblewrap makes the namespaces"),
-                "nsenter": _tool("nsenter", "every exec enters the sandbox with it"),
-                "setpriv": _tool("setpriv", "every exec drops its capabilities with it"),
+                "bwrap": tool(self.options.bwrap, "bubblewrap makes the namespaces"),
+                "nsenter": tool("nsenter", "every exec enters the sandbox with it"),
+                "setpriv": tool("setpriv", "every exec drops its capabilities with it"),
             }
             await asyncio.to_thread(self._prepare)
             await self._launch(self.spec.start_timeout_sec)
@@ -321,14 +214,14 @@ class LocalSandbox(Sandbox):
     def _prepare(self) -> None:
         """Marker, per-trial root, limits: everything on the host before bwrap starts."""
         self.base.mkdir(parents=True, exist_ok=True, mode=0o755)
-        _check_private_dir(self.base)
+        check_private_dir(self.base)
         if os.geteuid() == 0:
             self.uid = self.options.host_uid or HOST_UID_BASE + secrets.randbelow(1 << 28)
         self._marker_data = {
-            "root": self.root.name, "pid": os.getpid(), "start_time": _start_time(os.getpid()), "boot_id": _boot_id(),
+            "root": self.root.name, "pid": os.getpid(), "start_time": _start_time(os.getpid()), "boot_id": boot_id(),
             "uid": self.uid, "cgroups": [], "bwrap": None, "keeper": None,
         }  # fmt: skip
-        _write_json(self.marker, self._marker_data)
+        write_json(self.marker, self._marker_data)
         self.root.mkdir(mode=0o755)
         self._limit_storage()
         for name in WRITABLE_ROOTS:
@@ -337,213 +230,18 @@ class LocalSandbox(Sandbox):
             d.chmod(0o1777 if name == "tmp" else 0o755)
             if self.uid is not None:
                 os.chown(d, self.uid, self.uid)
-        self._keeper = _copy_keeper(self.root)
+        self._keeper = copy_keeper(self.root)
         if self.uid is not None and not _searchable_by_all(self.base):
             if not _searchable_by_all(STAGE_DIR.parent):
                 raise SandboxError(f"{self.base} is not searchable by the sandbox's uid {self.uid} and neither is "
                                    f"{STAGE_DIR.parent}; set [sandbox] root_dir to a folder every uid can pass through")
             STAGE_DIR.mkdir(mode=0o755, exist_ok=True)
-            _check_private_dir(STAGE_DIR)
+            check_private_dir(STAGE_DIR)
             self._stage = STAGE_DIR
-            self._tools["unshare"] = _tool("unshare", "it stages a root_dir the sandbox's uid cannot pass through")
+            self._tools["unshare"] = tool("unshare", "it stages a root_dir the sandbox's uid cannot pass through")
         self._view = _build_view(self.root)
         self._inside = {name: _inside_path(name, self._view) for name in ("setpriv", "env", "bash")}
         self._setup_limits()
-
-    def _limit_storage(self) -> None:
-        """``storage_mb``: run as root, the per-trial root (every writable folder) is an ext4 filesystem of that
-        size on a sparse file beside it, loop-mounted, so writing past it fails inside with ENOSPC."""
-        size = self.spec.storage_mb
-        if size is None:
-            return
-        if os.geteuid() != 0:
-            self.notes.append(f"storage_mb = {size} is not enforced: the local sandbox needs root to mount a "
-                              "size-limited filesystem (the docker sandbox enforces it)")
-            return
-        disk = self.base / f"{self.root.name}{DISK_SUFFIX}"
-        assert self._marker_data is not None
-        self._marker_data["disk"] = disk.name
-        _write_json(self.marker, self._marker_data)
-        with open(disk, "wb") as f:
-            f.truncate(size * 1024 * 1024)
-        for argv in (["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", str(disk)],
-                     ["mount", "-o", "loop,nodev,nosuid", str(disk), str(self.root)]):
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-            if done.returncode != 0:
-                raise SandboxError(f"storage_mb = {size}: {argv[0]} failed: {(done.stderr or done.stdout).strip()[:300]}")
-        self._disk = disk
-        os.chmod(self.root, 0o755)
-
-    def _setup_limits(self) -> None:
-        spec, opts = self.spec, self.options
-        wanted = f"memory_mb={spec.memory_mb}, cpus={spec.cpus:g}, pids_limit={opts.pids_limit}"
-        why = "limits = \"rlimit\" was chosen"
-        if opts.limits != "rlimit":
-            assert self._marker_data is not None
-            name = f"tackroom-{self._marker_data['pid']}-{self._marker_data['start_time']}-{self.root.name}"
-            cgroups, skipped, why = _make_cgroups(name, spec.memory_mb, opts.pids_limit, spec.cpus)
-            if cgroups is not None:
-                self._cgroups = cgroups
-                assert self._marker_data is not None
-                self._marker_data["cgroups"] = [str(d) for d in cgroups.dirs]
-                _write_json(self.marker, self._marker_data)
-                if skipped:
-                    self.notes.append(f"local sandbox: {', '.join(skipped)} not enforced (no cpu controller in its cgroup)")
-                return
-            if opts.limits == "cgroup":
-                raise SandboxError(
-                    f"the local sandbox cannot enforce {wanted} with a cgroup ({why}); run tackroom as root on a host "
-                    'with cgroup memory and pids controllers, or set [sandbox] limits = "rlimit" to accept per-process '
-                    "rlimits instead"
-                )
-        self._tools["prlimit"] = _tool("prlimit", "it sets the sandbox's rlimits when no cgroup is writable")
-        self._rlimits = [self._tools["prlimit"], f"--as={spec.memory_mb * MiB}", f"--nproc={opts.pids_limit}", "--"]
-        self.notes.append(
-            f"local sandbox: no writable cgroup ({why}); memory_mb={spec.memory_mb} caps each process's address space "
-            f"(RLIMIT_AS), pids_limit={opts.pids_limit} caps the processes of the sandbox's user (RLIMIT_NPROC), "
-            f"cpus={spec.cpus:g} is not enforced"
-        )
-
-    def _prefix(self) -> list[str]:
-        """What every process of the sandbox starts under: joining its cgroups, or its rlimits."""
-        if self._cgroups is not None:
-            return ["/bin/sh", "-c", JOIN_CGROUPS, "sh", *self._cgroups.procs_files, "--"]
-        return list(self._rlimits)
-
-    def _isolation_flags(self) -> list[str]:
-        """bwrap's namespaces and privileges: its own user namespace (with no further ones), no capabilities."""
-        flags = [
-            "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "0", "--gid", "0", "--die-with-parent",
-            "--new-session", "--clearenv", "--hostname", "sandbox", "--cap-drop", "ALL", "--as-pid-1",
-        ]  # fmt: skip
-        if self.spec.allow_internet:
-            flags.append("--share-net")
-        return flags
-
-    async def _launch(self, timeout: float) -> None:
-        """Start bwrap and its keeper over the per-trial root; return once the keeper answers."""
-        assert self._view is not None and self._keeper is not None
-        mine, theirs = socket.socketpair()
-        info_r, info_w = os.pipe()
-        sock = theirs.fileno()
-        argv = self._prefix()
-        remap: dict[str, str] = {}
-        keeper = str(self._keeper)
-        if self._stage is not None:
-            argv += [self._tools["unshare"], "--mount", "--propagation", "private", "--", "/bin/sh", "-c", STAGE_SCRIPT,
-                     "sh", str(self._stage), str(self.root), "--"]  # fmt: skip
-            remap = {str(self.root): str(self._stage)}
-            keeper = str(self._stage / self._keeper.name)
-        if self.uid is not None:
-            argv += [self._tools["setpriv"], f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
-        argv += [self._tools["bwrap"], *self._isolation_flags()]
-        argv += ["--proc", "/proc", "--dev", "/dev", *_mount_args(self._view, remap)]
-        argv += ["--ro-bind", keeper, KEEPER_PATH, "--remount-ro", "/"]
-        argv += ["--setenv", "PATH", DEFAULT_PATH, "--chdir", "/", "--info-fd", str(info_w)]
-        argv += [KEEPER_PATH, "-c", KEEPER_SCRIPT.format(info=info_w, sock=sock)]
-        errors = tempfile.TemporaryFile()
-        try:
-            self._proc = await asyncio.create_subprocess_exec(
-                *argv, pass_fds=(sock, info_w), stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL, stderr=errors, start_new_session=True,
-            )  # fmt: skip
-        except BaseException:
-            for f in (mine, errors):
-                f.close()
-            os.close(info_r)
-            raise
-        finally:
-            os.close(info_w)
-            theirs.close()
-        try:
-            mine.setblocking(False)
-            try:
-                info = await asyncio.wait_for(_read_info(info_r), timeout)
-                ready = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(mine, 16), timeout) if info else b""
-            except TimeoutError as exc:
-                raise SandboxTimeoutError(f"bwrap did not start within {timeout}s") from exc
-            if not info.strip() or ready != b"ready\n":
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._proc.wait(), 5)
-                errors.seek(0)
-                why = errors.read().decode(errors="replace").strip() or f"exit {self._proc.returncode}"
-                if self.uid is not None and ("namespace" in why or "Operation not permitted" in why):
-                    why += (f" (bwrap runs as the unprivileged uid {self.uid}: the host must allow unprivileged user "
-                            "namespaces, e.g. sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0, "
-                            "kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for bwrap)")
-                raise SandboxError(f"bwrap failed to start: {why}")
-        except BaseException:
-            mine.close()
-            raise
-        finally:
-            errors.close()
-        self._keeper_sock = mine
-        parsed = json.loads(info)
-        self._child_pid = int(parsed["child-pid"])
-        self._pidns = parsed.get("pid-namespace")
-        try:
-            self._pidfd = os.pidfd_open(self._child_pid)
-        except (AttributeError, OSError):
-            self._pidfd = None
-        if os.geteuid() == 0:
-            for pid in (self._proc.pid, self._child_pid):
-                with contextlib.suppress(OSError):
-                    Path(f"/proc/{pid}/oom_score_adj").write_text("-1000")
-        if self._stopped:  # stop() ran while this keeper was starting (kill_processes racing a teardown)
-            await self._end_namespace(10)
-            raise SandboxError("the sandbox was stopped while kill_processes() restarted it")
-        if self._marker_data is not None:
-            self._marker_data["bwrap"] = [self._proc.pid, _start_time(self._proc.pid)]
-            self._marker_data["keeper"] = [self._child_pid, _start_time(self._child_pid)]
-            await asyncio.to_thread(_write_json, self.marker, self._marker_data)
-
-    async def _end_namespace(self, timeout: float) -> None:
-        """SIGKILL the keeper; the kernel kills the rest of the pid namespace, bwrap exits once all are reaped."""
-        proc = self._proc
-        self._signal_keeper()
-        if proc is not None and proc.returncode is None:
-            try:
-                await asyncio.wait_for(asyncio.shield(proc.wait()), timeout)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                raise SandboxError(
-                    f"the local sandbox's processes did not all die within {timeout:g}s of SIGKILL (a process stuck in "
-                    "the kernel, state D?); the trial must not be graded"
-                ) from None
-        self._release_keeper()
-
-    def _signal_keeper(self) -> None:
-        try:
-            if self._pidfd is not None:
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-            elif self._child_pid is not None and self._proc is not None and self._proc.returncode is None:
-                os.kill(self._child_pid, signal.SIGKILL)
-        except (ProcessLookupError, OSError):
-            pass
-
-    def _release_keeper(self) -> None:
-        if self._pidfd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._pidfd)
-            self._pidfd = None
-        if self._keeper_sock is not None:
-            self._keeper_sock.close()
-            self._keeper_sock = None
-
-    def _leftovers(self, pidns: int | None) -> set[int]:
-        """Processes of this sandbox still alive: its cgroups' members, else those in its old pid namespace."""
-        if self._cgroups is not None:
-            return self._cgroups.pids()
-        left: set[int] = set()
-        if pidns is None:
-            return left
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                with contextlib.suppress(OSError):
-                    if os.readlink(f"/proc/{entry.name}/ns/pid") == f"pid:[{pidns}]":
-                        left.add(int(entry.name))
-        return left
 
     async def kill_processes(self, *, timeout: float = 10.0) -> None:
         """Kill the pid namespace (see the module docstring), confirm it is empty, start a fresh keeper."""
@@ -587,74 +285,13 @@ class LocalSandbox(Sandbox):
         gone = self._cgroups.remove() if self._cgroups is not None else True
         if not self.options.keep_root:
             try:
-                _unmount_disk(self.root, self._disk)
-                _rmtree(self.root)
+                unmount_disk(self.root, self._disk)
+                rmtree(self.root)
             except (OSError, subprocess.SubprocessError):
                 gone = False
         if gone and self._marker_data is not None:
             with contextlib.suppress(FileNotFoundError):
                 self.marker.unlink()
-
-    # -- the Dockerfile -------------------------------------------------------------
-    async def _apply_dockerfile(self) -> None:
-        if self.spec.image:
-            self.notes.append(f"local sandbox: image {self.spec.image!r} is not used; the host's /usr is the userland")
-        dockerfile = (self.spec.environment_dir / "Dockerfile") if self.spec.environment_dir else None
-        if dockerfile is None or not dockerfile.is_file():
-            return
-        context = self.spec.environment_dir
-        assert context is not None
-        args: dict[str, str] = {}
-        for ins in parse_dockerfile(dockerfile):
-            where = f"{dockerfile}:{ins.line}"
-            try:
-                if ins.keyword == "FROM":
-                    self.notes.append(f"local sandbox: 'FROM {ins.args}' is not honoured; the host's /usr is the userland")
-                elif ins.keyword == "WORKDIR":
-                    self.workdir = posixpath.join(self.workdir, ins.args.strip())
-                    await asyncio.to_thread(self._ensure_dir, self.workdir)
-                elif ins.keyword == "ENV":
-                    self.env.update(parse_env(ins.args))
-                elif ins.keyword == "ARG":
-                    key, _, default = ins.args.partition("=")
-                    if default:
-                        args[key.strip()] = default.strip().strip('"')
-                elif ins.keyword in ("COPY", "ADD"):
-                    await self._copy_from_context(context, ins.args)
-                elif ins.keyword == "RUN":
-                    cmd = ins.json_or_shell() or ins.args
-                    result = await self.exec(cmd, env=args, timeout=self.spec.build_timeout_sec)
-                    if not result.ok:
-                        raise SandboxBuildError(
-                            f"{where}: RUN failed with exit {result.exit_code}: {(result.stderr or result.stdout)[-2000:]}",
-                            task_fault=True,
-                        )
-                elif ins.keyword in ("CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "MAINTAINER", "HEALTHCHECK", "STOPSIGNAL"):
-                    continue
-                else:
-                    self.notes.append(f"local sandbox: {ins.keyword} at {where} is ignored")
-            except (ValueError, SandboxPathError) as exc:
-                raise SandboxBuildError(f"{where}: {ins.keyword} {ins.args}: {exc}", task_fault=True) from exc
-
-    async def _copy_from_context(self, context: Path, args: str) -> None:
-        sources, dest = parse_copy(args)
-        dest_abs = posixpath.join(self.workdir, dest)
-        many = len(sources) > 1 or any(glob.has_magic(s) for s in sources)
-        for source in sources:
-            matches = sorted(glob.glob(str(context / source))) if glob.has_magic(source) else [str(context / source)]
-            if not matches or not all(os.path.exists(m) for m in matches):
-                raise TaskError(f"COPY source {source!r} not found in {context}")
-            for match in matches:
-                src = Path(match)
-                if not src.resolve().is_relative_to(context.resolve()):
-                    raise SandboxPathError(f"COPY source {source!r} is outside the build context")
-                if src.is_dir():
-                    await self.upload(src, dest_abs, timeout=self.spec.build_timeout_sec)
-                else:
-                    into_dir = dest.endswith("/") or many or await asyncio.to_thread(self._is_dir, dest_abs)
-                    target = posixpath.join(dest_abs, src.name) if into_dir else dest_abs
-                    await self.upload(src, target, timeout=self.spec.build_timeout_sec)
-
     # -- commands -------------------------------------------------------------------
     def _alive(self) -> None:
         if self._proc is None or self._child_pid is None:
@@ -701,117 +338,6 @@ class LocalSandbox(Sandbox):
             duration_s=out.duration_s,
         )
 
-    # -- files ----------------------------------------------------------------------
-    def _parts(self, path: str) -> list[str]:
-        if not isinstance(path, str) or not path or "\x00" in path:
-            raise SandboxPathError(f"invalid sandbox path {path!r}")
-        if not path.startswith("/"):
-            path = posixpath.join(self.workdir, path)
-        if ".." in path.split("/"):
-            raise SandboxPathError(f"path {path!r} contains '..'; use a path without parent references")
-        return [p for p in posixpath.normpath(path).split("/") if p]
-
-    @contextlib.contextmanager
-    def _walk(self, path: str, timeout: float) -> Iterator[_Walk]:
-        assert self._view is not None
-        walk = _Walk(self._view, path, time.monotonic() + timeout, self.uid)
-        try:
-            yield walk
-        except _Deadline:
-            raise SandboxTimeoutError(f"transfer of {path} took longer than {timeout}s") from None
-        finally:
-            walk.close()
-
-    def _is_dir(self, path: str) -> bool:
-        """Whether ``path`` is a folder as the sandbox sees it (Docker's COPY puts a file into one)."""
-        with self._walk(path, 60) as walk:
-            try:
-                return walk.locate(self._parts(path)).kind == "dir"
-            except (OSError, SandboxPathError):
-                return False
-
-    def _ensure_dir(self, path: str) -> None:
-        with self._walk(path, 60) as walk:
-            walk.ensure_dir(self._parts(path), replace_last=False)
-
-    def _upload(self, source: Path, dest: str, timeout: float) -> None:
-        parts = self._parts(dest)
-        with self._walk(dest, timeout) as walk:
-            if source.is_dir():
-                walk.put_tree(walk.ensure_dir(parts, replace_last=True), str(source))
-            else:
-                if not parts:
-                    raise SandboxPathError(f"cannot upload a file to {dest!r}")
-                walk.put_file(walk.ensure_dir(parts[:-1], replace_last=False), parts[-1], str(source))
-
-    def _download(self, source: str, dest: Path, timeout: float) -> None:
-        parts = self._parts(source)
-        dest = Path(os.path.abspath(dest))
-        with self._walk(source, timeout) as walk:
-            found = walk.locate(parts)
-            if found.kind == "missing":
-                raise FileNotFoundError(errno.ENOENT, "no such file or directory in the sandbox", source)
-            if found.kind == "dir":
-                if found.here.fd is None:
-                    raise SandboxPathError(f"{source!r} is not a folder that can be downloaded (the writable roots, /usr "
-                                           "and the folders bound into /etc can)")
-                if dest.exists() and not dest.is_dir():
-                    raise NotADirectoryError(errno.ENOTDIR, "cannot download a folder over a file", str(dest))
-                dest.mkdir(parents=True, exist_ok=True)
-                host = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                try:
-                    walk.get_tree(found.here.fd, host, 0)
-                finally:
-                    os.close(host)
-                return
-            if found.kind == "host_file":
-                fd = os.open(found.host, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            else:
-                assert found.st is not None and found.here.fd is not None
-                if not stat.S_ISREG(found.st.st_mode):
-                    raise SandboxPathError(f"{source!r} is a {_kind(found.st.st_mode)}; only regular files and folders "
-                                           "are downloaded")
-                try:
-                    fd = os.open(found.name, _O_READ, dir_fd=found.here.fd)
-                except OSError as exc:
-                    raise SandboxPathError(f"{source!r} changed during the download") from exc
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    raise SandboxPathError(f"{source!r} is a {_kind(st.st_mode)}; only regular files and folders are "
-                                           "downloaded")
-                if dest.is_dir() and not dest.is_symlink():
-                    raise IsADirectoryError(errno.EISDIR, "cannot download a file over a folder", str(dest))
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                parent = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                try:
-                    walk._host_put(fd, st, parent, dest.name)
-                finally:
-                    os.close(parent)
-            finally:
-                os.close(fd)
-
-    async def _transfer(self, what: str, fn, *args, timeout: float) -> None:
-        await self._wait_ready(timeout)
-        self._alive()
-        try:
-            await asyncio.wait_for(asyncio.to_thread(fn, *args, timeout), timeout + 5)
-        except TimeoutError as exc:
-            raise SandboxTimeoutError(f"{what} took longer than {timeout}s") from exc
-        except (SandboxError, FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise
-        except OSError as exc:
-            raise SandboxError(f"{what} failed: {exc}") from exc
-
-    async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
-        source = Path(source)
-        if not source.exists():
-            raise FileNotFoundError(str(source))
-        await self._transfer(f"upload of {source} to {dest}", self._upload, source, dest, timeout=timeout)
-
-    async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
-        await self._transfer(f"download of {source}", self._download, source, Path(dest), timeout=timeout)
-
     async def restore_image_tools(self, keep: list[str] | None = None) -> list[str]:
         """Nothing to restore: ``/usr`` is the host's, read-only, and ``/`` a read-only tmpfs, so the agent can
         change no executable or library there (tests/security/test_grading_attacks.py checks it). A tool it
@@ -836,91 +362,11 @@ class LocalSandbox(Sandbox):
         return f"http://127.0.0.1:{port}"
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
-                       (stat.S_ISBLK, "block device"), (stat.S_ISLNK, "symlink"), (stat.S_ISDIR, "folder")):  # fmt: skip
-        if test(mode):
-            return name
-    return "special file"
-
-
-async def _read_info(fd: int) -> str:
-    """Read bwrap's --info-fd JSON; stop at the first complete object or EOF (bwrap died)."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    pipe = os.fdopen(fd, "rb", buffering=0)
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
-    buf = b""
-    try:
-        while chunk := await reader.read(4096):
-            buf += chunk
-            try:
-                json.loads(buf)
-            except ValueError:
-                continue
-            break
-    finally:
-        transport.close()
-    return buf.decode()
-
 
 def _quote(s: str) -> str:
     import shlex
 
     return shlex.quote(s)
-
-
-# -- leaked sandboxes -----------------------------------------------------------------
-
-
-def _cleanup(base: Path) -> int:
-    """Remove what every sandbox whose owner process is gone left behind; return how many roots went."""
-    if not base.is_dir():
-        return 0
-    _check_private_dir(base)
-    removed = 0
-    for marker in sorted(base.glob(f"*{MARKER_SUFFIX}")):
-        try:
-            data = json.loads(marker.read_text())
-            name = data["root"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if _same_process(data.get("pid"), data.get("start_time"), data.get("boot_id")):
-            continue  # a live run's sandbox
-        for key in ("keeper", "bwrap"):  # the keeper's death empties the pid namespace
-            proc = data.get(key)
-            if isinstance(proc, list) and len(proc) == 2 and _same_process(proc[0], proc[1], data.get("boot_id")):
-                with contextlib.suppress(OSError):
-                    os.kill(proc[0], signal.SIGKILL)
-        cgroups = [Path(p) for p in data.get("cgroups") or [] if _is_our_cgroup(p, name)]
-        cgroups_gone = _Cgroups(cgroups).remove(wait=5) if cgroups else True
-        root = base / name if isinstance(name, str) and "/" not in name and name not in ("", ".", "..") else None
-        if root is not None and (root.exists() or root.is_symlink()):
-            disk = data.get("disk")
-            _unmount_disk(root, base / disk if isinstance(disk, str) and disk == f"{name}{DISK_SUFFIX}" else None)
-            _rmtree(root)
-            removed += 1
-        if cgroups_gone:
-            marker.unlink(missing_ok=True)
-    return removed
-
-
-def _unmount_disk(root: Path, disk: Path | None) -> None:
-    """Unmount ``storage_mb``'s filesystem from ``root`` (when mounted) and remove its file."""
-    if os.path.ismount(root):
-        subprocess.run(["umount", "-l", str(root)], capture_output=True, timeout=60, check=True)
-    if disk is not None:
-        disk.unlink(missing_ok=True)
-
-
-def _base_dir(options: LocalSandboxOptions) -> Path:
-    """Where the per-trial roots and their owner markers live (links in the configured path resolved once)."""
-    return Path(os.path.realpath(options.root_dir or Path(tempfile.gettempdir()) / "tackroom-local"))
-
-
-def _is_our_cgroup(path: object, root_name: str) -> bool:
-    return isinstance(path, str) and path.startswith("/sys/fs/cgroup/") and ".." not in path.split("/") \
-        and bool(_CGROUP_NAME.match(Path(path).name)) and Path(path).name.endswith(f"-{root_name}")  # fmt: skip
 
 
 class LocalSandboxProvider(SandboxProvider):
@@ -934,7 +380,7 @@ class LocalSandboxProvider(SandboxProvider):
         return LocalSandbox(spec, self.options)
 
     def _base(self) -> Path:
-        return _base_dir(self.options)
+        return base_dir(self.options.root_dir)
 
     async def cleanup(self) -> int:
         """Remove the roots, bwraps and cgroups of sandboxes whose creating process is gone (never a live run's).
@@ -943,9 +389,10 @@ class LocalSandboxProvider(SandboxProvider):
         """
 
         def run() -> int:
-            removed = _cleanup(self._base())
+            removed = remove_leftovers(self._base())
             with contextlib.suppress(OSError):
                 _sweep_cgroups(_cgroup_parents())
             return removed
 
         return await asyncio.to_thread(run)
+

@@ -1,0 +1,140 @@
+"""Files in and out of the local sandbox: ``upload``/``download`` through the fd-safe view of its root
+(:mod:`tackroom_local.view`), never letting the kernel follow a link the agent made."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import posixpath
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from tackroom import SandboxError, SandboxPathError, SandboxTimeoutError
+from tackroom_local.view import _O_READ, _Deadline, _Walk
+
+
+class ViewTransfers:
+    """The transfer half of :class:`~tackroom_local.sandbox.LocalSandbox`."""
+
+    def _parts(self, path: str) -> list[str]:
+        if not isinstance(path, str) or not path or "\x00" in path:
+            raise SandboxPathError(f"invalid sandbox path {path!r}")
+        if not path.startswith("/"):
+            path = posixpath.join(self.workdir, path)
+        if ".." in path.split("/"):
+            raise SandboxPathError(f"path {path!r} contains '..'; use a path without parent references")
+        return [p for p in posixpath.normpath(path).split("/") if p]
+
+    @contextlib.contextmanager
+    def _walk(self, path: str, timeout: float) -> Iterator[_Walk]:
+        assert self._view is not None
+        walk = _Walk(self._view, path, time.monotonic() + timeout, self.uid)
+        try:
+            yield walk
+        except _Deadline:
+            raise SandboxTimeoutError(f"transfer of {path} took longer than {timeout}s") from None
+        finally:
+            walk.close()
+
+    def _is_dir(self, path: str) -> bool:
+        """Whether ``path`` is a folder as the sandbox sees it (Docker's COPY puts a file into one)."""
+        with self._walk(path, 60) as walk:
+            try:
+                return walk.locate(self._parts(path)).kind == "dir"
+            except (OSError, SandboxPathError):
+                return False
+
+    def _ensure_dir(self, path: str) -> None:
+        with self._walk(path, 60) as walk:
+            walk.ensure_dir(self._parts(path), replace_last=False)
+
+    def _upload(self, source: Path, dest: str, timeout: float) -> None:
+        parts = self._parts(dest)
+        with self._walk(dest, timeout) as walk:
+            if source.is_dir():
+                walk.put_tree(walk.ensure_dir(parts, replace_last=True), str(source))
+            else:
+                if not parts:
+                    raise SandboxPathError(f"cannot upload a file to {dest!r}")
+                walk.put_file(walk.ensure_dir(parts[:-1], replace_last=False), parts[-1], str(source))
+
+    def _download(self, source: str, dest: Path, timeout: float) -> None:
+        parts = self._parts(source)
+        dest = Path(os.path.abspath(dest))
+        with self._walk(source, timeout) as walk:
+            found = walk.locate(parts)
+            if found.kind == "missing":
+                raise FileNotFoundError(errno.ENOENT, "no such file or directory in the sandbox", source)
+            if found.kind == "dir":
+                if found.here.fd is None:
+                    raise SandboxPathError(f"{source!r} is not a folder that can be downloaded (the writable roots, /usr "
+                                           "and the folders bound into /etc can)")
+                if dest.exists() and not dest.is_dir():
+                    raise NotADirectoryError(errno.ENOTDIR, "cannot download a folder over a file", str(dest))
+                dest.mkdir(parents=True, exist_ok=True)
+                host = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    walk.get_tree(found.here.fd, host, 0)
+                finally:
+                    os.close(host)
+                return
+            if found.kind == "host_file":
+                fd = os.open(found.host, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            else:
+                assert found.st is not None and found.here.fd is not None
+                if not stat.S_ISREG(found.st.st_mode):
+                    raise SandboxPathError(f"{source!r} is a {_kind(found.st.st_mode)}; only regular files and folders "
+                                           "are downloaded")
+                try:
+                    fd = os.open(found.name, _O_READ, dir_fd=found.here.fd)
+                except OSError as exc:
+                    raise SandboxPathError(f"{source!r} changed during the download") from exc
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise SandboxPathError(f"{source!r} is a {_kind(st.st_mode)}; only regular files and folders are "
+                                           "downloaded")
+                if dest.is_dir() and not dest.is_symlink():
+                    raise IsADirectoryError(errno.EISDIR, "cannot download a file over a folder", str(dest))
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                parent = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    walk._host_put(fd, st, parent, dest.name)
+                finally:
+                    os.close(parent)
+            finally:
+                os.close(fd)
+
+    async def _transfer(self, what: str, fn, *args, timeout: float) -> None:
+        await self._wait_ready(timeout)
+        self._alive()
+        try:
+            await asyncio.wait_for(asyncio.to_thread(fn, *args, timeout), timeout + 5)
+        except TimeoutError as exc:
+            raise SandboxTimeoutError(f"{what} took longer than {timeout}s") from exc
+        except (SandboxError, FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise
+        except OSError as exc:
+            raise SandboxError(f"{what} failed: {exc}") from exc
+
+    async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
+        source = Path(source)
+        if not source.exists():
+            raise FileNotFoundError(str(source))
+        await self._transfer(f"upload of {source} to {dest}", self._upload, source, dest, timeout=timeout)
+
+    async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
+        await self._transfer(f"download of {source}", self._download, source, Path(dest), timeout=timeout)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISLNK, "symlink"), (stat.S_ISDIR, "folder")):  # fmt: skip
+        if test(mode):
+            return name
+    return "special file"
+

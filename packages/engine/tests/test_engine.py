@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 import tackroom
-from tackroom_engine import engine
+from tackroom_engine import engine, install
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def free_port() -> int:
 
 
 def test_missing_python311_lists_every_path_tried(monkeypatch):
-    monkeypatch.setattr(engine, "python311_candidates", lambda: ["/nope/python3.11", "/also/not/here"])
+    monkeypatch.setattr(install, "python311_candidates", lambda: ["/nope/python3.11", "/also/not/here"])
     with pytest.raises(engine.EngineError, match=r"needs Python 3.11.*tried: /nope/python3.11, /also/not/here"):
         engine.find_python311()
 

@@ -1,0 +1,337 @@
+"""The gateway's chat completions: an OpenAI chat request rendered to the session's exact prompt ids, sent to
+the engine as token ids, answered whole or streamed as server-sent events, and recorded in the session
+(tokens, logprobs, tool calls). A client that goes away cancels its engine request; every failure is recorded
+in the session and answered as an OpenAI error (mid-stream: as an SSE event)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from tackroom_gateway.chat_template import ChatTemplateError
+from tackroom_gateway.engine_client import EngineCompletion
+from tackroom_gateway.errors import (
+    BadRequestError,
+    ContextLengthExceededError,
+    EngineRequestInterruptedError,
+    GatewayError,
+    GatewayInternalError,
+)
+from tackroom_gateway.protocol import PASSTHROUGH, ChatCompletionRequest, forced_tool_call_tag
+from tackroom_gateway.streaming import CANCELLED, END, ClientGone, chat_logprobs, client_gone, pump_stream, sse
+from tackroom_gateway.tito import OpenRequest, PromptPlan, TitoSession
+from tackroom_gateway.tool_parsers import ParsedOutput
+
+log = logging.getLogger("tackroom_gateway")
+
+
+class ChatRoutes:
+    """The chat half of :class:`~tackroom_gateway.server.PolicyGateway` (its engine client, template, tool
+    parser, liveness and sessions live there)."""
+
+    def _engine_body(self, req: ChatCompletionRequest, plan: PromptPlan) -> dict[str, Any]:
+        assert self.engine is not None and self.template is not None
+        extra = req.model_extra or {}
+        body: dict[str, Any] = {"prompt": plan.prompt_ids}
+        fields = {**extra, **req.model_dump(exclude_unset=True)}
+        for key in PASSTHROUGH:
+            if fields.get(key) is not None:
+                body[key] = fields[key]
+        info = self.engine.info
+        room = (info.max_model_len - len(plan.prompt_ids)) if info and info.max_model_len else None
+        if room is not None and room <= 0:
+            raise ContextLengthExceededError(
+                f"prompt is {len(plan.prompt_ids)} tokens, the engine's context is {info.max_model_len}; "  # type: ignore[union-attr]
+                "shorten the conversation (or serve the model with a longer --max-model-len)"
+            )
+        wanted = req.max_completion_tokens or req.max_tokens
+        body["max_tokens"] = min(wanted, room) if wanted and room else (wanted or room or 1024)
+        stop_ids = list(req.stop_token_ids or [])
+        if self.template.end_of_turn_id is not None and self.template.end_of_turn_id not in stop_ids:
+            stop_ids.append(self.template.end_of_turn_id)
+        body["stop_token_ids"] = stop_ids
+        body["logprobs"] = max(req.top_logprobs or 0, 0) if req.logprobs else 0
+        forced = req.forced_tool() if req.tools else None
+        if req.tool_choice not in (None, "auto", "none") and not req.tools:
+            raise BadRequestError(f"tool_choice {req.tool_choice!r} needs tools")
+        if forced is not None:
+            if "structured_outputs" in body or "response_format" in body:
+                raise BadRequestError("tool_choice required/named cannot be combined with response_format or structured_outputs")
+            tag = forced_tool_call_tag(req.tools or [], None if forced is True else forced)
+            body["structured_outputs"] = {"structural_tag": json.dumps(tag, ensure_ascii=False)}
+        return body
+
+    def _reply(self, parsed: ParsedOutput) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+        if parsed.reasoning is not None:
+            msg["reasoning_content"] = parsed.reasoning
+        if parsed.tool_calls:
+            msg["tool_calls"] = [c.openai() for c in parsed.tool_calls]
+        return msg
+
+    @staticmethod
+    def _finish_reason(engine_reason: str | None, parsed: ParsedOutput) -> str:
+        if parsed.tool_calls and engine_reason != "length":
+            return "tool_calls"
+        return engine_reason or "stop"
+
+    def _record(
+        self, session: TitoSession, plan: PromptPlan, ids: list[int], logprobs: list[float] | None, reason: str | None, parsed: ParsedOutput
+    ) -> dict[str, Any]:
+        reply = self._reply(parsed)
+        session.record(
+            plan,
+            completion_ids=ids,
+            logprobs=logprobs,
+            finish_reason=reason,
+            reply=reply,
+            tool_calls=len(parsed.tool_calls),
+            tool_call_parse_failures=parsed.parse_failures,
+        )
+        return reply
+
+    async def _chat_default(self, request: Request) -> Response:
+        self._check_admin(request)
+        return await self._chat(request, self.open_session("default"))
+
+    async def _chat_session(self, request: Request) -> Response:
+        return await self._chat(request, self._session_at(request))
+
+    async def _chat(self, request: Request, session: TitoSession) -> Response:
+        if self._stopping:
+            raise EngineRequestInterruptedError("the gateway is stopping")
+        try:
+            await self.prepare()
+            assert self.engine is not None and self.parser is not None
+            req = ChatCompletionRequest.parse(await request.body())
+            try:
+                plan = session.plan(req.messages, tools=req.tools, template_kwargs=req.chat_template_kwargs)
+            except ChatTemplateError as exc:
+                raise BadRequestError(str(exc)) from exc
+            except (TypeError, ValueError, AttributeError, KeyError) as exc:  # shapes only the client's messages hold
+                raise BadRequestError(f"the messages could not be read: {type(exc).__name__}: {exc}") from exc
+            body = self._engine_body(req, plan)
+            if req.stream:
+                return await self._chat_stream(request, req, session, plan, body)
+            task = asyncio.ensure_future(self.engine.complete(body))
+            result = await self._engine_answer(request, session, task, self._track(session, task), task)
+            self.liveness.answered()
+            return JSONResponse(self._chat_response(req, session, plan, result))
+        except (ClientGone, ClientDisconnect):
+            return Response(status_code=499)  # nobody reads it; uvicorn drops it
+        except EngineRequestInterruptedError:
+            raise  # the session already knows (request_abandoned)
+        except BadRequestError:
+            raise  # the client's own mistake; not the trial's engine record
+        except GatewayError as exc:
+            session.record_error(exc)
+            raise
+        except Exception as exc:
+            log.error("gateway: a chat completion failed: %s: %s", type(exc).__name__, exc)
+            log.debug("gateway: a chat completion failed", exc_info=True)
+            err = GatewayInternalError(
+                f"the gateway failed on this request ({type(exc).__name__}: {exc}); this is a bug in tackroom's gateway"
+            )
+            session.record_error(err)
+            raise err from exc
+
+    def _interrupted(self, session: TitoSession, entry: OpenRequest) -> EngineRequestInterruptedError:
+        reason = entry.cancel_reason or "the engine request was cancelled"
+        session.request_abandoned(entry, reason)
+        return EngineRequestInterruptedError(f"the engine request was cut off: {reason}")
+
+    async def _engine_answer(
+        self, request: Request, session: TitoSession, work: asyncio.Future[Any], entry: OpenRequest,
+        answer: asyncio.Future[Any],
+    ) -> Any:
+        """``answer``'s result, unless the client goes away first: then ``work`` (the engine call) is
+        cancelled, the session notes that its request was abandoned, and ``ClientGone`` is raised."""
+        gone = asyncio.ensure_future(client_gone(request))
+        try:
+            await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            if not work.done():
+                work.cancel()
+                entry.turn_ended = False
+                session.request_abandoned(entry, "the gateway stopped")
+            answer.cancel()
+            raise
+        finally:
+            gone.cancel()
+        if answer.done():
+            if answer.cancelled():
+                raise self._interrupted(session, entry)
+            return answer.result()
+        answer.cancel()
+        if not work.done():
+            work.cancel()
+            session.request_abandoned(entry, "the client closed its connection")
+        raise ClientGone
+
+    def _chat_response(
+        self, req: ChatCompletionRequest, session: TitoSession, plan: PromptPlan, result: EngineCompletion
+    ) -> dict[str, Any]:
+        assert self.parser is not None
+        parsed = self.parser.parse(result.text, parse_tools=req.parse_tools)
+        if result.prompt_ids is not None and result.prompt_ids != plan.prompt_ids:
+            session.notes.append(f"turn {len(session.turns)}: engine echoed prompt ids that differ from those sent")
+        reply = self._record(session, plan, result.completion_ids, result.logprobs, result.finish_reason, parsed)
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": reply,
+            "logprobs": chat_logprobs(result.tokens or [], result.logprobs or [], result.top_logprobs or [])
+            if req.logprobs
+            else None,
+            "finish_reason": self._finish_reason(result.finish_reason, parsed),
+        }
+        if req.return_token_ids:
+            choice["token_ids"] = result.completion_ids
+        out = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": len(plan.prompt_ids),
+                "completion_tokens": len(result.completion_ids),
+                "total_tokens": len(plan.prompt_ids) + len(result.completion_ids),
+            },
+        }
+        if req.return_token_ids:
+            out["prompt_token_ids"] = plan.prompt_ids
+        return out
+
+    async def _chat_stream(
+        self, request: Request, req: ChatCompletionRequest, session: TitoSession, plan: PromptPlan, body: dict[str, Any]
+    ) -> Response:
+        assert self.engine is not None and self.parser is not None
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        pump = asyncio.ensure_future(pump_stream(self.engine.stream(body), queue))
+        entry = self._track(session, pump)
+        # Wait for the engine's first chunk so that failures before any output are plain HTTP errors.
+        first = await self._engine_answer(request, session, pump, entry, asyncio.ensure_future(queue.get()))
+        if first is CANCELLED:
+            raise self._interrupted(session, entry)
+        if isinstance(first, BaseException):
+            raise first
+        return StreamingResponse(
+            self._sse_events(req, session, plan, queue, pump, entry, first),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def _sse_events(
+        self,
+        req: ChatCompletionRequest,
+        session: TitoSession,
+        plan: PromptPlan,
+        queue: asyncio.Queue[Any],
+        pump: asyncio.Future[None],
+        entry: OpenRequest,
+        first: Any,
+    ) -> AsyncIterator[bytes]:
+        assert self.parser is not None
+        stream_id = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        model = self.model_name
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: dict | None = None) -> bytes:
+            return sse(
+                {
+                    "id": stream_id,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+                }
+            )
+
+        incremental = self.parser.stream(parse_tools=req.parse_tools)
+        ids: list[int] = []
+        logprobs: list[float] = []
+        engine_reason: str | None = None
+        try:
+            yield chunk({"role": "assistant", "content": ""})
+            piece = first
+            while piece is not END:
+                if piece is CANCELLED:
+                    raise self._interrupted(session, entry)
+                if isinstance(piece, BaseException):
+                    raise piece
+                self.liveness.answered()
+                if piece.prompt_ids is not None and piece.prompt_ids != plan.prompt_ids:
+                    session.notes.append(f"turn {len(session.turns)}: engine echoed prompt ids that differ from those sent")
+                ids.extend(piece.token_ids)
+                logprobs.extend(piece.logprobs)
+                if piece.finish_reason is not None:
+                    engine_reason = piece.finish_reason
+                delta = incremental.feed(piece.text)
+                out: dict[str, Any] = {}
+                if delta.reasoning:
+                    out["reasoning_content"] = delta.reasoning
+                if delta.content:
+                    out["content"] = delta.content
+                lp = chat_logprobs(piece.tokens, piece.logprobs, piece.top_logprobs) if req.logprobs else None
+                if out or lp:
+                    yield chunk(out, logprobs=lp)
+                piece = await queue.get()
+            owed, parsed = incremental.finish()
+            tail: dict[str, Any] = {}
+            if owed.reasoning:
+                tail["reasoning_content"] = owed.reasoning
+            if owed.content:
+                tail["content"] = owed.content
+            if tail:
+                yield chunk(tail)
+            if parsed.tool_calls:
+                yield chunk({"tool_calls": [c.openai(index=i) for i, c in enumerate(parsed.tool_calls)]})
+            self._record(session, plan, ids, logprobs if len(logprobs) == len(ids) else None, engine_reason, parsed)
+            yield chunk({}, finish=self._finish_reason(engine_reason, parsed))
+            if (req.stream_options or {}).get("include_usage"):
+                yield sse(
+                    {
+                        "id": stream_id,
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": len(plan.prompt_ids),
+                            "completion_tokens": len(ids),
+                            "total_tokens": len(plan.prompt_ids) + len(ids),
+                        },
+                    }
+                )
+            yield b"data: [DONE]\n\n"
+        except GatewayError as exc:
+            # Output may have reached the client already: the error is an SSE event, then the stream ends.
+            if not isinstance(exc, EngineRequestInterruptedError):
+                session.record_error(exc)
+            yield sse(exc.openai())
+            yield b"data: [DONE]\n\n"
+        except Exception as exc:
+            log.error("gateway: a streamed chat completion failed: %s: %s", type(exc).__name__, exc)
+            log.debug("gateway: a streamed chat completion failed", exc_info=True)
+            err = GatewayInternalError(f"the gateway failed mid-stream ({type(exc).__name__}: {exc})")
+            session.record_error(err)
+            yield sse(err.openai())
+            yield b"data: [DONE]\n\n"
+        except BaseException:
+            # Cancelled (the client went away: Starlette cancels the stream) or closed: the engine
+            # request, if still running, is abandoned.
+            if not pump.done():
+                pump.cancel()
+                session.request_abandoned(entry, "the client closed its connection mid-stream")
+            raise
+        finally:
+            if not pump.done():
+                pump.cancel()

@@ -13,9 +13,6 @@ from pydantic import BaseModel, Field, model_validator
 from tackroom._errors import ErrorClass
 from tackroom._policy import redact
 
-PHASES = ("sandbox_start", "verifier_prepare", "harness_setup", "harness_run", "kill_agent", "verify", "teardown")
-
-
 def slug(text: str) -> str:
     """A path- and label-safe version of ``text`` (not one-to-one: ``a b`` and ``a-b`` share one; see :func:`label_part`)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "x"

@@ -33,7 +33,7 @@ def test_the_count_leaves_out_testing_and_nothing_else(tmp_path):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "issue 29: core without testing/ is 6,104 lines, 604 over the cap; what is left to move needs a decision "
+    "issue 29: core without testing/ is 6,105 lines, 605 over the cap; what is left to move needs a decision "
     "(docs/architecture.md lists the candidates). strict: this fails once the cap is met, so drop the mark then"))
 def test_core_without_testing_is_within_the_cap():
     count = lines_of(CORE)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, model_validator
 from tackroom._errors import ErrorClass
 from tackroom._policy import redact
 
+
 def slug(text: str) -> str:
     """A path- and label-safe version of ``text`` (not one-to-one: ``a b`` and ``a-b`` share one; see :func:`label_part`)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "x"

@@ -451,7 +451,7 @@ async def test_without_cgroups_rlimits_enforce_the_limits_and_the_notes_say_so(m
 
 
 async def test_limits_cgroup_refuses_to_start_without_a_writable_cgroup(tmp_path, monkeypatch):
-    monkeypatch.setattr(local_limits, "_make_cgroups", lambda *a: (None, [], "simulated: /sys/fs/cgroup is read-only"))
+    monkeypatch.setattr(local_limits, "make_cgroups", lambda *a: (None, [], "simulated: /sys/fs/cgroup is read-only"))
     roots = tmp_path / "roots"
     sb = LocalSandboxProvider({"root_dir": str(roots), "limits": "cgroup"}).create(
         tackroom.SandboxSpec(name="t", memory_mb=300))

@@ -15,7 +15,7 @@ from pathlib import Path
 MiB = 1024 * 1024
 
 
-def _start_time(pid: int) -> int | None:
+def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), or None if gone."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
@@ -26,7 +26,7 @@ def _start_time(pid: int) -> int | None:
 
 
 @dataclass
-class _Cgroups:
+class Cgroups:
     """The cgroup directories of one sandbox; bwrap and every exec join all of them."""
 
     dirs: list[Path]
@@ -101,11 +101,11 @@ def _own_cgroups() -> dict[str, str]:
     return own
 
 
-_CGROUP_NAME = re.compile(r"tackroom-(\d+)-(\d+)-")
+CGROUP_NAME = re.compile(r"tackroom-(\d+)-(\d+)-")
 """A sandbox's cgroup is named ``tackroom-<creator pid>-<creator start time>-<root name>``."""
 
 
-def _cgroup_parents() -> list[Path]:
+def cgroup_parents() -> list[Path]:
     """Where sandbox cgroups are made: cgroup v2's ``tackroom-local``, and cgroup v1's folder of this process."""
     v2, v1 = _cgroup_mounts()
     parents = [v2 / "tackroom-local"] if v2 is not None else []
@@ -119,26 +119,26 @@ def _cgroup_parents() -> list[Path]:
     return parents
 
 
-def _sweep_cgroups(parents: Sequence[Path]) -> int:
+def sweep_cgroups(parents: Sequence[Path]) -> int:
     """Remove the cgroups of sandboxes whose creating process is gone (killing what still runs in them)."""
     removed = 0
     for parent in parents:
         try:
-            entries = [d for d in parent.iterdir() if _CGROUP_NAME.match(d.name) and d.is_dir()]
+            entries = [d for d in parent.iterdir() if CGROUP_NAME.match(d.name) and d.is_dir()]
         except OSError:
             continue
         for d in entries:
-            m = _CGROUP_NAME.match(d.name)
+            m = CGROUP_NAME.match(d.name)
             assert m is not None
-            if _start_time(int(m[1])) != int(m[2]) and _Cgroups([d]).remove(wait=1):
+            if start_time(int(m[1])) != int(m[2]) and Cgroups([d]).remove(wait=1):
                 removed += 1
     return removed
 
 
-def _make_cgroups(name: str, memory_mb: int, pids_limit: int, cpus: float) -> tuple[_Cgroups | None, list[str], str]:
+def make_cgroups(name: str, memory_mb: int, pids_limit: int, cpus: float) -> tuple[Cgroups | None, list[str], str]:
     """Create and configure the sandbox's cgroups: (cgroups, limits not enforced, why there are none)."""
     with contextlib.suppress(OSError):
-        _sweep_cgroups(_cgroup_parents())  # what sandboxes of killed runs left
+        sweep_cgroups(cgroup_parents())  # what sandboxes of killed runs left
     v2, v1 = _cgroup_mounts()
     reasons: list[str] = []
     if v2 is not None and (v2 / "cgroup.controllers").exists():
@@ -167,7 +167,7 @@ def _make_cgroups(name: str, memory_mb: int, pids_limit: int, cpus: float) -> tu
                 (cg / "cpu.max").write_text(f"{max(1000, int(cpus * 100_000))} 100000")
             else:
                 skipped.append("cpus")
-            return _Cgroups([cg]), skipped, ""
+            return Cgroups([cg]), skipped, ""
         except OSError as exc:
             reasons.append(f"cgroup v2 at {v2}: {exc}")
             for d in made:
@@ -200,7 +200,7 @@ def _make_cgroups(name: str, memory_mb: int, pids_limit: int, cpus: float) -> tu
                 (dirs["cpu"] / "cpu.cfs_quota_us").write_text(str(max(1000, int(cpus * 100_000))))
             else:
                 skipped.append("cpus")
-            return _Cgroups(made), skipped, ""
+            return Cgroups(made), skipped, ""
         except OSError as exc:
             reasons.append(f"cgroup v1: {exc}")
             for d in reversed(made):

@@ -19,9 +19,9 @@ import tempfile
 from pathlib import Path
 
 from tackroom import SandboxError, SandboxTimeoutError
-from tackroom_local.cgroups import _start_time
+from tackroom_local.cgroups import start_time
 from tackroom_local.markers import write_json
-from tackroom_local.view import _INSTALL_HINT, DEFAULT_PATH, _mount_args
+from tackroom_local.view import DEFAULT_PATH, INSTALL_HINT, mount_args
 
 KEEPER_PATH = "/.tackroom-keeper"
 KEEPER_SCRIPT = (
@@ -39,7 +39,7 @@ per-trial root appears at :data:`STAGE_DIR` (for that bwrap only), where the san
 def tool(name: str, why: str) -> str:
     found = shutil.which(name)
     if found is None:
-        raise SandboxError(f"{name!r} is not installed; the local sandbox needs it ({why}). {_INSTALL_HINT}")
+        raise SandboxError(f"{name!r} is not installed; the local sandbox needs it ({why}). {INSTALL_HINT}")
     return found
 
 
@@ -106,7 +106,7 @@ class NamespaceKeeper:
         if self.uid is not None:
             argv += [self._tools["setpriv"], f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
         argv += [self._tools["bwrap"], *self._isolation_flags()]
-        argv += ["--proc", "/proc", "--dev", "/dev", *_mount_args(self._view, remap)]
+        argv += ["--proc", "/proc", "--dev", "/dev", *mount_args(self._view, remap)]
         argv += ["--ro-bind", keeper, KEEPER_PATH, "--remount-ro", "/"]
         argv += ["--setenv", "PATH", DEFAULT_PATH, "--chdir", "/", "--info-fd", str(info_w)]
         argv += [KEEPER_PATH, "-c", KEEPER_SCRIPT.format(info=info_w, sock=sock)]
@@ -162,8 +162,8 @@ class NamespaceKeeper:
             await self._end_namespace(10)
             raise SandboxError("the sandbox was stopped while kill_processes() restarted it")
         if self._marker_data is not None:
-            self._marker_data["bwrap"] = [self._proc.pid, _start_time(self._proc.pid)]
-            self._marker_data["keeper"] = [self._child_pid, _start_time(self._child_pid)]
+            self._marker_data["bwrap"] = [self._proc.pid, start_time(self._proc.pid)]
+            self._marker_data["keeper"] = [self._child_pid, start_time(self._child_pid)]
             await asyncio.to_thread(write_json, self.marker, self._marker_data)
 
     async def _end_namespace(self, timeout: float) -> None:

@@ -8,7 +8,7 @@ import os
 import subprocess
 
 from tackroom import SandboxError
-from tackroom_local.cgroups import MiB, _make_cgroups
+from tackroom_local.cgroups import MiB, make_cgroups
 from tackroom_local.keeper import tool
 from tackroom_local.markers import DISK_SUFFIX, write_json
 
@@ -50,7 +50,7 @@ class SandboxLimits:
         if opts.limits != "rlimit":
             assert self._marker_data is not None
             name = f"tackroom-{self._marker_data['pid']}-{self._marker_data['start_time']}-{self.root.name}"
-            cgroups, skipped, why = _make_cgroups(name, spec.memory_mb, opts.pids_limit, spec.cpus)
+            cgroups, skipped, why = make_cgroups(name, spec.memory_mb, opts.pids_limit, spec.cpus)
             if cgroups is not None:
                 self._cgroups = cgroups
                 assert self._marker_data is not None

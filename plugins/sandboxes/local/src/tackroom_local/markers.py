@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 from tackroom import SandboxError
-from tackroom_local.cgroups import _CGROUP_NAME, _Cgroups, _start_time
+from tackroom_local.cgroups import CGROUP_NAME, Cgroups, start_time
 
 MARKER_SUFFIX = ".owner.json"
 DISK_SUFFIX = ".disk"
@@ -38,7 +38,7 @@ def same_process(pid: object, start: object, boot: object) -> bool:
     """Whether ``pid`` is still the process that had ``start`` time in boot ``boot``."""
     if not isinstance(pid, int) or pid <= 0 or boot != boot_id():
         return False
-    return start is not None and _start_time(pid) == start
+    return start is not None and start_time(pid) == start
 
 
 def check_private_dir(path: Path) -> None:
@@ -101,7 +101,7 @@ def remove_leftovers(base: Path) -> int:
                 with contextlib.suppress(OSError):
                     os.kill(proc[0], signal.SIGKILL)
         cgroups = [Path(p) for p in data.get("cgroups") or [] if is_our_cgroup(p, name)]
-        cgroups_gone = _Cgroups(cgroups).remove(wait=5) if cgroups else True
+        cgroups_gone = Cgroups(cgroups).remove(wait=5) if cgroups else True
         root = base / name if isinstance(name, str) and "/" not in name and name not in ("", ".", "..") else None
         if root is not None and (root.exists() or root.is_symlink()):
             disk = data.get("disk")
@@ -128,5 +128,5 @@ def base_dir(root_dir: str | None) -> Path:
 
 def is_our_cgroup(path: object, root_name: str) -> bool:
     return isinstance(path, str) and path.startswith("/sys/fs/cgroup/") and ".." not in path.split("/") \
-        and bool(_CGROUP_NAME.match(Path(path).name)) and Path(path).name.endswith(f"-{root_name}")  # fmt: skip
+        and bool(CGROUP_NAME.match(Path(path).name)) and Path(path).name.endswith(f"-{root_name}")  # fmt: skip
 

@@ -106,7 +106,7 @@ from tackroom import (
     SandboxTimeoutError,
     run_process,
 )
-from tackroom_local.cgroups import _cgroup_parents, _Cgroups, _start_time, _sweep_cgroups
+from tackroom_local.cgroups import Cgroups, cgroup_parents, start_time, sweep_cgroups
 from tackroom_local.dockerfile import DockerfileSteps
 from tackroom_local.keeper import STAGE_DIR, NamespaceKeeper, copy_keeper, tool
 from tackroom_local.limits import SandboxLimits
@@ -121,7 +121,7 @@ from tackroom_local.markers import (
     write_json,
 )
 from tackroom_local.transfers import ViewTransfers
-from tackroom_local.view import DEFAULT_PATH, WRITABLE_ROOTS, _build_view, _Dir, _inside_path, _searchable_by_all
+from tackroom_local.view import DEFAULT_PATH, WRITABLE_ROOTS, Dir, build_view, inside_path, searchable_by_all
 
 HOST_UID_BASE = 1_000_000_000
 
@@ -166,8 +166,8 @@ class LocalSandbox(DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimit
         self.workdir = spec.workdir
         self.uid: int | None = None
         """The host uid of root inside (None: tackroom runs unprivileged, so it is tackroom's own)."""
-        self._view: _Dir | None = None
-        self._cgroups: _Cgroups | None = None
+        self._view: Dir | None = None
+        self._cgroups: Cgroups | None = None
         self._rlimits: list[str] = []
         self._proc: asyncio.subprocess.Process | None = None
         self._child_pid: int | None = None
@@ -218,7 +218,7 @@ class LocalSandbox(DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimit
         if os.geteuid() == 0:
             self.uid = self.options.host_uid or HOST_UID_BASE + secrets.randbelow(1 << 28)
         self._marker_data = {
-            "root": self.root.name, "pid": os.getpid(), "start_time": _start_time(os.getpid()), "boot_id": boot_id(),
+            "root": self.root.name, "pid": os.getpid(), "start_time": start_time(os.getpid()), "boot_id": boot_id(),
             "uid": self.uid, "cgroups": [], "bwrap": None, "keeper": None,
         }  # fmt: skip
         write_json(self.marker, self._marker_data)
@@ -231,16 +231,16 @@ class LocalSandbox(DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimit
             if self.uid is not None:
                 os.chown(d, self.uid, self.uid)
         self._keeper = copy_keeper(self.root)
-        if self.uid is not None and not _searchable_by_all(self.base):
-            if not _searchable_by_all(STAGE_DIR.parent):
+        if self.uid is not None and not searchable_by_all(self.base):
+            if not searchable_by_all(STAGE_DIR.parent):
                 raise SandboxError(f"{self.base} is not searchable by the sandbox's uid {self.uid} and neither is "
                                    f"{STAGE_DIR.parent}; set [sandbox] root_dir to a folder every uid can pass through")
             STAGE_DIR.mkdir(mode=0o755, exist_ok=True)
             check_private_dir(STAGE_DIR)
             self._stage = STAGE_DIR
             self._tools["unshare"] = tool("unshare", "it stages a root_dir the sandbox's uid cannot pass through")
-        self._view = _build_view(self.root)
-        self._inside = {name: _inside_path(name, self._view) for name in ("setpriv", "env", "bash")}
+        self._view = build_view(self.root)
+        self._inside = {name: inside_path(name, self._view) for name in ("setpriv", "env", "bash")}
         self._setup_limits()
 
     async def kill_processes(self, *, timeout: float = 10.0) -> None:
@@ -391,7 +391,7 @@ class LocalSandboxProvider(SandboxProvider):
         def run() -> int:
             removed = remove_leftovers(self._base())
             with contextlib.suppress(OSError):
-                _sweep_cgroups(_cgroup_parents())
+                sweep_cgroups(cgroup_parents())
             return removed
 
         return await asyncio.to_thread(run)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tackroom import SandboxError, SandboxPathError, SandboxTimeoutError
-from tackroom_local.view import _O_READ, _Deadline, _Walk
+from tackroom_local.view import O_READ, Deadline, Walk
 
 
 class ViewTransfers:
@@ -30,12 +30,12 @@ class ViewTransfers:
         return [p for p in posixpath.normpath(path).split("/") if p]
 
     @contextlib.contextmanager
-    def _walk(self, path: str, timeout: float) -> Iterator[_Walk]:
+    def _walk(self, path: str, timeout: float) -> Iterator[Walk]:
         assert self._view is not None
-        walk = _Walk(self._view, path, time.monotonic() + timeout, self.uid)
+        walk = Walk(self._view, path, time.monotonic() + timeout, self.uid)
         try:
             yield walk
-        except _Deadline:
+        except Deadline:
             raise SandboxTimeoutError(f"transfer of {path} took longer than {timeout}s") from None
         finally:
             walk.close()
@@ -90,7 +90,7 @@ class ViewTransfers:
                     raise SandboxPathError(f"{source!r} is a {_kind(found.st.st_mode)}; only regular files and folders "
                                            "are downloaded")
                 try:
-                    fd = os.open(found.name, _O_READ, dir_fd=found.here.fd)
+                    fd = os.open(found.name, O_READ, dir_fd=found.here.fd)
                 except OSError as exc:
                     raise SandboxPathError(f"{source!r} changed during the download") from exc
             try:

@@ -38,11 +38,11 @@ shadow, gshadow, sudoers, ssh/, ssl/private, pip.conf, npmrc, environment, profi
 exported credentials) or anything else that may hold secrets."""
 ETC_LINKS = {"mtab": "/proc/self/mounts"}
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 1 << 20
 _MAX_LINKS = 40
-_INSTALL_HINT = (
+INSTALL_HINT = (
     "Install it with `apt-get install bubblewrap util-linux` (Debian/Ubuntu) or `dnf install bubblewrap util-linux`, "
     "or select another sandbox (e.g. --sandbox docker)"
 )
@@ -65,15 +65,15 @@ class _Opaque:
 
 
 @dataclass
-class _Dir:
+class Dir:
     """A directory of bwrap's own (read-only tmpfs) root: its entries are binds, links or more of these."""
 
-    children: dict[str, _Bind | _Link | _Opaque | _Dir] = field(default_factory=dict)
+    children: dict[str, _Bind | _Link | _Opaque | Dir] = field(default_factory=dict)
 
 
-def _build_view(root: Path) -> _Dir:
+def build_view(root: Path) -> Dir:
     """What the sandbox sees at ``/``; bwrap's mounts and the transfers are both made from it."""
-    top = _Dir()
+    top = Dir()
     for name in WRITABLE_ROOTS:
         top.children[name] = _Bind(str(root / name), writable=True)
     top.children["usr"] = _Bind("/usr")
@@ -83,7 +83,7 @@ def _build_view(root: Path) -> _Dir:
             top.children[name] = _Link(os.readlink(host))
         elif os.path.isdir(host):
             top.children[name] = _Bind(host)
-    etc = _Dir()
+    etc = Dir()
     for pattern in ETC_FILES:
         for host in sorted(glob.glob(f"/etc/{pattern}")):
             real = os.path.realpath(host)
@@ -92,8 +92,8 @@ def _build_view(root: Path) -> _Dir:
             *parents, leaf = host[len("/etc/") :].split("/")
             node = etc
             for p in parents:
-                child = node.children.setdefault(p, _Dir())
-                if not isinstance(child, _Dir):
+                child = node.children.setdefault(p, Dir())
+                if not isinstance(child, Dir):
                     break
                 node = child
             else:
@@ -106,7 +106,7 @@ def _build_view(root: Path) -> _Dir:
     return top
 
 
-def _mount_args(node: _Dir, remap: dict[str, str], prefix: str = "") -> list[str]:
+def mount_args(node: Dir, remap: dict[str, str], prefix: str = "") -> list[str]:
     """bwrap's arguments for ``node``; ``remap`` replaces host path prefixes (the staged per-trial root)."""
     args: list[str] = []
     for name, child in node.children.items():
@@ -119,12 +119,12 @@ def _mount_args(node: _Dir, remap: dict[str, str], prefix: str = "") -> list[str
             args += ["--bind" if child.writable else "--ro-bind", host, dest]
         elif isinstance(child, _Link):
             args += ["--symlink", child.target, dest]
-        elif isinstance(child, _Dir):
-            args += ["--dir", dest, *_mount_args(child, remap, dest)]
+        elif isinstance(child, Dir):
+            args += ["--dir", dest, *mount_args(child, remap, dest)]
     return args
 
 
-def _inside_path(name: str, view: _Dir) -> str:
+def inside_path(name: str, view: Dir) -> str:
     """The absolute path of a host tool as the sandbox sees it, which must lie in a read-only bind (/usr):
     ``nsenter`` starts it with every capability of the sandbox's user namespace, so a PATH lookup could run
     a binary the agent planted in a writable root."""
@@ -133,11 +133,11 @@ def _inside_path(name: str, view: _Dir) -> str:
     entry = view.children.get(real.split("/")[1]) if real.count("/") > 1 else None
     if not isinstance(entry, _Bind) or entry.writable:
         raise SandboxError(f"{name!r} must be installed under /usr (found {found or 'nothing'}): the local sandbox runs it "
-                           f"inside the sandbox by its absolute path. {_INSTALL_HINT}")
+                           f"inside the sandbox by its absolute path. {INSTALL_HINT}")
     return real
 
 
-def _searchable_by_all(path: Path) -> bool:
+def searchable_by_all(path: Path) -> bool:
     """Whether every folder down to ``path`` lets any uid through (bwrap runs as the sandbox's uid)."""
     try:
         return all(os.stat(p).st_mode & stat.S_IXOTH for p in (path, *path.parents))
@@ -145,7 +145,7 @@ def _searchable_by_all(path: Path) -> bool:
         return False
 
 
-class _Deadline(Exception):
+class Deadline(Exception):
     pass
 
 
@@ -155,7 +155,7 @@ class _Here:
 
     parts: tuple[str, ...]
     fd: int | None = None
-    node: _Dir | None = None
+    node: Dir | None = None
     writable: bool = False
 
 
@@ -168,10 +168,10 @@ class _Found:
     host: str = ""
 
 
-class _Walk:
+class Walk:
     """One transfer: resolves sandbox paths with dir fds and O_NOFOLLOW, links as the sandbox sees them."""
 
-    def __init__(self, view: _Dir, path: str, deadline: float, uid: int | None) -> None:
+    def __init__(self, view: Dir, path: str, deadline: float, uid: int | None) -> None:
         self.view, self.path, self.deadline, self.uid = view, path, deadline, uid
         self.fds: list[int] = []
         self.links = 0
@@ -187,7 +187,7 @@ class _Walk:
     def tick(self) -> None:
         self.steps += 1
         if time.monotonic() > self.deadline:
-            raise _Deadline
+            raise Deadline
 
     def retry(self) -> None:
         """Something changed under the walk (a folder swapped for a link): look again, a bounded number of times."""
@@ -244,7 +244,7 @@ class _Walk:
                     raise SandboxPathError(f"{self.path!r} is under /{name}, which files are never copied to or from")
                 if isinstance(child, _Link):
                     here = self._follow(child.target, here, todo)
-                elif isinstance(child, _Dir):
+                elif isinstance(child, Dir):
                     here = _Here((*here.parts, name), node=child)
                 else:
                     st = os.stat(child.host)
@@ -379,7 +379,7 @@ class _Walk:
     def _copy(self, src: int, dst: int) -> None:
         while chunk := os.read(src, _CHUNK):
             if time.monotonic() > self.deadline:
-                raise _Deadline
+                raise Deadline
             view = memoryview(chunk)
             while view:
                 view = view[os.write(dst, view) :]
@@ -479,7 +479,7 @@ class _Walk:
                     os.close(sub)
             elif stat.S_ISREG(st.st_mode):
                 try:
-                    fd = os.open(name, _O_READ, dir_fd=src)
+                    fd = os.open(name, O_READ, dir_fd=src)
                 except OSError:
                     continue
                 try:

@@ -39,7 +39,11 @@ def _private_names(tree: ast.AST) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found += [(node.lineno, node.module)] if _private(node.module) else []
+            if _private(node.module):
+                found.append((node.lineno, node.module))
+            elif node.module in PUBLIC:  # from tackroom import _something
+                found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names
+                          if alias.name.startswith("_") and not alias.name.startswith("__")]
         elif isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names if _private(alias.name)]
         elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "tackroom"
@@ -92,9 +96,11 @@ def test_the_scan_finds_private_modules_reached_without_an_import_statement(tmp_
         "    monkeypatch.setattr(tackroom._runtime, 'write', None)\n"
         "LABEL = 'tackroom._trial'\n"  # a container label that happens to look like a module: not an import
         "subprocess.run([sys.executable, '-m', 'tackroom', 'run'])\n"
-        "print(tackroom.__version__)\n")
+        "print(tackroom.__version__)\n"
+        "from tackroom.app import _secret, __version__\n")
     assert [line.split(": ")[1] for line in private_imports(probe)] == [
-        "tackroom._cli.main", "tackroom._cli.main", "tackroom._manager._manager", "tackroom._runtime"]
+        "tackroom._cli.main", "tackroom._cli.main", "tackroom._manager._manager", "tackroom._runtime",
+        "tackroom.app._secret"]
 
 
 def test_there_are_plugins_and_packages_to_check():

@@ -287,6 +287,7 @@ async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, ser
     final_weights: str | None = None
     loss_label = _describe(loss)
     on_engine = settings.sampler == "engine"
+    micro_batch = int(settings.backend_config.get("train_micro_batch_size") or 0)
     if knobs.tis_ratio_type and loss_fn == "tackroom":
         raise ConfigError("[train] tis_ratio_type applies to Tinker's built-in losses; tinker.loss_fn = 'tackroom' "
                           "runs the loss itself (set loss_fn = 'auto' or drop tis_ratio_type)")
@@ -411,24 +412,35 @@ async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, ser
                     await call(f"step {step}: forward_backward (custom loss)", _result(
                         training.forward_backward_custom_async(datums(batch, with_advantages=False), custom)))
                     trainer_logprobs, record["loss"] = custom.trainer_logprobs, custom.last_loss
+                    record.update(mismatch(batch, trainer_logprobs))
                 else:
+                    # only the rows a gradient flows through (the loss is the whole batch's: Batch.for_trainer)
+                    sent = batch.subset(batch.for_trainer(micro_batch))
+                    record["sent_rows"] = len(sent.rows)
                     old = ratios = None
                     if knobs.tis_ratio_type:  # the trainer's logprobs before the update: TIS's π_old
                         fwd = await call(f"step {step}: forward (TIS)", _result(
-                            training.forward_async(datums(batch, with_advantages=False), "cross_entropy")))
+                            training.forward_async(datums(sent, with_advantages=False), "cross_entropy")))
                         old = [list(o["logprobs"].data) for o in fwd.loss_fn_outputs]
-                        ratios, tis_metrics = tis_ratios(batch, old, knobs.tis_ratio_type,
+                        ratios, tis_metrics = tis_ratios(sent, old, knobs.tis_ratio_type,
                                                          token_cap=knobs.token_tis_ratio_clip_high,
                                                          sequence_cap=knobs.sequence_tis_ratio_clip_high)
                         record.update(tis_metrics)
-                    data = datums(batch, with_advantages=True, old_logprobs=old, token_weights=ratios)
+                    data = datums(sent, with_advantages=True, old_logprobs=old, token_weights=ratios)
                     result = await call(f"step {step}: forward_backward",
                                         _result(training.forward_backward_async(data, loss_fn, loss_fn_config)))
                     trainer_logprobs = old or [list(o["logprobs"].data) for o in result.loss_fn_outputs]
                     record["loss"] = reduced_loss(data, result.loss_fn_outputs)
-                record.update(mismatch(batch, trainer_logprobs))
+                    record.update(mismatch(sent, trainer_logprobs))
                 await call(f"step {step}: optim_step",
                            _result(training.optim_step_async(types.AdamParams(learning_rate=lr))))
+            elif batch.trained_rows:
+                # no optimiser step, but the mismatch is still measured: a forward on a few trained rows
+                probe = batch.subset(batch.for_mismatch(micro_batch))
+                fwd = await call(f"step {step}: forward (mismatch)", _result(
+                    training.forward_async(datums(probe, with_advantages=False), "cross_entropy")))
+                record.update(mismatch(probe, [list(o["logprobs"].data) for o in fwd.loss_fn_outputs]))
+                record["sent_rows"] = len(probe.rows)
             record["rollout_metrics"] = out["rollout_metrics"]
             return trains, record
 

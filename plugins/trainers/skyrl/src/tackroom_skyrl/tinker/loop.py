@@ -59,7 +59,7 @@ from tackroom_skyrl.arms import EvalRow
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.dataset import prompt_rows
 from tackroom_skyrl.error_rate import PreflightRefusedError, PreflightReport, error_rate_pass
-from tackroom_skyrl.mismatch import mismatch_warning
+from tackroom_skyrl.mismatch import mismatch_threshold, mismatch_warning
 from tackroom_skyrl.tinker import curve
 from tackroom_skyrl.tinker.datums import (
     TackroomLoss,
@@ -94,6 +94,8 @@ class TinkerRunSummary(BaseModel):
     best_reward: float
     mismatch_mean: float | None
     mismatch_warnings: int
+    mismatch_warn: float | None = None
+    """The threshold the warnings counted against (``[train] logprob_mismatch_warn`` in effect)."""
     curve_csv: str
     curve_png: str
     final_weights: str | None = None
@@ -202,6 +204,8 @@ async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any =
                           "flip sign); use 'auto' (the [loss] as the built-in it equals on-policy) or a server given "
                           "by [tinker] url whose cross-entropy is a plain weighted sum")
     loss = _loss(config, manager)
+    # the threshold in effect, written back so the summary, the log and whoever holds the config agree
+    config.train.logprob_mismatch_warn = mismatch_threshold(config.train, on_engine=settings.sampler == "engine")
     base_model = resolve_base_model(settings.base_model or config.model.path)
     rows = prompt_rows(config.tasks, config.include, config.exclude)
     tokenizer = load_tokenizer(config.policy.tokenizer or config.model.tokenizer or base_model)
@@ -504,6 +508,7 @@ async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, ser
         run_dir=str(run_dir), steps=len(records), first_reward=rewards[0] if rewards else 0.0,
         last_reward=rewards[-1] if rewards else 0.0, best_reward=max(rewards, default=0.0),
         mismatch_mean=mean(mismatches) if mismatches else None, mismatch_warnings=warnings,
+        mismatch_warn=config.train.logprob_mismatch_warn,
         curve_csv=str(run_dir / "reward_curve.csv"), curve_png=str(png), final_weights=final_weights,
         adapter=exported.adapter if exported else None, policy=exported.path if exported else None,
         served_name=run_dir.name if exported else None,

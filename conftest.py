@@ -49,6 +49,7 @@ def engine_url() -> str:
 LONGEST_FIRST = (
     "trainer",
     "docker",
+    "plugins/trainers/skyrl/tests/test_gpu_jax_step.py",
     "plugins/harnesses/opencode/tests/test_conformance.py",
     "packages/gateway/tests/test_engine_e2e.py",
     "packages/ray/tests/test_ray_executor.py",
@@ -62,9 +63,11 @@ LONGEST_FIRST = (
 EXCLUSIVE = {
     "docker": ("core/tests/test_sandbox_cmd.py", "plugins/sandboxes/docker/"),
     # each starts a vLLM engine and/or SkyRL's JAX server (3-7 GB apiece): run together they filled the
-    # 24 GB machine and Ray's memory monitor killed other tests' workers
+    # 24 GB machine and Ray's memory monitor killed other tests' workers. Two of them share one Tinker server
+    # (skyrl's conftest.py). The GPU-step smoke (a 2-layer model in JAX, ~1 GB) is not one of them: in this
+    # group it made the group, the suite's longest, 7 minutes longer; it runs beside it on its own.
     "trainer": tuple(f"plugins/trainers/skyrl/tests/test_{name}.py" for name in (
-        "tinker_overfit", "tinker_policy", "gpu_jax_step", "engine_sampling", "policy_serving")),
+        "tinker_overfit", "tinker_policy", "engine_sampling", "policy_serving")),
 }
 
 # The inner-loop tier is `uv run pytest -m "not slow"`: besides tests marked `slow` by hand, everything that
@@ -95,3 +98,53 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return rank.get(name, len(rank))
 
     items.sort(key=order)  # stable: within a rank, collection order
+
+
+# -- CPU per test: the suite is bound by this machine's two cores, so "what costs CPU" steers more than --durations
+#
+# Each test's CPU is what its worker process and the children it reaped (subprocesses, engines and servers it
+# stopped and waited for) used from its setup to its teardown. Docker containers, Ray's workers and the shared
+# engine are not in it. The 20 hungriest are listed at the end of the run beside pytest's --durations.
+
+CPU_PROPERTY = "cpu_s"
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+_CPU_AT_SETUP = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item):
+    item.stash[_CPU_AT_SETUP] = _cpu_seconds()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    if call.when == "teardown" and _CPU_AT_SETUP in item.stash:
+        outcome.get_result().user_properties.append((CPU_PROPERTY, _cpu_seconds() - item.stash[_CPU_AT_SETUP]))
+
+
+_CPU_BY_TEST: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for key, value in report.user_properties:
+        if key == CPU_PROPERTY and report.when == "teardown":
+            _CPU_BY_TEST[report.nodeid] = float(value)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not _CPU_BY_TEST:
+        return
+    total = sum(_CPU_BY_TEST.values())
+    terminalreporter.write_sep("=", f"CPU per test: {total:.0f} s in all; the 20 hungriest")
+    for nodeid, seconds in sorted(_CPU_BY_TEST.items(), key=lambda kv: -kv[1])[:20]:
+        terminalreporter.write_line(f"{seconds:8.1f}s cpu  {nodeid}")

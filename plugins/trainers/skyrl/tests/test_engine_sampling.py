@@ -1,5 +1,5 @@
-"""Engine-side sampling with the live LoRA, for real: SkyRL's Tinker trainer (JAX, CPU) trains a LoRA one step
-and the run's own vLLM engine (port 8013 or the next free one, never the shared 8011) samples with it.
+"""Engine-side sampling with the live LoRA, for real: SkyRL's Tinker trainer (JAX, CPU; the trainer tests' shared
+server, ``shared_tinker`` in conftest.py) trains a fresh LoRA one step and the run's own vLLM engine (port 8013 or the next free one, never the shared 8011) samples with it.
 
 * version 0 (the fresh LoRA) is loaded into the engine; the engine's logprobs of a fixed answer are taken
   through the run's proxy (pinned to version 0);
@@ -28,13 +28,6 @@ import pytest
 pytestmark = [pytest.mark.tinker, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-
-
 async def _engine_logprobs(proxy_url: str, ids: list[int], start: int) -> list[float]:
     """log p(ids[t] | ids[:t]) for t ≥ start, from the engine through the proxy (prompt logprobs)."""
     async with httpx.AsyncClient(timeout=300) as client:
@@ -46,40 +39,32 @@ async def _engine_logprobs(proxy_url: str, ids: list[int], start: int) -> list[f
     return [float(rows[t][str(ids[t])]["logprob"]) for t in range(start, len(ids))]
 
 
-def test_one_step_moves_the_engine_and_the_version_is_the_trainers(tmp_path: Path, free_port: int) -> None:
+def test_one_step_moves_the_engine_and_the_version_is_the_trainers(tmp_path: Path, free_port: int,
+                                                                     shared_tinker) -> None:
     import tinker
     import transformers
     from tinker import types
 
-    from tackroom_engine import model_dir
     from tackroom_skyrl.config import TrainConfig
     from tackroom_skyrl.tinker import policy
     from tackroom_skyrl.tinker.engine_sampling import EngineSampling
     from tackroom_skyrl.tinker.loop import _engine_settings
     from tackroom_skyrl.tinker.pipeline import EngineSamplingError
-    from tackroom_skyrl.tinker.server import TinkerServer, server_dir
 
-    base = model_dir()
-    _require((base / "config.json").is_file(), "SmolLM2 is not converted yet: run `tackroom model up` once")
-    _require((server_dir() / ".venv").is_dir(), "the Tinker server's environment is not installed: "
-                                                "`uv run python -m tackroom_skyrl.tinker.server`")
+    base = shared_tinker.base
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(base))
     prompt = tokenizer.encode("<|im_start|>user\nSay a colour.<|im_end|>\n<|im_start|>assistant\n")
     answer = tokenizer.encode("Vermilion, always vermilion.<|im_end|>")
     ids = prompt + answer
     config = TrainConfig(model={"path": str(base)}, gpus={"context_length": 1024},
-                         tinker={"engine_port": free_port, "lora_rank": 8,
-                                 "backend_config": {"max_lora_adapters": 2, "max_lora_rank": 8,
-                                                    "train_micro_batch_size": 2}})
+                         tinker={"engine_port": free_port, "lora_rank": 8})  # the run's engine; the server is shared
     run = tmp_path / "run"
-    server = TinkerServer(config.tinker, str(base), run / "tinker")
-    checkpoints = run / "tinker" / "checkpoints"
+    checkpoints = shared_tinker.checkpoints
     timings: dict[str, float] = {}
     t_all = time.monotonic()
 
     async def scenario() -> dict:
-        url = await asyncio.to_thread(server.start)
-        service = tinker.ServiceClient(base_url=url, api_key="tml-tackroom")
+        service = tinker.ServiceClient(base_url=shared_tinker.url, api_key="tml-tackroom")
         training = await service.create_lora_training_client_async(base_model=str(base), rank=8)
         datum = types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
                             loss_fn_inputs={"target_tokens": ids[1:],
@@ -117,10 +102,7 @@ def test_one_step_moves_the_engine_and_the_version_is_the_trainers(tmp_path: Pat
                 await sampling.check("batch 2 (policy version 1)")
         return {"v0": v0, "v1": v1, "trainer_v1": trainer_v1, "v0_again": v0_again, "adapters": adapters}
 
-    try:
-        got = asyncio.run(scenario())
-    finally:
-        server.stop()
+    got = asyncio.run(scenario())
     timings["total"] = time.monotonic() - t_all
     n = len(answer)
     shift = sum(abs(a - b) for a, b in zip(got["v0"], got["v1"])) / n

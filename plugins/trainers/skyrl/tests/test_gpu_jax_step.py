@@ -73,9 +73,8 @@ def test_configs_of_the_timed_architectures(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_cpu_smoke_runs_a_real_step_and_samples(tmp_path: Path) -> None:
-    from tackroom_skyrl.tinker.server import server_dir
-
     from tackroom_gateway.tokenizers import smollm2_tokenizer_dir
+    from tackroom_skyrl.tinker.server import server_dir
 
     python = server_dir() / ".venv" / "bin" / "python"
     cache = Path(os.environ.get("TACKROOM_CACHE", Path.home() / ".cache" / "tackroom"))

@@ -9,27 +9,20 @@ transformers matches JAX on the *base* model (two implementations of a bf16 mode
 exactly: ~0.07 nats a token here), and a merge at another scale must be further off (several times
 at 0.5× or 2×), which pins the key mapping, the B·A orientation and the scale (alpha/rank, SkyRL's definition).
 The same checkpoint downloaded through the Tinker SDK's archive URL (how a run with ``[tinker] url``
-gets it) is the same bytes. Marked ``tinker``: about 2 minutes here.
+gets it) is the same bytes. The server is the trainer tests' shared one (``shared_tinker`` in conftest.py); the
+LoRA is this test's own. Marked ``tinker``: about 2 minutes here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.tinker, pytest.mark.slow, pytest.mark.timeout(1800)]
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
 
 
 def _logprobs(model, ids: list[int]) -> list[float]:
@@ -41,20 +34,15 @@ def _logprobs(model, ids: list[int]) -> list[float]:
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0].tolist()
 
 
-def test_the_merged_policy_equals_the_tinker_trainer(tmp_path: Path) -> None:
+def test_the_merged_policy_equals_the_tinker_trainer(tmp_path: Path, shared_tinker) -> None:
     import tinker
     import torch
     import transformers
     from tinker import types
 
-    from tackroom_engine import model_dir
     from tackroom_skyrl.tinker import policy
-    from tackroom_skyrl.tinker.server import TinkerServer, TinkerSettings, server_dir
 
-    base = model_dir()
-    _require((base / "config.json").is_file(), "SmolLM2 is not converted yet: run `tackroom model up` once")
-    _require((server_dir() / ".venv").is_dir(), "the Tinker server's environment is not installed: "
-                                                "`uv run python -m tackroom_skyrl.tinker.server`")
+    base = shared_tinker.base
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(base))
     prompt = tokenizer.encode("<|im_start|>user\nSay a colour.<|im_end|>\n<|im_start|>assistant\n")
     answer = tokenizer.encode("Vermilion, always vermilion.<|im_end|>")
@@ -67,13 +55,10 @@ def test_the_merged_policy_equals_the_tinker_trainer(tmp_path: Path) -> None:
 
     answer_weights = [0.0] * (len(prompt) - 1) + [1.0] * len(answer)
     timings: dict[str, float] = {}
-    server = TinkerServer(TinkerSettings(), str(base), tmp_path / "tinker")
 
     async def train_and_read() -> tuple[str, list[list[float]], list[list[float]], policy.PolicyFolder, bytes]:
-        t0 = time.monotonic()
-        url = await asyncio.to_thread(server.start)
-        timings["server start"] = time.monotonic() - t0
-        service = tinker.ServiceClient(base_url=url, api_key="tml-tackroom")
+        timings["server start (shared)"] = shared_tinker.start_s
+        service = tinker.ServiceClient(base_url=shared_tinker.url, api_key="tml-tackroom")
         training = await service.create_lora_training_client_async(base_model=str(base), rank=8)
 
         async def forward() -> list[list[float]]:
@@ -90,7 +75,7 @@ def test_the_merged_policy_equals_the_tinker_trainer(tmp_path: Path) -> None:
         saved = await (await training.save_weights_for_sampler_async(name="final")).result_async()
         after = await forward()
         t0 = time.monotonic()
-        folder = await policy.export_policy(saved.path, tmp_path / "run", base, checkpoints=server.state_dir / "checkpoints",
+        folder = await policy.export_policy(saved.path, tmp_path / "run", base, checkpoints=shared_tinker.checkpoints,
                                             chat_template="{{ messages }}")
         timings["export"] = time.monotonic() - t0
         download = tmp_path / "download"
@@ -98,13 +83,10 @@ def test_the_merged_policy_equals_the_tinker_trainer(tmp_path: Path) -> None:
         fetched = await policy.download_archive(service, saved.path, download / "final.tar.gz")
         return saved.path, before, after, folder, fetched.read_bytes()
 
-    try:
-        path, jax_base, jax_trained, folder, downloaded = asyncio.run(train_and_read())
-    finally:
-        server.stop()
+    path, jax_base, jax_trained, folder, downloaded = asyncio.run(train_and_read())
     print(json.dumps({k: round(v, 1) for k, v in timings.items()}))
 
-    assert downloaded == policy.sampler_archive(tmp_path / "tinker" / "checkpoints", path).read_bytes()
+    assert downloaded == policy.sampler_archive(shared_tinker.checkpoints, path).read_bytes()
     assert (folder.rank, folder.alpha, folder.scale) == (8, 32.0, 4.0), "SkyRL's server: alpha 32, scale alpha/rank"
     assert folder.merged_modules == 30 * 7 and folder.dtype == "bfloat16"
     assert json.loads((tmp_path / "run" / "policy" / policy.PROVENANCE).read_text())["checkpoint"] == path

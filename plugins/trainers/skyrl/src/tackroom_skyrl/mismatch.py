@@ -3,7 +3,8 @@
 Mean |trainer − rollout| logprob over the trained tokens of a step: the
 trainer's forward pass on the very tokens the engine sampled, against the
 logprobs the engine reported. Near 0 when both run the same weights with the
-same numerics; above ``[train] logprob_mismatch_warn`` (0.03) something
+same numerics; above ``[train] logprob_mismatch_warn`` (0.03; 0.1 when an engine samples:
+:data:`ENGINE_MISMATCH_WARN`) something
 differs (weights not synced, a different dtype or kernel, a tokenizer that
 re-tokenised text), and off-policy corrections start to matter.
 

@@ -85,7 +85,9 @@ class TrainKnobs(BaseModel):
     """Tokens per model turn (a harness may cap it lower)."""
     strategy: Literal["fsdp", "megatron"] = "fsdp"
     logprob_mismatch_warn: float = Field(default=0.03, ge=0)
-    """Warn when a step's mean |trainer − rollout| logprob over trained tokens is above this (both backends)."""
+    """Warn when a step's mean |trainer − rollout| logprob over trained tokens is above this (both backends).
+    Not set, on the tinker backend sampling on the engine: 0.1 (``tackroom_skyrl.mismatch.ENGINE_MISMATCH_WARN``:
+    vLLM's and XLA's bf16 kernels alone differ by 0.03–0.075 there)."""
     tis_ratio_type: Literal["token", "sequence"] | None = None
     """Off-policy correction: truncated importance sampling on the trainer/sampler ratio, SkyRL's
     ``off_policy_correction.tis_ratio_type``. ``token``: each trained token's loss × min(π_trainer/π_sampler,

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 COLUMNS = ("step", "mean_reward", "trained_trials", "masked_trials", "mismatch_mean", "mismatch_max", "loss",
-           "rollout_s", "train_s", "version", "staleness", "handoff_s", "mismatch_flagged", "dropped_batches")
+           "rollout_s", "train_s", "version", "staleness", "handoff_s", "mismatch_flagged", "dropped_batches",
+           "sent_rows")
 
 
 def write_csv(steps: list[dict[str, Any]], path: str | Path) -> Path:

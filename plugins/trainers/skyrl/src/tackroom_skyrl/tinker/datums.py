@@ -103,10 +103,48 @@ class Batch:
     rows: list[Row]
     aggregation: str
     group_index: dict[str, int] = field(default_factory=dict)
+    factors: list[float] | None = None
+    """The aggregation's ``c_b`` per row when this batch is a part of a larger one (:meth:`for_trainer`): the
+    whole batch's factors, so the part's loss is the whole batch's (None: computed from these rows)."""
 
     def __post_init__(self) -> None:
         for r in self.rows:
             self.group_index.setdefault(r.group, len(self.group_index))
+
+    def aggregation_factors(self) -> list[float]:
+        if self.factors is not None:
+            return self.factors
+        return aggregation_factors([r.mask for r in self.rows], [r.group for r in self.rows], self.aggregation)
+
+    def subset(self, indices: list[int]) -> Batch:
+        """The rows at ``indices``, keeping the whole batch's aggregation factors."""
+        factors = self.aggregation_factors()
+        return Batch([self.rows[i] for i in indices], self.aggregation, factors=[factors[i] for i in indices])
+
+    def for_trainer(self, micro_batch: int) -> list[int]:
+        """The rows worth a forward-backward: those a gradient flows through (trained tokens and a nonzero
+        advantage), topped up with the others to a multiple of ``micro_batch`` so the trainer sees no new
+        micro-batch shape (SkyRL's JAX backend compiles once per shape). A row left out has advantage 0 or no
+        trained token: its loss and gradient are 0, so with :attr:`factors` kept the loss is the whole batch's
+        exactly. ``micro_batch`` ≤ 0 (the server runs the batch fused, one shape per row count): every row."""
+        every = list(range(len(self.rows)))
+        if micro_batch <= 0:
+            return every
+        signal = [i for i in every if self.rows[i].advantage != 0.0 and any(self.rows[i].mask)]
+        rest = [i for i in every if i not in signal]
+        rest.sort(key=lambda i: not any(self.rows[i].mask))  # rows with trained tokens first (their mismatch counts)
+        while len(signal) % micro_batch and rest:
+            signal.append(rest.pop(0))
+        return sorted(signal)
+
+    def for_mismatch(self, micro_batch: int) -> list[int]:
+        """The rows a step without learning signal runs a forward on, for its mismatch alone: one micro-batch,
+        rows with trained tokens first (``micro_batch`` ≤ 0: every row, the shape the server knows)."""
+        every = list(range(len(self.rows)))
+        if micro_batch <= 0:
+            return every
+        ordered = sorted(every, key=lambda i: not any(self.rows[i].mask))
+        return sorted(ordered[:micro_batch])
 
     @property
     def trained_tokens(self) -> int:
@@ -175,7 +213,7 @@ def datums(batch: Batch, *, with_advantages: bool, old_logprobs: list[list[float
     """Tinker ``Datum`` s; with ``with_advantages`` also ``logprobs``, ``advantages`` and ``weights`` for a built-in loss.
 
     The built-in losses of SkyRL's JAX backend reduce as ``(1/B) Σ_b (Σ_t w_bt ℓ_bt) / Σ_t w_bt``
-    (``w`` = ``weights``, ``B`` = the batch's sequences). With ``w`` = the loss mask and the advantage
+    (``w`` = ``weights``, ``B`` = the sequences sent: a :meth:`Batch.subset` keeps the whole batch's ``c_b``). With ``w`` = the loss mask and the advantage
     of sequence ``b`` sent as ``A_b · c_b · n_b · B`` (``c_b`` the aggregation's factor, ``n_b`` its
     trained tokens), that reduction is exactly ``Σ_b c_b Σ_t m_bt ℓ_bt``: the ``[loss] aggregation``.
 
@@ -185,7 +223,7 @@ def datums(batch: Batch, *, with_advantages: bool, old_logprobs: list[list[float
     """
     from tinker import types
 
-    factors = aggregation_factors([r.mask for r in batch.rows], [r.group for r in batch.rows], batch.aggregation)
+    factors = batch.aggregation_factors()
     size = len(batch.rows)
     out = []
     for i, (row, c) in enumerate(zip(batch.rows, factors)):

@@ -59,7 +59,7 @@ from tackroom_skyrl.arms import EvalRow
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.dataset import prompt_rows
 from tackroom_skyrl.error_rate import PreflightRefusedError, PreflightReport, error_rate_pass
-from tackroom_skyrl.mismatch import mismatch_warning
+from tackroom_skyrl.mismatch import mismatch_threshold, mismatch_warning
 from tackroom_skyrl.tinker import curve
 from tackroom_skyrl.tinker.datums import (
     TackroomLoss,
@@ -94,6 +94,8 @@ class TinkerRunSummary(BaseModel):
     best_reward: float
     mismatch_mean: float | None
     mismatch_warnings: int
+    mismatch_warn: float | None = None
+    """The threshold the warnings counted against (``[train] logprob_mismatch_warn`` in effect)."""
     curve_csv: str
     curve_png: str
     final_weights: str | None = None
@@ -202,6 +204,8 @@ async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any =
                           "flip sign); use 'auto' (the [loss] as the built-in it equals on-policy) or a server given "
                           "by [tinker] url whose cross-entropy is a plain weighted sum")
     loss = _loss(config, manager)
+    # the threshold in effect, written back so the summary, the log and whoever holds the config agree
+    config.train.logprob_mismatch_warn = mismatch_threshold(config.train, on_engine=settings.sampler == "engine")
     base_model = resolve_base_model(settings.base_model or config.model.path)
     rows = prompt_rows(config.tasks, config.include, config.exclude)
     tokenizer = load_tokenizer(config.policy.tokenizer or config.model.tokenizer or base_model)
@@ -287,6 +291,7 @@ async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, ser
     final_weights: str | None = None
     loss_label = _describe(loss)
     on_engine = settings.sampler == "engine"
+    micro_batch = int(settings.backend_config.get("train_micro_batch_size") or 0)
     if knobs.tis_ratio_type and loss_fn == "tackroom":
         raise ConfigError("[train] tis_ratio_type applies to Tinker's built-in losses; tinker.loss_fn = 'tackroom' "
                           "runs the loss itself (set loss_fn = 'auto' or drop tis_ratio_type)")
@@ -411,24 +416,35 @@ async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, ser
                     await call(f"step {step}: forward_backward (custom loss)", _result(
                         training.forward_backward_custom_async(datums(batch, with_advantages=False), custom)))
                     trainer_logprobs, record["loss"] = custom.trainer_logprobs, custom.last_loss
+                    record.update(mismatch(batch, trainer_logprobs))
                 else:
+                    # only the rows a gradient flows through (the loss is the whole batch's: Batch.for_trainer)
+                    sent = batch.subset(batch.for_trainer(micro_batch))
+                    record["sent_rows"] = len(sent.rows)
                     old = ratios = None
                     if knobs.tis_ratio_type:  # the trainer's logprobs before the update: TIS's π_old
                         fwd = await call(f"step {step}: forward (TIS)", _result(
-                            training.forward_async(datums(batch, with_advantages=False), "cross_entropy")))
+                            training.forward_async(datums(sent, with_advantages=False), "cross_entropy")))
                         old = [list(o["logprobs"].data) for o in fwd.loss_fn_outputs]
-                        ratios, tis_metrics = tis_ratios(batch, old, knobs.tis_ratio_type,
+                        ratios, tis_metrics = tis_ratios(sent, old, knobs.tis_ratio_type,
                                                          token_cap=knobs.token_tis_ratio_clip_high,
                                                          sequence_cap=knobs.sequence_tis_ratio_clip_high)
                         record.update(tis_metrics)
-                    data = datums(batch, with_advantages=True, old_logprobs=old, token_weights=ratios)
+                    data = datums(sent, with_advantages=True, old_logprobs=old, token_weights=ratios)
                     result = await call(f"step {step}: forward_backward",
                                         _result(training.forward_backward_async(data, loss_fn, loss_fn_config)))
                     trainer_logprobs = old or [list(o["logprobs"].data) for o in result.loss_fn_outputs]
                     record["loss"] = reduced_loss(data, result.loss_fn_outputs)
-                record.update(mismatch(batch, trainer_logprobs))
+                    record.update(mismatch(sent, trainer_logprobs))
                 await call(f"step {step}: optim_step",
                            _result(training.optim_step_async(types.AdamParams(learning_rate=lr))))
+            elif batch.trained_rows:
+                # no optimiser step, but the mismatch is still measured: a forward on a few trained rows
+                probe = batch.subset(batch.for_mismatch(micro_batch))
+                fwd = await call(f"step {step}: forward (mismatch)", _result(
+                    training.forward_async(datums(probe, with_advantages=False), "cross_entropy")))
+                record.update(mismatch(probe, [list(o["logprobs"].data) for o in fwd.loss_fn_outputs]))
+                record["sent_rows"] = len(probe.rows)
             record["rollout_metrics"] = out["rollout_metrics"]
             return trains, record
 
@@ -492,6 +508,7 @@ async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, ser
         run_dir=str(run_dir), steps=len(records), first_reward=rewards[0] if rewards else 0.0,
         last_reward=rewards[-1] if rewards else 0.0, best_reward=max(rewards, default=0.0),
         mismatch_mean=mean(mismatches) if mismatches else None, mismatch_warnings=warnings,
+        mismatch_warn=config.train.logprob_mismatch_warn,
         curve_csv=str(run_dir / "reward_curve.csv"), curve_png=str(png), final_weights=final_weights,
         adapter=exported.adapter if exported else None, policy=exported.path if exported else None,
         served_name=run_dir.name if exported else None,

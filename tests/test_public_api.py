@@ -114,33 +114,12 @@ def test_no_plugin_or_package_imports_a_private_tackroom_module():
     assert not found, "import these from tackroom / tackroom.app / tackroom.executors instead:\n" + "\n".join(found)
 
 
-# Issue 29: plugins/trainers/skyrl was being changed on another branch when the scan reached the tests; its four
-# hits (`python -m tackroom` and `from tackroom import TrialResult` are the public forms) go with that branch.
-# Remove each line here as it is fixed: test_waived_hits_are_still_there fails while one names a hit that is gone.
-WAIVED = {
-    "plugins/trainers/skyrl/tests/test_arms.py: tackroom._cli.main",
-    "plugins/trainers/skyrl/tests/test_config_mapping.py: tackroom._cli.main",
-    "plugins/trainers/skyrl/tests/test_error_rate.py: tackroom._cli.main",
-    "plugins/trainers/skyrl/tests/test_generator.py: tackroom._trial",
-}
-
-
-def _without_line(hit: str) -> str:
-    where, module = hit.split(": ", 1)
-    return f"{where.rsplit(':', 1)[0]}: {module}"
-
-
 def test_no_plugin_or_package_test_reaches_a_private_tackroom_module():
     """A plugin's tests are examples of use: they show the public way (``python -m tackroom``, a built-in by name
     through ``tackroom.instantiate`` or ``PluginManager.get``, the process-wide manager reset, not replaced)."""
-    found = [hit for path in TESTS for hit in private_imports(path) if _without_line(hit) not in WAIVED]
+    found = [hit for path in TESTS for hit in private_imports(path)]
     assert not found, ("use tackroom / tackroom.app / tackroom.executors / tackroom.testing / python -m tackroom "
                        "instead:\n" + "\n".join(found))
-
-
-def test_waived_hits_are_still_there():
-    found = {_without_line(hit) for path in TESTS for hit in private_imports(path)}
-    assert not WAIVED - found, f"fixed, so remove from WAIVED: {sorted(WAIVED - found)}"
 
 
 @pytest.mark.parametrize("module", [tackroom, tackroom.app, tackroom.executors], ids=lambda m: m.__name__)

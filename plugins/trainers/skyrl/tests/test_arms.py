@@ -301,7 +301,7 @@ def test_arms_on_the_skyrl_backend_are_refused(tmp_path: Path) -> None:
 
     path = tmp_path / "train.toml"
     path.write_text(BASE + ARMS + f'[rollout]\nout = "{tmp_path}"\n')
-    out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "train", str(path), "--backend", "skyrl",
+    out = subprocess.run([sys.executable, "-m", "tackroom", "train", str(path), "--backend", "skyrl",
                           "--run-id", "x"], capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**__import__("os").environ, "COLUMNS": "300"})
     assert out.returncode == 2, out.stdout + out.stderr

@@ -188,7 +188,7 @@ def test_preflight_passes_a_gpu_node(config_path):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tackroom._cli.main", "train", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tackroom", "train", *args], capture_output=True,
                           text=True, timeout=300, cwd=ROOT)
 
 

@@ -67,7 +67,7 @@ def test_preflight_on_the_skyrl_backend_is_refused_with_the_way_to_do_it(tmp_pat
     import sys
 
     config = Path(__file__).resolve().parents[4] / "examples" / "train" / "overfit.toml"
-    out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "train", str(config), "--backend", "skyrl",
+    out = subprocess.run([sys.executable, "-m", "tackroom", "train", str(config), "--backend", "skyrl",
                           "--preflight", "--run-id", "pf"], capture_output=True, text=True, timeout=300,
                          cwd=tmp_path)
     assert out.returncode == 2 and "--preflight runs on the tinker backend" in out.stderr, out.stderr

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 from skyrl.train.generators.base import BatchMetadata, GeneratorOutput, TrajectoryID
 
-from tackroom import SandboxError, Trajectory
-from tackroom._trial import TrialResult
+from tackroom import SandboxError, Trajectory, TrialResult
 from tackroom_gateway import load_tokenizer
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.generator import TackroomGenerator

@@ -76,10 +76,12 @@ def test_overfit_reward_rises_and_the_curve_is_written(tmp_path: Path, free_port
             alike = all(len(v) == 1 for v in rewards.values())
             assert s["no_signal_trials"] == (per_step if alike else 0) and (s["loss"] is None) == alike, (s, rewards)
 
-    # the mismatch check ran every step that trained, on real numbers, and warned exactly above the threshold
-    trained = [s for s in steps if s["trained_trials"]]
-    assert trained and all(s["mismatch_mean"] is not None and 0 <= s["mismatch_mean"] < 1 for s in trained)
-    assert summary.mismatch_warnings == sum(s["mismatch_mean"] > config.train.logprob_mismatch_warn for s in trained)
+    # the mismatch check ran every step (a step without signal measures it on one micro-batch), on real numbers, and
+    # warned exactly above the threshold in effect (no upper bound: a staleness-1 step compares the trainer's newer
+    # version with the sampler's older one, and one update moved that by up to 8 nats a token in the terminus run)
+    assert all(s["mismatch_mean"] is not None and s["mismatch_mean"] >= 0 for s in steps), steps
+    assert summary.mismatch_warn == config.train.logprob_mismatch_warn
+    assert summary.mismatch_warnings == sum(s["mismatch_mean"] > summary.mismatch_warn for s in steps)
     assert any(("logprob" in line) for line in lines)
 
     # the curve files

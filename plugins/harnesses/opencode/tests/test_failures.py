@@ -26,11 +26,12 @@ from tackroom_opencode.harness import OpenCodeHarness
 
 
 @contextlib.asynccontextmanager
-async def prepared(tmp_path, engine, *, timeout_sec=60, allow_internet=False, sandbox_cls=None, **options):
+async def prepared(tmp_path, engine, *, timeout_sec=60, allow_internet=False, sandbox_cls=None, memory_mb=2048,
+                   **options):
     """OpenCode set up for a small task in a started local sandbox: (harness, task, sandbox, the gateway's policy)."""
     task = load_task(write_task(tmp_path, "t", instruction="Say hi.", test_sh="exit 0\n", timeout_sec=timeout_sec))
     async with scripted_gateway(engine) as gateway:
-        spec = SandboxSpec(name="opencode-failure", allow_internet=allow_internet)
+        spec = SandboxSpec(name="opencode-failure", allow_internet=allow_internet, memory_mb=memory_mb)
         sandbox = sandbox_cls(spec, LocalSandboxOptions()) if sandbox_cls else LocalSandboxProvider().create(spec)
         await sandbox.start()
         try:
@@ -106,6 +107,17 @@ async def test_a_crash_is_an_infra_error_with_opencodes_stderr(tmp_path, smollm2
             await harness.run(task, sandbox, policy)
     assert "CloseBraceExpected" in str(info.value) and info.value.trajectory.stop_reason == "opencode_crashed"
     assert engine.prompts == []
+
+
+async def test_a_sandbox_too_small_for_opencode_names_its_memory_limit(tmp_path, smollm2_tokenizer, opencode_install):
+    # Tasks written for a terminal agent often ask for 256 MB; OpenCode is killed there (SIGKILL, 137), and the
+    # error must say where to look rather than leave a bare exit status.
+    engine = ScriptedEngineForTests(smollm2_tokenizer, default="hi")
+    async with prepared(tmp_path, engine, memory_mb=256) as (harness, task, sandbox, policy):
+        with pytest.raises(OpenCodeCrashError, match="exited with status 137") as info:
+            await harness.run(task, sandbox, policy)
+    assert "memory limit of 256 MB" in str(info.value) and "memory_mb" in str(info.value)
+    assert info.value.error_class == "infra" and info.value.trajectory.stop_reason == "opencode_crashed"
 
 
 async def test_context_exhaustion_is_the_models_failure(tmp_path, smollm2_tokenizer, opencode_install):

@@ -45,6 +45,8 @@ from tackroom_opencode.events import Episode, parse_events
 from tackroom_opencode.install import DEFAULT_VERSION, OpenCodeInstall, ensure_installed
 from tackroom_opencode.relay import ModelRelay
 
+OPENCODE_MEMORY_MB = 512
+"""What OpenCode (a Bun binary) needs at least: 256 MB kills it at start (exit 137), 512 MB runs a short episode."""
 SAMPLING_FIELDS_OPENCODE_SETS = {"temperature", "top_p", "max_tokens", "max_completion_tokens"}
 
 
@@ -240,6 +242,9 @@ class OpenCodeHarness(Harness):
         if ended == "died" or exit_code != "0":
             trajectory.stop_reason = "opencode_crashed"
             how = f"exited with status {exit_code}" if exit_code else "died without an exit status"
+            if exit_code == "137":  # SIGKILL: inside a sandbox, nearly always its memory limit
+                how += (f" (killed: most likely the sandbox's memory limit of {sandbox.spec.memory_mb} MB, the task's "
+                        f"[environment] memory_mb; OpenCode needs at least {OPENCODE_MEMORY_MB} MB)")
             raise OpenCodeCrashError(f"OpenCode {how}" + await self._logs(sandbox), trajectory)
         return trajectory
 

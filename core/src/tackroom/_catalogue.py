@@ -24,7 +24,8 @@ def _install_line(install: str | None, path: str | None, distribution: str, requ
     if install:
         return install
     if path:
-        return f"pip install {' '.join(f'./{p}' for p in [*requires, path])} (from a checkout of the tackroom repository)"
+        folders = " ".join(f"./{p}" for p in [*requires, path])
+        return f"pip install {folders} (from a checkout of the tackroom repository)"
     return f"pip install {distribution}"
 
 

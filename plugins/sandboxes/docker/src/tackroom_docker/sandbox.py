@@ -550,8 +550,8 @@ class DockerSandbox(NamespaceForwards, Sandbox):
 
     async def forward_host_port(self, port: int) -> str:
         """The host network shares the port as it is; under ``--network none`` a forward opened in the
-        container's network namespace (see :mod:`tackroom_sandbox_kit.host_forward`; it needs tackroom to run as root,
-        as the docker engine does) reaches that one host port and nothing else."""
+        container's network namespace (tackroom-sandbox-kit's ``NamespaceForwards``; it needs tackroom to run
+        as root, as the docker engine does) reaches that one host port and nothing else."""
         self._require_started()
         if self.network == "host":
             return f"http://127.0.0.1:{port}"

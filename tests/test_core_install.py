@@ -52,4 +52,5 @@ def test_core_alone_is_a_small_venv_that_lists_its_built_ins(tmp_path):
                            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "300"})
     message = " ".join((trial.stdout + trial.stderr).split())
     assert trial.returncode == 2 and "no sandbox named 'local' is installed" in message, message
-    assert "'local' is provided by tackroom-local: pip install ./plugins/sandboxes/local" in message, message
+    assert ("'local' is provided by tackroom-local: pip install ./packages/sandbox-kit ./plugins/sandboxes/local"
+            in message), message

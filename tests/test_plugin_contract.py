@@ -26,6 +26,7 @@ def venv(tmp_path_factory) -> Path:
     made = run(uv, "venv", "--python", "3.12", str(venv))
     assert made.returncode == 0, made.stderr
     installed = run(uv, "pip", "install", "--python", str(venv / "bin" / "python"), str(REPO / "core"),
+                    str(REPO / "packages/sandbox-kit"),  # what the default sandbox builds on (not on an index)
                     str(REPO / "plugins/sandboxes/local"),  # the default sandbox, its own distribution
                     str(PLUGINS / "tackroom-greeter"), str(PLUGINS / "tackroom-toucher"))
     assert installed.returncode == 0, installed.stderr

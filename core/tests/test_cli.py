@@ -55,7 +55,7 @@ def test_a_command_of_a_missing_distribution_answers_with_its_install_line():
 
     core_alone = {**os.environ, "TACKROOM_LOAD_PLUGINS": ""}
     for command, distribution, path in (("matrix", "tackroom-matrix", "packages/matrix"),
-                                        ("train", "tackroom-skyrl", "plugins/trainers/skyrl")):
+                                        ("train", "tackroom-skyrl", "packages/gateway ./plugins/trainers/skyrl")):
         out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", command, "--config", "x.toml"],
                              capture_output=True, text=True, env=core_alone, timeout=120)
         assert out.returncode == 2
@@ -64,7 +64,7 @@ def test_a_command_of_a_missing_distribution_answers_with_its_install_line():
             in message, out.stderr
     listed = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "--help"], capture_output=True, text=True,
                             env={**core_alone, "COLUMNS": "300"}, timeout=120)
-    assert "(not installed: pip install ./packages/engine" in listed.stdout, listed.stdout
+    assert "(not installed: pip install ./packages/gateway ./packages/engine" in listed.stdout, listed.stdout
 
 
 def test_run_without_the_local_sandbox_installed_names_its_install_line(tmp_path):
@@ -80,5 +80,6 @@ def test_run_without_the_local_sandbox_installed_names_its_install_line(tmp_path
     assert out.returncode == 2, out.stdout + out.stderr
     message = " ".join((out.stdout + out.stderr).split())
     assert "no sandbox named 'local' is installed" in message, message
-    assert "'local' is provided by tackroom-local: pip install ./plugins/sandboxes/local" in message, message
+    assert ("'local' is provided by tackroom-local: pip install ./packages/sandbox-kit ./plugins/sandboxes/local"
+            in message), message
     assert not (tmp_path / "runs").exists()

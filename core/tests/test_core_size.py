@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 import tackroom
 
 CORE = Path(tackroom.__file__).resolve().parent
@@ -32,9 +30,6 @@ def test_the_count_leaves_out_testing_and_nothing_else(tmp_path):
     assert lines_of(tmp_path, without=()) == 7
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 29: core without testing/ is 6,105 lines, 605 over the cap; what is left to move needs a decision "
-    "(docs/architecture.md lists the candidates). strict: this fails once the cap is met, so drop the mark then"))
 def test_core_without_testing_is_within_the_cap():
     count = lines_of(CORE)
     assert count <= CAP, f"core without testing/ is {count:,} lines, {count - CAP:,} over issue 29's cap of {CAP:,}"

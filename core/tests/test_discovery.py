@@ -30,7 +30,8 @@ def test_the_default_sandbox_is_a_plugin_of_its_own_and_without_it_the_error_say
     assert "local" not in [e.name for e in only_core.entries("sandbox")]
     with pytest.raises(tackroom.PluginNotFoundError) as missing:
         only_core.get("sandbox", "local")
-    assert "'local' is provided by tackroom-local: pip install ./plugins/sandboxes/local" in str(missing.value)
+    assert ("'local' is provided by tackroom-local: pip install ./packages/sandbox-kit ./plugins/sandboxes/local"
+            in str(missing.value))
 
 
 def test_check_registered_fails_for_an_unregistered_name():

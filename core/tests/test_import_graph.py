@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import tackroom
 
 CORE = Path(tackroom.__file__).resolve().parent
@@ -118,3 +120,42 @@ def test_the_scan_sees_lazy_imports_and_skips_type_checking_ones(tmp_path):
     graph = import_graph(pkg)
     assert graph["pkg.a"] == {"pkg.b"} and graph["pkg.b"] == {"pkg.a"} and graph["pkg.c"] == {"pkg.a"}
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
+
+
+def outside_imports(root: Path, prefixes: tuple[str, ...]) -> list[str]:
+    """``file:line: module`` for every import (lazy ones included) of a module starting with one of ``prefixes``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{path.relative_to(root)}:{node.lineno}: {n}" for n in names
+                      if any(n == p or n.startswith(p + ".") for p in prefixes)]
+    return found
+
+
+def test_core_imports_nothing_from_the_sandbox_kit_or_a_plugin():
+    """tackroom-sandbox-kit depends on core, never the other way: core's ``Sandbox`` opens no forward and moves no
+    tar (plugins mix the kit's ``NamespaceForwards`` / ``TarTransfer`` in)."""
+    found = outside_imports(CORE, ("tackroom_sandbox_kit", "tackroom_local", "tackroom_docker"))
+    assert not found, "core imports these:\n" + "\n".join(found)
+
+
+def test_the_outside_scan_sees_lazy_imports(tmp_path):
+    (tmp_path / "m.py").write_text("import os\ndef f():\n    from tackroom_sandbox_kit.process import run_process\n"
+                                   "import tackroom_sandbox_kit_other\n")
+    assert outside_imports(tmp_path, ("tackroom_sandbox_kit",)) == ["m.py:3: tackroom_sandbox_kit.process"]
+
+
+async def test_core_sandboxes_forward_no_port_unless_they_say_how():
+    class Bare(tackroom.Sandbox):
+        async def start(self): ...
+        async def exec(self, cmd, **kw): ...
+        async def upload(self, source, dest, **kw): ...
+        async def download(self, source, dest, **kw): ...
+        async def stop(self): ...
+
+    bare = Bare(tackroom.SandboxSpec(name="t"))
+    assert not hasattr(bare, "_open_forward") and not hasattr(bare, "_close_forwards")
+    with pytest.raises(NotImplementedError, match="Bare cannot forward a host port into the sandbox"):
+        await bare.forward_host_port(8000)

@@ -25,7 +25,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """`tackroom …` as a user runs it; a hang is a failure (TimeoutExpired), not a wait."""
-    return subprocess.run([sys.executable, "-m", "tackroom._cli.main", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tackroom", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -29,7 +29,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tackroom._cli.main", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tackroom", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -141,7 +141,7 @@ def test_generated_run_folders_never_collide(tmp_path):
     dirs = {claim_run_dir(tmp_path, None) for _ in range(50)}  # all within the same second or two
     assert len(dirs) == 50 and all(d.is_dir() for d in dirs)
     # two real runs started together, neither naming its run
-    args = [sys.executable, "-m", "tackroom._cli.main", "run", str(EXAMPLES / "hello-file"), "--harness", "nop",
+    args = [sys.executable, "-m", "tackroom", "run", str(EXAMPLES / "hello-file"), "--harness", "nop",
             "--out", str(tmp_path / "runs"), "--json"]
     procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]

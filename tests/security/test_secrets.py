@@ -115,7 +115,7 @@ def write_rubric_task(root: Path, name: str = "rubric-task") -> Path:
 async def tackroom(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """The real CLI in a subprocess, without blocking this loop (the scripted servers live in it)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tackroom._cli.main", *args, stdout=asyncio.subprocess.PIPE,
+        sys.executable, "-m", "tackroom", *args, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env={**os.environ, "COLUMNS": "200", **(env or {})})
     out, err = await asyncio.wait_for(proc.communicate(), 300)
     return proc.returncode or 0, out.decode(), err.decode()

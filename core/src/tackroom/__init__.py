@@ -6,7 +6,9 @@ The plugin API lives here; plugins import only from ``tackroom`` (and
 ``tackroom.executors`` (for executor authors) and ``tackroom.app`` (for
 applications that run trials: the matrix, the trainers, your own driver).
 Everything else is private (``tackroom._…``). ``__all__`` below is grouped by
-what a name is for.
+what a name is for. What sandbox implementations share (safe transfers, port
+forwards, bounded subprocesses, remote-SDK calls) is the tackroom-sandbox-kit
+distribution (``tackroom_sandbox_kit``), not core.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -27,7 +29,6 @@ from tackroom._errors import (
     TaskError,
 )
 from tackroom._harness import Harness
-from tackroom._host_forward import HostPortForward, forward_into_namespace
 from tackroom._import_ref import import_ref
 from tackroom._loss import AGGREGATIONS, Aggregation, LossSpec
 from tackroom._manager import PluginManager, get_plugin_manager, reset_plugin_manager
@@ -35,11 +36,7 @@ from tackroom._markers import hookimpl, hookspec
 from tackroom._openai_errors import error_message as openai_error_message
 from tackroom._plugin import PLUGIN_KINDS, Plugin, PluginKind, PluginOptions
 from tackroom._policy import Policy, redact, redact_url, register_secret, register_url_secrets
-from tackroom._process import ProcessOutput, run_process
 from tackroom._registrar import PluginEntry, Registrar
-from tackroom._remote_calls import bounded as bounded_call
-from tackroom._remote_calls import retried as retried_call
-from tackroom._remote_sandbox import remote_image_key, stop_remote
 from tackroom._resolve import instantiate, load_run_config
 from tackroom._reward import Reward
 from tackroom._run_dirs import claim_run_dir
@@ -56,15 +53,6 @@ from tackroom._sandbox import (
     SandboxSpec,
     SandboxTimeoutError,
     check_relative_inside,
-)
-from tackroom._tar_transfer import (
-    CHECK_TRANSFER_PATH,
-    TarTransfer,
-    extract_tar,
-    open_host_dir,
-    transfer_check_error,
-    transfer_check_stdin,
-    upload_directories,
 )
 from tackroom._task import Dataset, Task, TaskConfig, load_dataset, load_task
 from tackroom._trajectory import TokenTurn, Trajectory
@@ -133,24 +121,9 @@ __all__ = [
     "SandboxBuildError",
     "SandboxTimeoutError",
     "SandboxPathError",
-    # Helpers for sandbox providers: transfers that never follow what the agent planted, forwards, processes
+    # For sandbox providers: a path check (the rest of their helpers is tackroom-sandbox-kit's)
     "check_relative_inside",
-    "TarTransfer",
-    "extract_tar",
-    "open_host_dir",
-    "upload_directories",
-    "transfer_check_error",
-    "transfer_check_stdin",
-    "CHECK_TRANSFER_PATH",
-    "HostPortForward",
-    "forward_into_namespace",
-    "run_process",
-    "ProcessOutput",
-    "remote_image_key",
-    "stop_remote",
-    # Helpers for calling services: timeouts, retries, error text, secrets kept off disk
-    "bounded_call",
-    "retried_call",
+    # Helpers for calling services: error text, secrets kept off disk
     "openai_error_message",
     "redact",
     "redact_url",

@@ -17,13 +17,15 @@ from tackroom._plugin import PluginKind
 CATALOGUE_ENV = "TACKROOM_REGISTRY"
 
 
-def _install_line(install: str | None, path: str | None, distribution: str) -> str:
+def _install_line(install: str | None, path: str | None, distribution: str, requires: list[str]) -> str:
     """How to install a catalogued plugin or command: its own line, else a path install from a checkout
-    (first-party distributions are not on PyPI yet), else ``pip install <distribution>``."""
+    (first-party distributions are not on PyPI yet; the folders of the first-party distributions it needs
+    come first), else ``pip install <distribution>``."""
     if install:
         return install
     if path:
-        return f"pip install ./{path} (from a checkout of the tackroom repository)"
+        folders = " ".join(f"./{p}" for p in [*requires, path])
+        return f"pip install {folders} (from a checkout of the tackroom repository)"
     return f"pip install {distribution}"
 
 
@@ -43,10 +45,12 @@ class CatalogueEntry(BaseModel):
     path: str | None = None
     """First-party plugins: the distribution's folder in the tackroom repository. They are not on
     PyPI yet, so the install line is a path install from a checkout of the repository."""
+    requires: list[str] = []
+    """The folders of the first-party distributions it depends on (not on PyPI either), installed with it."""
 
     @property
     def install_hint(self) -> str:
-        return _install_line(self.install, self.path, self.distribution)
+        return _install_line(self.install, self.path, self.distribution, self.requires)
 
 
 class CatalogueCommand(BaseModel):
@@ -59,11 +63,13 @@ class CatalogueCommand(BaseModel):
     summary: str
     path: str | None = None
     """The distribution's folder in the tackroom repository (a path install until it is on PyPI)."""
+    requires: list[str] = []
+    """As :attr:`CatalogueEntry.requires`."""
     install: str | None = None
 
     @property
     def install_hint(self) -> str:
-        return _install_line(self.install, self.path, self.distribution)
+        return _install_line(self.install, self.path, self.distribution, self.requires)
 
 
 class Catalogue(BaseModel):

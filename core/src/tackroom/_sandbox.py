@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import abc
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tackroom._errors import (  # the sandbox errors live in the leaf module so _host_forward can raise them
+from tackroom._errors import (
     ModelError,
     SandboxBuildError,
     SandboxError,
@@ -28,7 +28,6 @@ from tackroom._errors import (  # the sandbox errors live in the leaf module so 
     SandboxTimeoutError,
     TaskError,
 )
-from tackroom._host_forward import forward_into_namespace
 from tackroom._plugin import Plugin, PluginKind
 
 __all__ = ["DEFAULT_EXEC_TIMEOUT", "DEFAULT_OUTPUT_LIMIT", "ExecResult", "GraderBrokenError", "GradingSabotagedError",
@@ -118,7 +117,6 @@ class Sandbox(abc.ABC):
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
         self.notes = []
-        self._forwards: list[Any] = []
 
     @abc.abstractmethod
     async def start(self) -> None:
@@ -182,21 +180,11 @@ class Sandbox(abc.ABC):
         For harnesses whose agent runs inside the sandbox and calls the policy on the host (the
         ``agent_in_sandbox`` capability). A sandbox without network gets that one port and nothing else of
         the host (no route, no other port, no internet); the forward ends with :meth:`kill_processes` (the end
-        of the agent's turn) or :meth:`stop`. Sandboxes that cannot do it raise ``NotImplementedError``.
+        of the agent's turn) or :meth:`stop`. Sandboxes that cannot do it raise ``NotImplementedError`` (this
+        default). A sandbox whose network namespace is a host process's overrides it with
+        tackroom-sandbox-kit's ``NamespaceForwards`` (as ``local`` and ``docker`` do); core opens no forward.
         """
         raise NotImplementedError(f"{type(self).__name__} cannot forward a host port into the sandbox")
-
-    async def _open_forward(self, pid: int, port: int, *, enter_user: bool) -> str:
-        """:meth:`forward_host_port` for a sandbox whose network namespace is that of host process ``pid``
-        (see :mod:`tackroom._host_forward`); :meth:`_close_forwards` ends every forward opened so."""
-        forward = await forward_into_namespace(pid, port, enter_user=enter_user)
-        self._forwards.append(forward)
-        return f"http://127.0.0.1:{forward.port}"
-
-    async def _close_forwards(self) -> None:
-        forwards, self._forwards = self._forwards, []
-        for forward in forwards:
-            await forward.close()
 
     async def snapshot(self, paths: list[str], *, timeout: float = 120.0) -> bytes:
         """Return a tar archive (bytes) of ``paths``; paths that do not exist are skipped."""

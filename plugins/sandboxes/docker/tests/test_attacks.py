@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from tackroom import SandboxError, SandboxPathError, SandboxSpec, cache_root, extract_tar
+from tackroom import SandboxError, SandboxPathError, SandboxSpec, cache_root
 from tackroom_docker import DockerProvider
 from tackroom_docker.sandbox import DockerSandbox
+from tackroom_sandbox_kit import extract_tar
 
 docker = pytest.mark.docker
 

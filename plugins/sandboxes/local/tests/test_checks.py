@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 import tackroom
-from tackroom import ExecResult, run_process
+from tackroom import ExecResult
 from tackroom.testing import SANDBOX_CHECKS, run_sandbox_checks
 from tackroom_local import LocalSandbox, LocalSandboxProvider
 from tackroom_local import sandbox as local_sandbox
 from tackroom_local import view as local_view
+from tackroom_sandbox_kit import run_process
 
 ONLY = {"privileges", "planted_symlinks", "kill_processes", "host_port_forward"}
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from tackroom import InfraError, cache_root, run_process
+from tackroom import InfraError, cache_root
+from tackroom_sandbox_kit import run_process
 
 DEFAULT_VERSION = "1.18.33"
 """The OpenCode release this plugin is tested with."""

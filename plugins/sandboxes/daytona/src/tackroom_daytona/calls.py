@@ -1,11 +1,11 @@
-"""Every Daytona SDK call under a timeout; transient failures retried with backoff (``tackroom._remote_calls``)."""
+"""Every Daytona SDK call under a timeout; transient failures retried with backoff (``tackroom_sandbox_kit.remote_calls``)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from tackroom import bounded_call, retried_call
+from tackroom_sandbox_kit import bounded_call, retried_call
 
 T = TypeVar("T")
 

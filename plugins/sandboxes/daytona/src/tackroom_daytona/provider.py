@@ -6,10 +6,11 @@ import asyncio
 import os
 from typing import Any, ClassVar
 
-from tackroom import SandboxError, SandboxProvider, SandboxSpec, remote_image_key
+from tackroom import SandboxError, SandboxProvider, SandboxSpec
 from tackroom_daytona.calls import bounded
 from tackroom_daytona.options import DaytonaOptions
 from tackroom_daytona.sandbox import DaytonaSandbox
+from tackroom_sandbox_kit import remote_image_key
 
 CREDENTIAL_HELP = (
     "Daytona credentials not found: set DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN and DAYTONA_ORGANIZATION_ID); "

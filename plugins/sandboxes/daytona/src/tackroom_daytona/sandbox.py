@@ -18,11 +18,10 @@ from tackroom import (
     SandboxError,
     SandboxSpec,
     SandboxTimeoutError,
-    TarTransfer,
     check_relative_inside,
-    stop_remote,
 )
 from tackroom_daytona.calls import bounded, retried
+from tackroom_sandbox_kit import TarTransfer, stop_remote
 
 if TYPE_CHECKING:
     from tackroom_daytona.provider import DaytonaProvider

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from tackroom import (
-    CHECK_TRANSFER_PATH,
     DEFAULT_EXEC_TIMEOUT,
     ConfigError,
     ExecResult,
@@ -24,14 +23,18 @@ from tackroom import (
     SandboxSpec,
     SandboxTimeoutError,
     check_relative_inside,
-    transfer_check_error,
-    transfer_check_stdin,
-    upload_directories,
 )
 from tackroom_docker.engine import CallResult, DockerCLI, EngineInfo
 from tackroom_docker.images import ImageResolver, ResolvedImage
 from tackroom_docker.options import DockerOptions
 from tackroom_docker.ownership import owner_label
+from tackroom_sandbox_kit import (
+    CHECK_TRANSFER_PATH,
+    NamespaceForwards,
+    transfer_check_error,
+    transfer_check_stdin,
+    upload_directories,
+)
 
 MANAGED_LABEL = "tackroom.managed"
 TRIAL_LABEL = "tackroom._trial"
@@ -126,7 +129,7 @@ def container_name(spec: SandboxSpec) -> str:
     return f"tackroom-{slug}-{secrets.token_hex(3)}"
 
 
-class DockerSandbox(Sandbox):
+class DockerSandbox(NamespaceForwards, Sandbox):
     """A Docker container for one trial; see :class:`~tackroom_docker.provider.DockerProvider`."""
 
     def __init__(self, spec: SandboxSpec, options: DockerOptions, cli: DockerCLI) -> None:
@@ -491,7 +494,7 @@ class DockerSandbox(Sandbox):
 
         Raises :class:`SandboxPathError` when ``source`` is, or goes through, a link or is a special file.
         Inside a directory, links that could lead out of ``dest`` and special files are left out; nothing
-        is written through a link on the host (see :func:`tackroom._tar_transfer.extract_tar`).
+        is written through a link on the host (see :func:`tackroom_sandbox_kit.extract_tar`).
         """
         from tackroom_docker.transfer import unpack_download
 
@@ -547,8 +550,8 @@ class DockerSandbox(Sandbox):
 
     async def forward_host_port(self, port: int) -> str:
         """The host network shares the port as it is; under ``--network none`` a forward opened in the
-        container's network namespace (see :mod:`tackroom._host_forward`; it needs tackroom to run as root,
-        as the docker engine does) reaches that one host port and nothing else."""
+        container's network namespace (tackroom-sandbox-kit's ``NamespaceForwards``; it needs tackroom to run
+        as root, as the docker engine does) reaches that one host port and nothing else."""
         self._require_started()
         if self.network == "host":
             return f"http://127.0.0.1:{port}"

@@ -3,7 +3,7 @@
 Uploads are packed with paths relative to ``/`` so `docker cp - CONTAINER:/`
 creates missing parents (the sandbox first checks that no directory above the
 destination is a link). Downloads are unpacked by
-:func:`tackroom._tar_transfer.extract_tar`: every member lands below the
+:func:`tackroom_sandbox_kit.extract_tar`: every member lands below the
 destination, nothing is written through a link on the host, absolute names and
 ``..`` are refused, links that could lead out and special files are left out.
 """
@@ -15,7 +15,7 @@ import posixpath
 import tarfile
 from pathlib import Path
 
-from tackroom import extract_tar
+from tackroom_sandbox_kit import extract_tar
 
 
 def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:

@@ -104,7 +104,6 @@ from tackroom import (
     SandboxProvider,
     SandboxSpec,
     SandboxTimeoutError,
-    run_process,
 )
 from tackroom_local.cgroups import Cgroups, cgroup_parents, start_time, sweep_cgroups
 from tackroom_local.dockerfile import DockerfileSteps
@@ -122,6 +121,7 @@ from tackroom_local.markers import (
 )
 from tackroom_local.transfers import ViewTransfers
 from tackroom_local.view import DEFAULT_PATH, WRITABLE_ROOTS, Dir, build_view, inside_path, searchable_by_all
+from tackroom_sandbox_kit import NamespaceForwards, run_process
 
 HOST_UID_BASE = 1_000_000_000
 
@@ -149,7 +149,7 @@ class LocalSandboxOptions(PluginOptions):
     )  # fmt: skip
 
 
-class LocalSandbox(DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimits, Sandbox):
+class LocalSandbox(DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimits, NamespaceForwards, Sandbox):
     """A bubblewrap sandbox; see the module docstring. Its jobs live beside it: launching bwrap and the keeper
     (:mod:`~tackroom_local.keeper`), limits (:mod:`~tackroom_local.limits`), the Dockerfile
     (:mod:`~tackroom_local.dockerfile`), transfers (:mod:`~tackroom_local.transfers`) and owner markers

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tackroom import SandboxError, SandboxPathError, open_host_dir
+from tackroom import SandboxError, SandboxPathError
+from tackroom_sandbox_kit import open_host_dir
 
 WRITABLE_ROOTS = ("app", "logs", "tests", "solution", "tmp", "root", "home", "workspace", "data", "output", "srv", "opt")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -7,10 +7,11 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tackroom import SandboxBuildError, SandboxError, SandboxProvider, SandboxSpec, remote_image_key
+from tackroom import SandboxBuildError, SandboxError, SandboxProvider, SandboxSpec
 from tackroom_modal.calls import bounded, retried
 from tackroom_modal.options import ModalOptions
 from tackroom_modal.sandbox import ModalSandbox
+from tackroom_sandbox_kit import remote_image_key
 
 CREDENTIAL_HELP = (
     "Modal credentials not found: set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET "

@@ -15,11 +15,10 @@ from tackroom import (
     SandboxError,
     SandboxSpec,
     SandboxTimeoutError,
-    TarTransfer,
     check_relative_inside,
-    stop_remote,
 )
 from tackroom_modal.calls import bounded, retried
+from tackroom_sandbox_kit import TarTransfer, stop_remote
 
 if TYPE_CHECKING:
     from tackroom_modal.provider import ModalProvider

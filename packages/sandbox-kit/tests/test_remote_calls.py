@@ -1,4 +1,4 @@
-"""tackroom._remote_calls: a timeout on each SDK call, transient failures retried, the rest not."""
+"""tackroom_sandbox_kit.remote_calls: a timeout on each SDK call, transient failures retried, the rest not."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from tackroom import SandboxTimeoutError
-from tackroom._remote_calls import bounded, retried
+from tackroom_sandbox_kit import bounded_call as bounded
+from tackroom_sandbox_kit import retried_call as retried
 
 
 class Flaky(Exception):
@@ -58,7 +59,8 @@ async def test_retried_does_not_retry_other_errors_and_reraises_the_last() -> No
 
 
 def test_remote_image_key_shares_one_image_per_world(tmp_path):
-    from tackroom import SandboxSpec, remote_image_key
+    from tackroom import SandboxSpec
+    from tackroom_sandbox_kit import remote_image_key
 
     world = tmp_path / "env"
     world.mkdir()
@@ -74,7 +76,7 @@ def test_remote_image_key_shares_one_image_per_world(tmp_path):
 async def test_stop_remote_reports_a_failure_and_lets_a_cancelled_stop_land():
     import asyncio
 
-    from tackroom import stop_remote
+    from tackroom_sandbox_kit import stop_remote
 
     async def boom():
         raise RuntimeError("gone")

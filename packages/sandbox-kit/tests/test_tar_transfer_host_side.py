@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from tackroom._tar_transfer import write_file_safely
+from tackroom_sandbox_kit import write_file_safely
 
 
 def test_write_file_safely_replaces_a_link_and_refuses_a_directory(tmp_path):

@@ -12,6 +12,9 @@ from pydantic import BaseModel
 
 
 class ProcessOutput(BaseModel):
+    """What :func:`run_process` saw: the exit code (``-9`` when it never exited), both streams capped at the
+    limit (``truncated`` when anything was dropped), whether the timeout killed it, and how long it ran."""
+
     returncode: int
     stdout: bytes
     stderr: bytes

@@ -8,8 +8,8 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tackroom._remote_calls import bounded
-from tackroom._sandbox import SandboxSpec
+from tackroom import SandboxSpec
+from tackroom_sandbox_kit.remote_calls import bounded
 
 
 def remote_image_key(spec: SandboxSpec, default_image: str) -> tuple[str, str]:

@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from tackroom._sandbox import SandboxError, SandboxTimeoutError
+from tackroom import SandboxError, SandboxTimeoutError
 
 T = TypeVar("T")
 

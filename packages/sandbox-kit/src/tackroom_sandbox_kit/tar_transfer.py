@@ -29,7 +29,7 @@ import tarfile
 from pathlib import Path
 from typing import IO, Any
 
-from tackroom._sandbox import SandboxError, SandboxPathError
+from tackroom import SandboxError, SandboxPathError
 
 # -- sandbox-side checks before a transfer ------------------------------------------------------------
 
@@ -108,7 +108,7 @@ def transfer_check_error(code: int, said: str, path: str) -> BaseException | Non
 
 
 class TarTransfer:
-    """Mix into a :class:`~tackroom._sandbox.Sandbox` before it: ``class MySandbox(TarTransfer, Sandbox)``.
+    """Mix into a :class:`tackroom.Sandbox` before it: ``class MySandbox(TarTransfer, Sandbox)``.
 
     No stand-ins for ``_put``/``_get``/``_resolve``/``exec`` here: a concrete one would hide a missing
     ``exec`` from the ``Sandbox`` ABC.

@@ -11,8 +11,8 @@ import shlex
 import pytest
 
 from tackroom import SandboxPathError, SandboxSpec
-from tackroom._tar_transfer import TarTransfer
 from tackroom_local import LocalSandbox, LocalSandboxOptions
+from tackroom_sandbox_kit import TarTransfer
 
 
 class TarLocal(TarTransfer, LocalSandbox):

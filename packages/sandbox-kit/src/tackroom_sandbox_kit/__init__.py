@@ -1,0 +1,55 @@
+"""tackroom-sandbox-kit: helpers for writing tackroom sandbox providers.
+
+Not a plugin (it registers nothing): a library that sandbox plugins depend on, as tox keeps its helpers in
+separate packages. Core (``tackroom``) holds the contract a sandbox implements (``Sandbox``,
+``SandboxProvider``, ``ExecResult``, the sandbox errors); this kit holds what several implementations share:
+
+- transfers that never follow what the agent planted (:class:`TarTransfer` for providers that move whole
+  files, :func:`extract_tar` for tar archives coming out of a sandbox, the sandbox-side
+  :data:`CHECK_TRANSFER_PATH` script);
+- one host port forwarded into a sandbox that has no network (:class:`NamespaceForwards`);
+- host subprocesses with a hard timeout and capped output (:func:`run_process`);
+- what providers backed by a remote service share: SDK calls under a timeout and retried
+  (:func:`bounded_call`, :func:`retried_call`), one image per world (:func:`remote_image_key`), a stop that
+  neither hangs nor is lost to a cancellation (:func:`stop_remote`).
+"""
+
+from tackroom_sandbox_kit.host_forward import HostPortForward, NamespaceForwards, forward_into_namespace
+from tackroom_sandbox_kit.process import ProcessOutput, run_process
+from tackroom_sandbox_kit.remote_calls import bounded as bounded_call
+from tackroom_sandbox_kit.remote_calls import retried as retried_call
+from tackroom_sandbox_kit.remote_sandbox import remote_image_key, stop_remote
+from tackroom_sandbox_kit.tar_transfer import (
+    CHECK_TRANSFER_PATH,
+    TarTransfer,
+    extract_tar,
+    open_host_dir,
+    transfer_check_error,
+    transfer_check_stdin,
+    upload_directories,
+    write_file_safely,
+)
+
+__all__ = [
+    # Transfers that never follow what the agent planted
+    "TarTransfer",
+    "extract_tar",
+    "write_file_safely",
+    "open_host_dir",
+    "upload_directories",
+    "transfer_check_error",
+    "transfer_check_stdin",
+    "CHECK_TRANSFER_PATH",
+    # One host port forwarded into a sandbox without network
+    "NamespaceForwards",
+    "HostPortForward",
+    "forward_into_namespace",
+    # Host subprocesses
+    "run_process",
+    "ProcessOutput",
+    # Providers backed by a remote service
+    "bounded_call",
+    "retried_call",
+    "remote_image_key",
+    "stop_remote",
+]

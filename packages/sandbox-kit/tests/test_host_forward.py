@@ -1,0 +1,55 @@
+"""NamespaceForwards: what local and docker mix into their sandboxes for ``forward_host_port``. End to end (an agent
+in a sandbox without network reaching that one port and nothing else) it is checked by core's
+tests/test_agent_in_sandbox.py on ``local`` and the docker attack suite; here, the mixin's own bookkeeping and its
+errors, on this process's own network namespace."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from tackroom import SandboxError
+from tackroom_sandbox_kit import NamespaceForwards
+
+
+class Forwarding(NamespaceForwards):
+    """The mixin alone: what a sandbox class gets from it."""
+
+
+async def test_closing_without_a_forward_is_a_no_op():
+    await Forwarding()._close_forwards()
+
+
+async def test_a_process_that_is_gone_is_a_sandbox_error_naming_it():
+    gone = await asyncio.create_subprocess_exec("true")
+    await gone.wait()
+    with pytest.raises(SandboxError, match=rf"could not open a port inside the sandbox's network namespace "
+                                           rf"\(process {gone.pid}\)"):
+        await Forwarding()._open_forward(gone.pid, 9, enter_user=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="entering a network namespace by pid needs root (CAP_SYS_ADMIN)")
+async def test_a_forward_reaches_the_host_port_until_it_is_closed():
+    async def answer(reader, writer):
+        writer.write(b"policy\n")
+        await writer.drain()
+        writer.close()
+
+    upstream = await asyncio.start_server(answer, "127.0.0.1", 0)
+    sandbox = Forwarding()
+    try:
+        url = await sandbox._open_forward(os.getpid(), upstream.sockets[0].getsockname()[1], enter_user=False)
+        assert url.startswith("http://127.0.0.1:")
+        port = int(url.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.readline(), 10) == b"policy\n"
+        writer.close()
+        await sandbox._close_forwards()
+        with pytest.raises(OSError):
+            await asyncio.open_connection("127.0.0.1", port)
+        await sandbox._close_forwards()  # twice: nothing left to close
+    finally:
+        await sandbox._close_forwards()
+        upstream.close()

@@ -1,0 +1,70 @@
+"""run_process: a host subprocess in its own process group, killed whole on timeout or cancellation, its output
+capped without the child ever blocking on a full pipe."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import pytest
+
+from tackroom_sandbox_kit import ProcessOutput, run_process
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie is dead
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def test_output_stdin_and_exit_code():
+    out = await run_process([sys.executable, "-c", "import sys; d = sys.stdin.read(); print(d.upper()); "
+                             "print('err', file=sys.stderr); sys.exit(3)"], timeout=30, stdin=b"hi")
+    assert isinstance(out, ProcessOutput)
+    assert (out.returncode, out.stdout, out.stderr, out.truncated, out.timed_out) == (3, b"HI\n", b"err\n", False, False)
+
+
+async def test_output_past_the_limit_is_read_and_dropped_not_blocking_the_child():
+    out = await run_process([sys.executable, "-c", "import sys; sys.stdout.write('x' * 5_000_000); print('done', "
+                             "file=sys.stderr)"], timeout=30, output_limit=1000)
+    assert out.returncode == 0 and out.stdout == b"x" * 1000 and out.truncated and out.stderr == b"done\n"
+
+
+async def test_a_timeout_kills_the_whole_process_group(tmp_path):
+    pidfile = tmp_path / "grandchild"
+    script = f"sleep 300 & echo $! > {pidfile}; wait"
+    out = await run_process(["bash", "-c", script], timeout=1)
+    assert out.timed_out and out.returncode < 0, out
+    grandchild = int(pidfile.read_text())
+    for _ in range(50):
+        if not alive(grandchild):
+            break
+        await asyncio.sleep(0.1)
+    assert not alive(grandchild), "the timeout left a grandchild running"
+
+
+async def test_a_cancelled_caller_leaves_no_child_running(tmp_path):
+    pidfile = tmp_path / "child"
+    task = asyncio.ensure_future(run_process(["bash", "-c", f"echo $$ > {pidfile}; exec sleep 300"], timeout=60))
+    for _ in range(100):
+        if pidfile.exists() and pidfile.read_text().strip():
+            break
+        await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    child = int(pidfile.read_text())
+    for _ in range(50):
+        if not alive(child):
+            break
+        await asyncio.sleep(0.1)
+    assert not alive(child), "cancelling run_process left its child running"
+
+
+async def test_a_missing_program_raises_before_anything_runs():
+    with pytest.raises(FileNotFoundError):
+        await run_process(["/nonexistent/tackroom-no-such-program"], timeout=5)

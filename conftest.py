@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from tackroom.testing import skip_or_fail
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
@@ -29,10 +31,7 @@ def engine_url() -> str:
     url = running_engine_url()
     if url:
         return url
-    message = "no local engine: run `tackroom model up` (or set TACKROOM_ENGINE_URL)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    skip_or_fail("no local engine: run `tackroom model up` (or set TACKROOM_ENGINE_URL)")
 
 
 # -- parallel runs (pytest-xdist: `-n 4 --dist loadgroup --no-loadscope-reorder` in pyproject's addopts) --

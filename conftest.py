@@ -124,12 +124,28 @@ def pytest_runtest_setup(item: pytest.Item):
     yield
 
 
+_CPU_BEFORE_LAST_TEARDOWN = pytest.StashKey[float]()
+SESSION_TEARDOWN_PROPERTY = "session_teardown_cpu_s"
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    # The worker's last test also tears down the session's fixtures (a shared Tinker server, for one): their CPU
+    # and their children's is listed on its own line, not charged to that test.
+    if nextitem is None:
+        item.stash[_CPU_BEFORE_LAST_TEARDOWN] = _cpu_seconds()
+    yield
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     if call.when == "teardown" and _CPU_AT_SETUP in item.stash:
-        report = outcome.get_result()
-        report.user_properties.append((CPU_PROPERTY, _cpu_seconds() - item.stash[_CPU_AT_SETUP]))
+        report, now = outcome.get_result(), _cpu_seconds()
+        if _CPU_BEFORE_LAST_TEARDOWN in item.stash:
+            report.user_properties.append((SESSION_TEARDOWN_PROPERTY, now - item.stash[_CPU_BEFORE_LAST_TEARDOWN]))
+            now = item.stash[_CPU_BEFORE_LAST_TEARDOWN]
+        report.user_properties.append((CPU_PROPERTY, now - item.stash[_CPU_AT_SETUP]))
         report.user_properties.extend((LEFT_PROPERTY, child) for child in _children_left_behind())
 
 
@@ -169,12 +185,15 @@ def _children_left_behind() -> list[str]:
 
 _CPU_BY_TEST: dict[str, float] = {}
 _LEFT_BY_TEST: dict[str, list[str]] = {}
+_SESSION_TEARDOWNS: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for key, value in report.user_properties:
         if key == CPU_PROPERTY and report.when == "teardown":
             _CPU_BY_TEST[report.nodeid] = float(value)
+        if key == SESSION_TEARDOWN_PROPERTY and report.when == "teardown":
+            _SESSION_TEARDOWNS[report.nodeid] = float(value)
         if key == LEFT_PROPERTY and report.when == "teardown":
             _LEFT_BY_TEST.setdefault(report.nodeid, []).append(str(value))
 
@@ -182,10 +201,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if not _CPU_BY_TEST:
         return
-    total = sum(_CPU_BY_TEST.values())
+    total = sum(_CPU_BY_TEST.values()) + sum(_SESSION_TEARDOWNS.values())
     terminalreporter.write_sep("=", f"CPU per test: {total:.0f} s in all; the 20 hungriest")
     for nodeid, seconds in sorted(_CPU_BY_TEST.items(), key=lambda kv: -kv[1])[:20]:
         terminalreporter.write_line(f"{seconds:8.1f}s cpu  {nodeid}")
+    for nodeid, seconds in _SESSION_TEARDOWNS.items():
+        terminalreporter.write_line(f"{seconds:8.1f}s cpu  (session fixtures' teardown on the worker, after {nodeid})")
     if _LEFT_BY_TEST:
         terminalreporter.write_sep("=", "child processes left behind at a test's teardown (pid, state Z = unreaped)")
         for nodeid, children in _LEFT_BY_TEST.items():

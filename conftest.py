@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from tackroom.testing import skip_or_fail
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
@@ -29,10 +31,7 @@ def engine_url() -> str:
     url = running_engine_url()
     if url:
         return url
-    message = "no local engine: run `tackroom model up` (or set TACKROOM_ENGINE_URL)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    skip_or_fail("no local engine: run `tackroom model up` (or set TACKROOM_ENGINE_URL)")
 
 
 # -- parallel runs (pytest-xdist: `-n 4 --dist loadgroup --no-loadscope-reorder` in pyproject's addopts) --
@@ -125,26 +124,92 @@ def pytest_runtest_setup(item: pytest.Item):
     yield
 
 
+_CPU_BEFORE_LAST_TEARDOWN = pytest.StashKey[float]()
+SESSION_TEARDOWN_PROPERTY = "session_teardown_cpu_s"
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    # The worker's last test also tears down the session's fixtures (a shared Tinker server, for one): their CPU
+    # and their children's is listed on its own line, not charged to that test.
+    if nextitem is None:
+        item.stash[_CPU_BEFORE_LAST_TEARDOWN] = _cpu_seconds()
+    yield
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     if call.when == "teardown" and _CPU_AT_SETUP in item.stash:
-        outcome.get_result().user_properties.append((CPU_PROPERTY, _cpu_seconds() - item.stash[_CPU_AT_SETUP]))
+        report, now = outcome.get_result(), _cpu_seconds()
+        if _CPU_BEFORE_LAST_TEARDOWN in item.stash:
+            report.user_properties.append((SESSION_TEARDOWN_PROPERTY, now - item.stash[_CPU_BEFORE_LAST_TEARDOWN]))
+            now = item.stash[_CPU_BEFORE_LAST_TEARDOWN]
+        report.user_properties.append((CPU_PROPERTY, now - item.stash[_CPU_AT_SETUP]))
+        report.user_properties.extend((LEFT_PROPERTY, child) for child in _children_left_behind())
+
+
+# -- processes left behind: a child of the worker that outlives its test runs on (a busy one eats CPU no test is
+# charged for) until something reaps it, and whatever test runs then is charged all its CPU at once. That is what
+# made two tiny rubric-judge tests look like ~200 CPU-s apiece (docs/testing.md). So the end of the run lists every
+# child process a test started and left running, or exited but unreaped, at its teardown.
+
+LEFT_PROPERTY = "left_behind"
+_KNOWN_CHILDREN: set[int] = set()
+
+
+def _children_left_behind() -> list[str]:
+    """'pid state command' of each child of this process that was not there at the previous test's teardown."""
+    me, now = str(os.getpid()), {}
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                state, ppid = f.read().rsplit(b")", 1)[1].split(None, 2)[:2]
+            if ppid.decode() != me:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:160]
+            if not command:  # a zombie has no command line left, only its name
+                with open(f"/proc/{pid}/comm", "rb") as f:
+                    command = f"[{f.read().decode(errors='replace').strip()}]"
+        except (OSError, ValueError):
+            continue
+        now[int(pid)] = f"{pid} {state.decode()} {command}"
+    new = [line for pid, line in sorted(now.items()) if pid not in _KNOWN_CHILDREN]
+    _KNOWN_CHILDREN.clear()
+    _KNOWN_CHILDREN.update(now)
+    return new
 
 
 _CPU_BY_TEST: dict[str, float] = {}
+_LEFT_BY_TEST: dict[str, list[str]] = {}
+_SESSION_TEARDOWNS: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for key, value in report.user_properties:
         if key == CPU_PROPERTY and report.when == "teardown":
             _CPU_BY_TEST[report.nodeid] = float(value)
+        if key == SESSION_TEARDOWN_PROPERTY and report.when == "teardown":
+            _SESSION_TEARDOWNS[report.nodeid] = float(value)
+        if key == LEFT_PROPERTY and report.when == "teardown":
+            _LEFT_BY_TEST.setdefault(report.nodeid, []).append(str(value))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if not _CPU_BY_TEST:
         return
-    total = sum(_CPU_BY_TEST.values())
+    total = sum(_CPU_BY_TEST.values()) + sum(_SESSION_TEARDOWNS.values())
     terminalreporter.write_sep("=", f"CPU per test: {total:.0f} s in all; the 20 hungriest")
     for nodeid, seconds in sorted(_CPU_BY_TEST.items(), key=lambda kv: -kv[1])[:20]:
         terminalreporter.write_line(f"{seconds:8.1f}s cpu  {nodeid}")
+    for nodeid, seconds in _SESSION_TEARDOWNS.items():
+        terminalreporter.write_line(f"{seconds:8.1f}s cpu  (session fixtures' teardown on the worker, after {nodeid})")
+    if _LEFT_BY_TEST:
+        terminalreporter.write_sep("=", "child processes left behind at a test's teardown (pid, state Z = unreaped)")
+        for nodeid, children in _LEFT_BY_TEST.items():
+            terminalreporter.write_line(nodeid)
+            for child in children:
+                terminalreporter.write_line(f"    {child}")

@@ -73,6 +73,9 @@ def test_answer_is_a_registered_builtin_and_speaks_only_chat():
     entry = tackroom.PluginManager(env={}).entry("harness", "answer")
     assert entry.reference == "tackroom._builtins.answer_harness:AnswerHarness"
     assert AnswerHarness.capabilities == {"needs_policy", "chat"}
+    # registered by reference (loading the plugins imports no httpx): what the registration says is the class's
+    assert (entry.summary, entry.capabilities, entry.load()) == (AnswerHarness.summary(), AnswerHarness.capabilities,
+                                                                AnswerHarness)
     # chat-only: routed through the policy gateway where one is installed (tests/test_policy_routing.py)
 
 

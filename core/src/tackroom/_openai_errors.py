@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import httpx
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # `import tackroom` (every `tackroom` command) does not load httpx for a type
+    import httpx
 
 
 def error_message(response: httpx.Response) -> tuple[str, str]:

@@ -21,6 +21,7 @@ import pytest
 
 import tackroom
 from tackroom import InfraError, ModelError
+from tackroom.testing import skip_or_fail
 from tackroom_gateway import ChatTemplate, build_gateway
 from tackroom_gateway import tokenizers as tk
 
@@ -147,10 +148,7 @@ def private_engine(engine_url, tmp_path):
     python = Path(os.environ.get("TACKROOM_ENGINE_PYTHON") or tk.cache_root() / "engine-venv" / "bin" / "python")
     model = Path(os.environ.get("TACKROOM_ENGINE_MODEL") or tk.cache_root() / "models" / "SmolLM2-135M-Instruct")
     if not python.is_file() or not model.is_dir():
-        msg = f"no engine venv/model to start a private engine from (looked for {python} and {model})"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
+        skip_or_fail(f"no engine venv/model to start a private engine from (looked for {python} and {model})")
     port = _free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "auto", "VLLM_USE_AOT_COMPILE": "0"}
     log = (tmp_path / "engine.log").open("wb")

@@ -40,6 +40,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# Slow by cost: a `tackroom gateway` process that serves loads the tokenizer (transformers and, where installed,
+# torch: ~30 s of CPU here). The one that finds no engine stops before that and stays in the inner loop.
+@pytest.mark.slow
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 async def test_gateway_command_serves_until_signalled(smollm2_tokenizer, stop_signal):
     fake = FakeEngineForTests(smollm2_tokenizer, model="smollm2")
@@ -87,6 +90,7 @@ async def test_gateway_command_serves_until_signalled(smollm2_tokenizer, stop_si
                 await proc.wait()
 
 
+@pytest.mark.slow
 async def test_gateway_command_stops_cleanly_with_requests_cut_off_and_open():
     """Clients that hang up mid-request and a request still open at SIGTERM: no traceback in the log,
     the open request gets an OpenAI error, the process exits 0 without waiting on the stuck engine."""

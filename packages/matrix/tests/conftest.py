@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import socket
@@ -18,6 +17,7 @@ import tackroom
 import tackroom.testing
 from tackroom import TrialResult
 from tackroom.app import TrialErrorInfo
+from tackroom.testing import skip_or_fail
 from tackroom_matrix.config import MatrixConfig, ResolvedRow
 from tackroom_matrix.runner import MatrixOutcome
 from tackroom_matrix.stats import cell_stats
@@ -228,8 +228,5 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 def chromium() -> str:
     """The Chromium binary; skipped with a reason when it is missing, except under CI where that is a failure."""
     if CHROMIUM is None:
-        message = "chromium is not installed (scripts/setup installs it: apt-get install chromium)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_or_fail("chromium is not installed (scripts/setup installs it: apt-get install chromium)")
     return CHROMIUM

@@ -17,6 +17,8 @@ Failures, as the trial runtime classifies them:
 - any other HTTP 4xx (context length exceeded, a bad sampling parameter) or a
   completion with no choices or no text content: :class:`AnswerModelError`
   (``model``, the trial counts with what the sandbox holds).
+
+Registered by reference (``answer_registration``): loading the plugins does not import this module or httpx.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from tackroom._errors import InfraError, ModelError
 from tackroom._harness import Harness
-from tackroom._markers import hookimpl
 from tackroom._openai_errors import error_message as _error_message
 from tackroom._plugin import PluginOptions
 from tackroom._policy import Policy
@@ -202,8 +203,3 @@ def _reply(data: dict[str, Any], url: str) -> tuple[str, str | None]:
         raise AnswerModelError(f"{url} answered a completion with no text content: {str(choice)[:300]!r}")
     finish = choice.get("finish_reason")
     return content, finish if isinstance(finish, str) else None
-
-
-@hookimpl
-def tackroom_harnesses(register) -> None:
-    register.add_harness(AnswerHarness)

@@ -26,8 +26,12 @@ endpoint that replays fixed replies, errors and delays; a subclass may override 
 core's own dependencies; the engine double that misbehaves at the connection level
 (``MisbehavingEngine``: 429 with ``Retry-After``, hangs, dropped connections, token-id
 completions) is ``tackroom_gateway.testing``, in the tackroom-gateway distribution.
+
+For a test that needs what a machine may lack (Docker, the local engine, a model):
+``skip_or_fail(reason)`` skips it with the reason locally and fails it under CI (``CI=true``).
 """
 
+from tackroom.testing._ci import skip_or_fail
 from tackroom.testing._report import CheckReport, CheckResult, SkipCheck
 from tackroom.testing._served import RequestForTests, ResponseForTests, ServedForTests
 from tackroom.testing._tasks import task_for_tests, write_task
@@ -87,6 +91,7 @@ __all__ = [
     "run_harness_checks",
     "run_sandbox_checks",
     "sandbox_self_check",
+    "skip_or_fail",
     "task_for_tests",
     "write_kit_task",
     "write_task",

@@ -11,27 +11,41 @@ hint, the test suite's ``engine_url`` fixture) is importable from here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tackroom
-from tackroom_engine.engine import (
-    DEFAULT_PORT,
-    MODEL_NAME,
-    SERVED_NAME,
-    EngineError,
-    EngineSettings,
-    EngineState,
-    down,
-    down_all,
-    engines,
-    model_dir,
-    require_engine,
-    running_engine_url,
-    status,
-    statuses,
-    up,
-    venv_dir,
-)
+
+if TYPE_CHECKING:
+    from tackroom_engine.engine import (
+        DEFAULT_PORT,
+        MODEL_NAME,
+        SERVED_NAME,
+        EngineError,
+        EngineSettings,
+        EngineState,
+        down,
+        down_all,
+        engines,
+        model_dir,
+        require_engine,
+        running_engine_url,
+        status,
+        statuses,
+        up,
+        venv_dir,
+    )
+
+# Loading the plugin (every `tackroom` command does) imports none of the engine: its state checks import httpx
+# (~0.4 s of CPU here). The names in __all__ load `tackroom_engine.engine` on first access.
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from tackroom_engine import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module 'tackroom_engine' has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_PORT",

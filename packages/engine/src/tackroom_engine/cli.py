@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from tackroom_engine.engine import DEFAULT_PORT
+from tackroom_engine.settings import DEFAULT_PORT  # not .engine: every `tackroom` command builds this app
 
 model_app = typer.Typer(help="Local model engines (a real vLLM on loopback: SmolLM2-135M-Instruct, or a model folder "
                              "such as a trained policy, one engine per port).", no_args_is_help=True)

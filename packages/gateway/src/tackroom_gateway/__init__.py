@@ -19,7 +19,7 @@ import tackroom
 
 if TYPE_CHECKING:
     from tackroom_gateway.asgi_server import InLoopServer
-    from tackroom_gateway.chat_template import ChatTemplate, ChatTemplateError
+    from tackroom_gateway.chat_template import TEMPLATES_DIR, ChatTemplate, ChatTemplateError
     from tackroom_gateway.engine_client import PROBE_USER, EngineClient, EngineSettings, EngineTimeouts
     from tackroom_gateway.errors import (
         AdminAuthError,
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from tackroom_gateway.tito import TitoSession
     from tackroom_gateway.tokenizers import (
         KNOWN_TOKENIZERS,
-        TEMPLATES_DIR,
         TokenizerFetchError,
         TokenizerProvenance,
         load_tokenizer,
@@ -78,7 +77,7 @@ def tackroom_policy_gateway(base_url: str, model: str | None, api_key: str, toke
 
 _EXPORTS = {
     "InLoopServer": "asgi_server",
-    "ChatTemplate": "chat_template", "ChatTemplateError": "chat_template",
+    "ChatTemplate": "chat_template", "ChatTemplateError": "chat_template", "TEMPLATES_DIR": "chat_template",
     "PROBE_USER": "engine_client", "EngineClient": "engine_client", "EngineSettings": "engine_client",
     "EngineTimeouts": "engine_client",
     **dict.fromkeys([
@@ -90,7 +89,7 @@ _EXPORTS = {
     "GatewaySettings": "server", "PolicyGateway": "server", "build_gateway": "server",
     "TitoSession": "tito",
     **dict.fromkeys([
-        "KNOWN_TOKENIZERS", "TEMPLATES_DIR", "TokenizerFetchError", "TokenizerProvenance", "load_tokenizer",
+        "KNOWN_TOKENIZERS", "TokenizerFetchError", "TokenizerProvenance", "load_tokenizer",
         "qwen3_tokenizer_dir", "smollm2_gguf", "smollm2_tokenizer_dir", "tokenizer_dir", "tokenizers_dir"], "tokenizers"),
     "ParsedOutput": "tool_parsers", "ToolCall": "tool_parsers", "ToolParser": "tool_parsers",
     "get_tool_parser": "tool_parsers",

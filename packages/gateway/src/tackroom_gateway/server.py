@@ -131,7 +131,15 @@ class PolicyGateway(SessionRoutes, ChatRoutes):
                 self.engine = None
 
     async def prepare(self) -> None:
-        """Load the tokenizer/template and ask the engine for its model; idempotent."""
+        """Ask the engine for its model, then load the tokenizer/template; idempotent.
+
+        The engine first: an engine that is not there fails in a second, before the tokenizer's load (transformers,
+        and torch where it is installed: ~20 s of CPU on the project's 2-core machine).
+        """
+        if self.engine is None:
+            self.engine = EngineClient(self.settings.engine)
+        if self.engine.info is None:
+            await self.engine.fetch_info()
         if self.template is None:
             self.template = await asyncio.to_thread(ChatTemplate.from_path, self.settings.tokenizer)
         if self.parser is None:
@@ -139,10 +147,6 @@ class PolicyGateway(SessionRoutes, ChatRoutes):
             if name == "auto":
                 name = "qwen3" if self.template.think_tokens else "hermes"
             self.parser = get_tool_parser(name)
-        if self.engine is None:
-            self.engine = EngineClient(self.settings.engine)
-        if self.engine.info is None:
-            await self.engine.fetch_info()
 
     async def start(self) -> PolicyGateway:
         """Serve in this event loop; returns once the socket is bound (the port is then in ``self.port``)."""

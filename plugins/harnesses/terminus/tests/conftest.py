@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import uuid
 
 import pytest
 
 from tackroom import SandboxSpec
+from tackroom.testing import skip_or_fail
 from tackroom_local import LocalSandboxProvider
 
 
@@ -57,9 +57,7 @@ def docker_provider():
     """The docker sandbox on the offline base image (bootstrapped when missing); skips without an engine, fails under CI."""
     problem = _docker_problem()
     if problem:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true and {problem}")
-        pytest.skip(problem)
+        skip_or_fail(problem)
     from tackroom_docker import DockerProvider
     from tackroom_docker.base_images import bootstrap
 

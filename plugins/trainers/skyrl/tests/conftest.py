@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from collections.abc import Iterator
@@ -10,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tackroom.testing import skip_or_fail
 
 
 @pytest.fixture
@@ -20,14 +21,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _require(ok: bool, message: str) -> None:
-    """A missing piece (the converted SmolLM2, the server's uv project) skips locally and fails under CI."""
-    if not ok:
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
 
 
 # One SkyRL Tinker server (JAX) for the tests that only need *a* server and make their own LoRA on it
@@ -56,9 +49,10 @@ def shared_tinker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedTi
     from tackroom_skyrl.tinker.server import TinkerServer, TinkerSettings, server_dir
 
     base = model_dir()
-    _require((base / "config.json").is_file(), "SmolLM2 is not converted yet: run `tackroom model up` once")
-    _require((server_dir() / ".venv").is_dir(), "the Tinker server's environment is not installed: "
-                                               "`uv run python -m tackroom_skyrl.tinker.server`")
+    if not (base / "config.json").is_file():
+        skip_or_fail("SmolLM2 is not converted yet: run `tackroom model up` once")
+    if not (server_dir() / ".venv").is_dir():
+        skip_or_fail("the Tinker server's environment is not installed: `uv run python -m tackroom_skyrl.tinker.server`")
     server = TinkerServer(TinkerSettings(lora_rank=8, backend_config=SHARED_BACKEND), str(base),
                           tmp_path_factory.mktemp("shared-tinker"))
     t0 = time.monotonic()

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tackroom.testing import skip_or_fail
+
 SCRIPT = Path(__file__).resolve().parents[4] / "benchmarks" / "gpu_jax_step.py"
 
 
@@ -84,10 +86,7 @@ def test_cpu_smoke_runs_a_real_step_and_samples(tmp_path: Path) -> None:
         smollm2_tokenizer_dir()
     missing = [p for p in (python, model, cache / "tokenizers" / "smollm2" / "tokenizer.json") if not p.exists()]
     if missing:
-        message = f"missing: {', '.join(map(str, missing))} (scripts/setup, `tackroom model up`)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_or_fail(f"missing: {', '.join(map(str, missing))} (scripts/setup, `tackroom model up`)")
     out = tmp_path / "results.jsonl"
     proc = _run("--device", "cpu", "--tiny", "--model", "smollm2-135m", "--steps", "1", "--sample-repeats", "1",
                 "--out", str(out), "--timeout", "1200", python=str(python), timeout=1400)

@@ -11,20 +11,15 @@ engine venv and the converted SmolLM2 (`tackroom model up` once), else skipped (
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tackroom.testing import skip_or_fail
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
 
 
 def synthetic_adapter(base: Path, folder: Path, *, rank: int = 8, alpha: float = 32.0, std: float = 0.04) -> Path:
@@ -62,8 +57,10 @@ def test_a_merged_policy_serves_beside_the_base_model(tmp_path: Path, free_port:
     from tackroom_skyrl.tinker.policy import merge_lora
 
     base = engine.model_dir()
-    _require((base / "config.json").is_file(), "SmolLM2 is not converted yet: run `tackroom model up` once")
-    _require((engine.venv_dir() / ".tackroom-ready").is_file(), "the engine venv is not installed: `tackroom model up`")
+    if not (base / "config.json").is_file():
+        skip_or_fail("SmolLM2 is not converted yet: run `tackroom model up` once")
+    if not (engine.venv_dir() / ".tackroom-ready").is_file():
+        skip_or_fail("the engine venv is not installed: `tackroom model up`")
 
     adapter = synthetic_adapter(base, tmp_path / "adapter")
     policy = tmp_path / "run" / "policy"

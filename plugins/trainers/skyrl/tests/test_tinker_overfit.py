@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections import defaultdict
 from pathlib import Path
 from statistics import mean
@@ -24,6 +23,7 @@ from statistics import mean
 import pytest
 
 from tackroom import Trajectory
+from tackroom.testing import skip_or_fail
 from tackroom_skyrl.config import load_train_config
 from tackroom_skyrl.tinker.loop import run_tinker
 
@@ -33,20 +33,15 @@ CONFIG = Path(__file__).resolve().parents[4] / "examples" / "train" / "overfit.t
 pytestmark = [pytest.mark.tinker, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-
 
 def test_overfit_reward_rises_and_the_curve_is_written(tmp_path: Path, free_port: int) -> None:
     from tackroom_engine import model_dir
     from tackroom_skyrl.tinker.server import server_dir
 
-    _require((model_dir() / "config.json").is_file(), "SmolLM2 is not converted yet: run `tackroom model up` once")
-    _require((server_dir() / ".venv").is_dir(), "the Tinker server's environment is not installed: "
-                                                "`uv run python -m tackroom_skyrl.tinker.server`")
+    if not (model_dir() / "config.json").is_file():
+        skip_or_fail("SmolLM2 is not converted yet: run `tackroom model up` once")
+    if not (server_dir() / ".venv").is_dir():
+        skip_or_fail("the Tinker server's environment is not installed: `uv run python -m tackroom_skyrl.tinker.server`")
     config = load_train_config(CONFIG)
     config.tinker.engine_port = free_port  # the run's own engine on a port no test beside this one picks
     lines: list[str] = []

@@ -103,6 +103,14 @@ def test_rubric_judge_is_registered_and_conforms():
     assert check_registered("verifier", "rubric-judge", distribution="tackroom-rubric-judge") is RubricJudgeVerifier
 
 
+def test_it_is_registered_by_reference_as_the_class_says():
+    """Loading the plugins (every `tackroom` command) does not import the verifier; its registration says what it says."""
+    entry = tackroom.PluginManager(env={}).entry("verifier", "rubric-judge")
+    assert entry.reference == "tackroom_rubric_judge.verifier:RubricJudgeVerifier"
+    assert (entry.summary, entry.capabilities) == (RubricJudgeVerifier.summary(), RubricJudgeVerifier.capabilities)
+    assert entry.load() is RubricJudgeVerifier
+
+
 def test_the_catalogue_lists_it_as_registered():
     import tomllib
     from pathlib import Path

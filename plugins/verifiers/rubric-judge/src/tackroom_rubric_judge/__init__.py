@@ -5,60 +5,55 @@
   (concurrency limit, retries, key rotation, stats) other verifiers may reuse.
 - :mod:`tackroom_rubric_judge.testing`: ``MisbehavingJudgeServerForTests``, an
   OpenAI-compatible server that fails on cue, for your own reliability tests.
+
+The entry point (:mod:`tackroom_rubric_judge.plugin`) registers the verifier by reference and this package
+imports its modules on first access: every ``tackroom`` command loads every installed plugin's registration,
+and the judge's client imports httpx (~0.4 s of CPU here).
 """
 
-from tackroom_rubric_judge.client import (
-    CallRecord,
-    JudgeClient,
-    JudgeEndpoint,
-    JudgeStats,
-    RetryPolicy,
-    close_shared_clients,
-    shared_client,
-    shared_clients,
-)
-from tackroom_rubric_judge.errors import (
-    JudgeAuthError,
-    JudgeBadRequestError,
-    JudgeContextTooLongError,
-    JudgeError,
-    JudgeInvalidOutputError,
-    JudgeUnavailableError,
-)
-from tackroom_rubric_judge.prompt import build_messages, final_answer
-from tackroom_rubric_judge.scoring import CriterionResult, RubricScore, rubric_criteria, score
-from tackroom_rubric_judge.transport import ChatReply, ChatRequest, LitellmTransport, OpenAICompatibleTransport
-from tackroom_rubric_judge.verdict import VERDICT_SCHEMA, Verdict, parse_verdict
-from tackroom_rubric_judge.verifier import RubricJudgeOptions, RubricJudgeVerifier
+from __future__ import annotations
 
-__all__ = [
-    "VERDICT_SCHEMA",
-    "CallRecord",
-    "ChatReply",
-    "ChatRequest",
-    "CriterionResult",
-    "JudgeAuthError",
-    "JudgeBadRequestError",
-    "JudgeClient",
-    "JudgeContextTooLongError",
-    "JudgeEndpoint",
-    "JudgeError",
-    "JudgeInvalidOutputError",
-    "JudgeStats",
-    "JudgeUnavailableError",
-    "LitellmTransport",
-    "OpenAICompatibleTransport",
-    "RetryPolicy",
-    "RubricJudgeOptions",
-    "RubricJudgeVerifier",
-    "RubricScore",
-    "Verdict",
-    "build_messages",
-    "close_shared_clients",
-    "final_answer",
-    "parse_verdict",
-    "rubric_criteria",
-    "score",
-    "shared_client",
-    "shared_clients",
-]
+from typing import Any
+
+_EXPORTS = {
+    "CallRecord": "tackroom_rubric_judge.client",
+    "ChatReply": "tackroom_rubric_judge.transport",
+    "ChatRequest": "tackroom_rubric_judge.transport",
+    "CriterionResult": "tackroom_rubric_judge.scoring",
+    "JudgeAuthError": "tackroom_rubric_judge.errors",
+    "JudgeBadRequestError": "tackroom_rubric_judge.errors",
+    "JudgeClient": "tackroom_rubric_judge.client",
+    "JudgeContextTooLongError": "tackroom_rubric_judge.errors",
+    "JudgeEndpoint": "tackroom_rubric_judge.client",
+    "JudgeError": "tackroom_rubric_judge.errors",
+    "JudgeInvalidOutputError": "tackroom_rubric_judge.errors",
+    "JudgeStats": "tackroom_rubric_judge.client",
+    "JudgeUnavailableError": "tackroom_rubric_judge.errors",
+    "LitellmTransport": "tackroom_rubric_judge.transport",
+    "OpenAICompatibleTransport": "tackroom_rubric_judge.transport",
+    "RetryPolicy": "tackroom_rubric_judge.client",
+    "RubricJudgeOptions": "tackroom_rubric_judge.verifier",
+    "RubricJudgeVerifier": "tackroom_rubric_judge.verifier",
+    "RubricScore": "tackroom_rubric_judge.scoring",
+    "VERDICT_SCHEMA": "tackroom_rubric_judge.verdict",
+    "Verdict": "tackroom_rubric_judge.verdict",
+    "build_messages": "tackroom_rubric_judge.prompt",
+    "close_shared_clients": "tackroom_rubric_judge.client",
+    "final_answer": "tackroom_rubric_judge.prompt",
+    "parse_verdict": "tackroom_rubric_judge.verdict",
+    "rubric_criteria": "tackroom_rubric_judge.scoring",
+    "score": "tackroom_rubric_judge.scoring",
+    "shared_client": "tackroom_rubric_judge.client",
+    "shared_clients": "tackroom_rubric_judge.client",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'tackroom_rubric_judge' has no attribute {name!r}")
+
+
+__all__ = sorted(_EXPORTS)

@@ -24,6 +24,9 @@ from tackroom_opencode.errors import (
 )
 from tackroom_opencode.harness import OpenCodeHarness
 
+# slow by cost: each test boots the real OpenCode in a local sandbox (~10 CPU-s apiece, ~70 for the module, and
+# their hang and timeout windows make them wall-clock-bound too); `uv run pytest` and CI run them all.
+pytestmark = pytest.mark.slow
 
 @contextlib.asynccontextmanager
 async def prepared(tmp_path, engine, *, timeout_sec=60, allow_internet=False, sandbox_cls=None, memory_mb=2048,

@@ -15,7 +15,7 @@ separate packages. Core (``tackroom``) holds the contract a sandbox implements (
 """
 
 from tackroom_sandbox_kit.host_forward import HostPortForward, NamespaceForwards, forward_into_namespace
-from tackroom_sandbox_kit.process import ProcessOutput, run_process
+from tackroom_sandbox_kit.process import ProcessOutput, drain_capped, kill_group, run_process
 from tackroom_sandbox_kit.remote_calls import bounded as bounded_call
 from tackroom_sandbox_kit.remote_calls import retried as retried_call
 from tackroom_sandbox_kit.remote_sandbox import remote_image_key, stop_remote
@@ -47,6 +47,8 @@ __all__ = [
     # Host subprocesses
     "run_process",
     "ProcessOutput",
+    "drain_capped",
+    "kill_group",
     # Providers backed by a remote service
     "bounded_call",
     "retried_call",

@@ -23,8 +23,9 @@ class ProcessOutput(BaseModel):
     duration_s: float
 
 
-async def _drain(stream: asyncio.StreamReader, limit: int, sink: bytearray) -> bool:
-    """Read everything, keep at most ``limit`` bytes; return whether anything was dropped."""
+async def drain_capped(stream: asyncio.StreamReader, limit: int, sink: bytearray) -> bool:
+    """Read ``stream`` to its end, keeping at most ``limit`` bytes in ``sink`` (so the child never blocks on a
+    full pipe); return whether anything was dropped."""
     dropped = False
     while chunk := await stream.read(65536):
         room = limit - len(sink)
@@ -35,7 +36,8 @@ async def _drain(stream: asyncio.StreamReader, limit: int, sink: bytearray) -> b
     return dropped
 
 
-def _kill_group(proc: asyncio.subprocess.Process) -> None:
+def kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the process group of ``proc`` (started with ``start_new_session=True``); a group already gone is fine."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -78,7 +80,7 @@ async def run_process(
                 pass
             proc.stdin.close()
         assert proc.stdout is not None and proc.stderr is not None
-        dropped = await asyncio.gather(_drain(proc.stdout, output_limit, out), _drain(proc.stderr, output_limit, err))
+        dropped = await asyncio.gather(drain_capped(proc.stdout, output_limit, out), drain_capped(proc.stderr, output_limit, err))
         await proc.wait()
         return dropped[0], dropped[1]
 
@@ -88,13 +90,13 @@ async def run_process(
     except TimeoutError:
         timed_out = True
         dropped_out = dropped_err = False
-        _kill_group(proc)
+        kill_group(proc)
         try:
             await asyncio.wait_for(proc.wait(), 10)
         except TimeoutError:
             pass
     except BaseException:  # cancelled: never leave the child running
-        _kill_group(proc)
+        kill_group(proc)
         raise
     return ProcessOutput(
         returncode=proc.returncode if proc.returncode is not None else -9,

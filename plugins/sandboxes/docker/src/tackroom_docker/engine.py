@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tackroom import SandboxError, SandboxTimeoutError
+from tackroom_sandbox_kit import drain_capped, kill_group
 
 ENGINE_DOWN_MARKERS = (
     "Cannot connect to the Docker daemon",
@@ -97,27 +97,6 @@ class EngineInfo(BaseModel):
         return any(Path(d, name).is_file() for d in ("/usr/libexec/docker", "/usr/local/libexec/docker", "/usr/lib/docker"))
 
 
-async def _drain(stream: asyncio.StreamReader, limit: int, sink: bytearray) -> bool:
-    """Read a stream to its end, keeping at most ``limit`` bytes; return whether bytes were dropped."""
-    dropped = False
-    while chunk := await stream.read(1 << 16):
-        room = limit - len(sink)
-        if room > 0:
-            sink += chunk[:room]
-        if len(chunk) > max(room, 0):
-            dropped = True
-    return dropped
-
-
-def _kill(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 _info_cache: dict[tuple[str, str], EngineInfo] = {}
 
 
@@ -175,9 +154,9 @@ class DockerCLI:
                         pass
                     proc.stdin.close()
                 assert proc.stderr is not None
-                readers = [_drain(proc.stderr, output_limit, err)]
+                readers = [drain_capped(proc.stderr, output_limit, err)]
                 if proc.stdout is not None:
-                    readers.insert(0, _drain(proc.stdout, output_limit, out))
+                    readers.insert(0, drain_capped(proc.stdout, output_limit, out))
                 dropped = await asyncio.gather(*readers)
                 await proc.wait()
                 return any(dropped)
@@ -185,13 +164,15 @@ class DockerCLI:
             try:
                 truncated = await asyncio.wait_for(communicate(), timeout)
             except TimeoutError:
-                _kill(proc)
+                if proc.returncode is None:
+                    kill_group(proc)
                 await _reap(proc)
                 raise SandboxTimeoutError(
                     f"`docker {' '.join(args[:2])} …` did not finish within {timeout:g}s and was killed"
                 ) from None
             except BaseException:
-                _kill(proc)
+                if proc.returncode is None:
+                    kill_group(proc)
                 raise
         finally:
             for f in (stdin_file, stdout_file):

@@ -83,6 +83,7 @@ def _group(item: pytest.Item) -> str:
     return path
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if any(item.get_closest_marker(name) for name in SLOW_BY_NEED) or "engine_url" in getattr(item, "fixturenames", ()):

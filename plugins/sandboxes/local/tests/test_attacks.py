@@ -377,7 +377,11 @@ async def test_kill_processes_kills_every_kind_of_agent_process_fast(make, tmp_p
         """)
     r = await sb.exec(script)
     assert r.ok, r
-    stopped = await sb.exec(f"kill -STOP {r.stdout.split()[-1]} && ps -o stat= -p {r.stdout.split()[-1]}")
+    # a stopped process is one kind to kill; the stop lands when the kernel next schedules it (`R` until then on a
+    # loaded machine), so its state is read until it shows
+    pid = r.stdout.split()[-1]
+    stopped = await sb.exec(f"kill -STOP {pid}; for i in $(seq 100); do s=$(ps -o stat= -p {pid}); "
+                            f"case $s in T*) break;; esac; sleep 0.05; done; echo $s")
     assert stopped.stdout.strip().startswith("T"), stopped
     for _ in range(100):
         if set((await sb.exec("sort -u /app/log")).stdout.split()) >= {"bg", "double-fork", "nohup", "ignores-term", "tmux"}:

@@ -200,3 +200,47 @@ def test_the_run_never_takes_the_shared_port_or_a_busy_one(tmp_path) -> None:
         busy = s.getsockname()[1]
         with pytest.raises(ConfigError, match="in use"):
             asyncio.run(EngineSampling(tmp_path, "p", settings=EngineSettings(port=busy, lora_rank=8)).start())
+
+
+def test_the_proxy_resends_a_request_lost_to_a_keep_alive_close_but_not_to_a_dead_engine(tmp_path) -> None:
+    """uvicorn closes an idle connection after 5 s; a request sent on it at that moment reads nothing. The
+    overfit run under CI stopped on one such ``ReadError`` at batch 7. The stand-in engine answers the first
+    request of every connection and closes the connection when a second one comes on it."""
+    import httpx
+
+    from tackroom_skyrl.tinker.engine_sampling import EngineSampling
+
+    connections = {"n": 0}
+    mode = {"dead": False}
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections["n"] += 1
+        answered = 0
+        while not mode["dead"]:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+            await reader.readexactly(length)
+            if answered:
+                break  # the close race: the engine closes the idle connection as the request arrives
+            body = b'{"choices": [{"text": "x", "token_ids": [1]}]}'
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+            answered += 1
+        writer.close()
+
+    async def scenario() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, EngineSampling(tmp_path / "run", "policy", engine_url=f"http://127.0.0.1:{port}") as sampling:
+            sampling.adapters[0] = "v0"
+            sampling.pin(0)
+            async with httpx.AsyncClient(timeout=10) as client:
+                for _ in range(3):
+                    r = await client.post(f"{sampling.base_url}/completions", json={"model": "policy", "prompt": [1]})
+                    assert r.status_code == 200, r.text
+                assert sampling.failures == [] and connections["n"] >= 3
+                mode["dead"] = True  # now every connection closes before answering: a failure, and the run stops
+                r = await client.post(f"{sampling.base_url}/completions", json={"model": "policy", "prompt": [1]})
+                assert r.status_code == 503 and len(sampling.failures) == 1, (r.text, sampling.failures)
+
+    asyncio.run(scenario())

@@ -34,6 +34,9 @@ from tackroom_skyrl.tinker.pipeline import EngineSamplingError
 from tackroom_skyrl.tinker.policy import unpack_adapter
 
 SHARED_PORT = 8011
+# What a request sent on a kept-alive connection the engine is closing at that moment fails with: the harness got
+# nothing from it, so sending it again is safe (a timeout is not one of these: the engine may still be working)
+CLOSE_RACE = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, httpx.ConnectError)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -98,7 +101,9 @@ class EngineSampling:
             self._owns_engine = True  # the port was free: what starts there now is ours to stop
             self._state = await asyncio.to_thread(engine.up, self.settings, lambda m: None)
             self.engine_url = self._state.base_url.removesuffix("/v1")
-        self._client = httpx.AsyncClient(timeout=self.timeout_s)
+        # Idle connections are let go well before the engine's keep-alive timeout (uvicorn's, 5 s) closes them: a
+        # request sent on a connection the engine closes at that moment reads nothing (the gateway does the same)
+        self._client = httpx.AsyncClient(timeout=self.timeout_s, limits=httpx.Limits(keepalive_expiry=1.0))
         self.port = await self._server.start()
         return self
 
@@ -200,7 +205,11 @@ class EngineSampling:
         self.requests += 1
         assert self._client is not None
         try:
-            r = await self._client.post(f"{self.engine_url}/v1/completions", json=body)
+            try:
+                r = await self._client.post(f"{self.engine_url}/v1/completions", json=body)
+            except CLOSE_RACE:
+                # that close race, or the engine is gone: once more on a fresh connection tells them apart
+                r = await self._client.post(f"{self.engine_url}/v1/completions", json=body)
         except httpx.HTTPError as exc:
             self.failures.append(f"{type(exc).__name__}: {exc}")
             return _error(503, f"the engine did not answer: {type(exc).__name__}: {exc}")

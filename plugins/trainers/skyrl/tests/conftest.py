@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,8 +43,16 @@ class SharedTinker:
         return self.state_dir / "checkpoints"
 
 
-@pytest.fixture(scope="session")
-def shared_tinker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedTinker]:
+# The server lives from the first test that asks for it until the last one is done, not to the end of the session:
+# its tests run one after another (below) and the worker goes on to other groups with 3-7 GB less held, and the
+# server's CPU is charged to the test that stops it. `pytest_sessionfinish` stops it after an interrupted run too.
+_running: dict[str, tuple[Any, SharedTinker]] = {}
+
+
+@pytest.fixture
+def shared_tinker(tmp_path_factory: pytest.TempPathFactory) -> SharedTinker:
+    if "server" in _running:
+        return _running["server"][1]
     from tackroom_engine import model_dir
     from tackroom_skyrl.tinker.server import TinkerServer, TinkerSettings, server_dir
 
@@ -58,6 +66,33 @@ def shared_tinker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedTi
     t0 = time.monotonic()
     try:
         url = server.start()
-        yield SharedTinker(url=url, base=base, state_dir=server.state_dir, start_s=time.monotonic() - t0)
-    finally:
+    except BaseException:
         server.stop()
+        raise
+    shared = SharedTinker(url=url, base=base, state_dir=server.state_dir, start_s=time.monotonic() - t0)
+    _running["server"] = (server, shared)
+    return shared
+
+
+def _stop_shared() -> None:
+    if "server" in _running:
+        _running.pop("server")[0].stop()
+
+
+@pytest.hookimpl(trylast=True)  # after the root conftest.py has put each xdist group's tests together
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The shared server's tests run one after another (at the first one's place, inside the `trainer` group)."""
+    users = [item for item in items if "shared_tinker" in getattr(item, "fixturenames", ())]
+    if users:
+        first, ids = items.index(users[0]), {id(item) for item in users}
+        rest = [item for item in items if id(item) not in ids]
+        items[:] = rest[:first] + users + rest[first:]
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if nextitem is None or "shared_tinker" not in getattr(nextitem, "fixturenames", ()):
+        _stop_shared()
+
+
+def pytest_sessionfinish() -> None:
+    _stop_shared()

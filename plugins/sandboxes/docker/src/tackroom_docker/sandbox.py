@@ -592,9 +592,14 @@ def _missing_workdir(result: CallResult) -> bool:
 
 
 
+# How `docker exec` fails while a fork bomb holds every pid of the container's limit: the fork itself, or runc's
+# init process, which dies before it reports back (seen under the full suite: "read init-p: connection reset by peer")
+RESOURCE_ERRORS = ("resource temporarily unavailable", "cannot allocate memory", "unable to start container process")
+
+
 def _resource_error(result: CallResult) -> bool:
     text = (result.err + result.out).lower()
-    return "resource temporarily unavailable" in text or "cannot allocate memory" in text
+    return any(phrase in text for phrase in RESOURCE_ERRORS)
 
 
 def _short(cmd: str | list[str]) -> str:

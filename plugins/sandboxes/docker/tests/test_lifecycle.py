@@ -117,7 +117,14 @@ async def test_a_cancelled_exec_kills_the_command_and_stop_still_works(provider,
     sandbox = provider.create(spec)
     await sandbox.start()
     task = asyncio.ensure_future(sandbox.exec("echo $$ > /tmp/pid; exec sleep 600"))
-    await asyncio.sleep(0.5)
+    # cancelled once the command runs: on a loaded machine `docker exec` can take longer than a fixed pause to start
+    # it, and with no /tmp/pid the check below reads `test -d /proc/`, "alive" for ever
+    for _ in range(300):
+        if (await sandbox.exec("test -s /tmp/pid && echo started")).stdout.strip() == "started":
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail("the command never started")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -22,9 +22,14 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable, Generic, TypeVar
 
 from tackroom import InfraError
+
+B = TypeVar("B")
+"""What a rollout produces (the loop's :class:`~.rollouts.RolloutBatch`)."""
+R = TypeVar("R")
+"""What a trained step records (the loop's :class:`~.records.StepRecord`)."""
 
 
 class EngineSamplingError(InfraError):
@@ -33,21 +38,21 @@ class EngineSamplingError(InfraError):
 
 
 @dataclass
-class Sampled:
+class Sampled(Generic[B]):
     """One batch of rollouts and the policy version it was sampled with."""
 
     index: int
     """1-based order in which the producer drew it."""
     version: int
-    output: Any
+    output: B
     rollout_s: float
 
 
 @dataclass
-class Trained:
+class Trained(Generic[B]):
     """What the consumer did with a batch."""
 
-    sampled: Sampled
+    sampled: Sampled[B]
     step: int | None
     """The optimiser step it became (None: dropped as too stale)."""
     staleness: int
@@ -57,19 +62,19 @@ class Trained:
 
 
 @dataclass
-class PipelineResult:
-    steps: list[Trained] = field(default_factory=list)
-    dropped: list[Trained] = field(default_factory=list)
+class PipelineResult(Generic[B]):
+    steps: list[Trained[B]] = field(default_factory=list)
+    dropped: list[Trained[B]] = field(default_factory=list)
     version: int = 0
 
 
 async def run_pipeline(*, steps: int, max_staleness: int,
-                       rollout: Callable[[int, int], Awaitable[Any]],
-                       train: Callable[[Sampled, int, int], Awaitable[tuple[bool, dict[str, Any]]]],
+                       rollout: Callable[[int, int], Awaitable[B]],
+                       train: Callable[[Sampled[B], int, int], Awaitable[tuple[bool, R]]],
                        publish: Callable[[int], Awaitable[float]],
-                       on_step: Callable[[Trained, dict[str, Any]], None] = lambda t, r: None,
-                       on_drop: Callable[[Trained], None] = lambda t: None,
-                       lookahead: int | None = None) -> PipelineResult:
+                       on_step: Callable[[Trained[B], R], None] = lambda t, r: None,
+                       on_drop: Callable[[Trained[B]], None] = lambda t: None,
+                       lookahead: int | None = None) -> PipelineResult[B]:
     """Train ``steps`` steps.
 
     ``rollout(index, version)`` draws a batch with the published ``version``; ``train(sampled, step,
@@ -78,8 +83,8 @@ async def run_pipeline(*, steps: int, max_staleness: int,
     ``max_staleness``) is how many batches the producer may run ahead; only a test sets it higher, to see
     the consumer's drop at work."""
     ahead = max_staleness if lookahead is None else lookahead
-    result = PipelineResult()
-    queue: asyncio.Queue[Sampled] = asyncio.Queue()
+    result: PipelineResult[B] = PipelineResult()
+    queue: asyncio.Queue[Sampled[B]] = asyncio.Queue()
     progress = asyncio.Condition()
     state = {"started": 0, "done": 0}
 

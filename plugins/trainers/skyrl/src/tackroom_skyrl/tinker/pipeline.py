@@ -15,6 +15,10 @@ A version is published (``publish``: on the engine, the LoRA saved and loaded; s
 after each step that changed the weights, and before any batch sampled with it starts. A step without
 learning signal keeps the version. An error in either side (the engine died: :class:`EngineSamplingError`)
 stops both and is raised: nothing is trained on samples the run cannot vouch for.
+
+The loop hands it its parts: ``rollout`` is :class:`~.rollouts.Rollouts`, ``train`` is
+:meth:`~.step_trainer.StepTrainer.train`, ``publish`` is the :class:`~.sampler.Sampler`'s, and ``on_step`` /
+``on_drop`` are the :class:`~.run_log.RunLog`'s.
 """
 
 from __future__ import annotations

@@ -72,6 +72,14 @@ class PipelineResult(Generic[B]):
     version: int = 0
 
 
+@dataclass
+class _Counts:
+    started: int = 0
+    """Batches the producer has begun."""
+    done: int = 0
+    """Batches the consumer has finished with (trained or dropped)."""
+
+
 async def run_pipeline(*, steps: int, max_staleness: int,
                        rollout: Callable[[int, int], Awaitable[B]],
                        train: Callable[[Sampled[B], int, int], Awaitable[tuple[bool, R]]],
@@ -90,16 +98,16 @@ async def run_pipeline(*, steps: int, max_staleness: int,
     result: PipelineResult[B] = PipelineResult()
     queue: asyncio.Queue[Sampled[B]] = asyncio.Queue()
     progress = asyncio.Condition()
-    state = {"started": 0, "done": 0}
+    counts = _Counts()
 
     async def produce() -> None:
         while True:
             async with progress:
                 # within the bound, and no batch beyond what the remaining steps need
-                await progress.wait_for(lambda: state["started"] - state["done"] <= ahead
-                                        and state["started"] < steps + len(result.dropped))
-                state["started"] += 1
-                index, version = state["started"], result.version
+                await progress.wait_for(lambda: counts.started - counts.done <= ahead
+                                        and counts.started < steps + len(result.dropped))
+                counts.started += 1
+                index, version = counts.started, result.version
             t0 = time.monotonic()
             output = await rollout(index, version)
             await queue.put(Sampled(index, version, output, time.monotonic() - t0))
@@ -123,7 +131,7 @@ async def run_pipeline(*, steps: int, max_staleness: int,
                 result.steps.append(trained)
                 on_step(trained, record)
             async with progress:
-                state["done"] += 1
+                counts.done += 1
                 progress.notify_all()
 
     producer, consumer = asyncio.ensure_future(produce()), asyncio.ensure_future(consume())

@@ -4,86 +4,58 @@ Why a loop of our own (thin, on purpose): tinker-cookbook's RL loop drives
 its own token-level ``Env`` objects, and SkyRL's trainer needs GPUs and vLLM;
 ours must drive *harnesses* — agent loops that speak HTTP to an
 OpenAI-compatible engine inside sandboxes — through the trial runtime, exactly
-as the GPU backend does. So each step is:
+as the GPU backend does. Each step has four parts, each a module:
 
-1. rollouts: ``TackroomGenerator.generate`` (the same generator SkyRL's trainer
-   calls: trial runtime, harness, sandbox, verifier, masking rules). With
-   ``[tinker] sampler = "engine"`` (default) they sample on the run's own vLLM
-   engine with the current LoRA (:mod:`.engine_sampling`); with ``"tinker"``
-   on :class:`~.sampling_endpoint.SamplingEndpoint` over the Tinker sampling
-   client. Either way the exact token ids and logprobs come back;
-2. GRPO advantages per task group; masked rows train nothing;
-3. ``forward_backward`` with the loss (:mod:`.datums`; with ``[train]
-   tis_ratio_type`` a ``forward`` first gives π_old for truncated importance
-   sampling), then ``optim_step`` (Adam on the LoRA weights). A step where every
-   group's rewards are equal has no learning signal (every advantage is 0) and
-   takes no optimiser step: with a zero gradient, Adam would still move the
-   weights along its stale momentum, and a task the policy had solved drifts back;
-4. the hand-off: the new weights become the sampler's (saved and loaded into the
-   engine as the next policy version) before any batch samples with them.
+1. rollouts (:mod:`.rollouts`): ``TackroomGenerator.generate`` (the same generator SkyRL's trainer calls:
+   trial runtime, harness, sandbox, verifier, masking rules) on a :class:`~.sampler.Sampler` pinned to the
+   batch's policy version: the run's own vLLM engine with the live LoRA (``[tinker] sampler = "engine"``,
+   the default) or the Tinker server's JAX sampler (``"tinker"``). Either way the exact token ids and
+   logprobs come back;
+2. GRPO advantages per task group; masked rows train nothing (:class:`~.step_trainer.StepTrainer`);
+3. the loss path chosen once for the run (:mod:`.step_trainer`: a Tinker built-in, the same with truncated
+   importance sampling, or the tackroom loss through Tinker's custom-loss path), then ``optim_step`` (Adam on
+   the LoRA weights). A step where every group's rewards are equal has no learning signal and takes no
+   optimiser step;
+4. the hand-off: the sampler publishes the new weights as the next policy version before any batch samples
+   with them.
 
-Steps run through :mod:`.pipeline`: rollouts for the next step run while a step
-trains, up to ``[train] max_staleness_steps`` versions behind; a batch staler
-than that is dropped, never trained on. Every trajectory's version and
-staleness goes to ``trajectories.jsonl``.
+:func:`.pipeline.run_pipeline` drives them: rollouts for the next step run while a step trains, up to
+``[train] max_staleness_steps`` versions behind; a batch staler than that is dropped, never trained on.
+:class:`~.run_log.RunLog` records each step (:class:`~.records.StepRecord`) into ``steps.jsonl``, each row's
+version and staleness into ``trajectories.jsonl``, and the curve into ``reward_curve.csv`` and
+``reward_curve.png``; the trainer-vs-rollout logprob mismatch is warned above ``[train] logprob_mismatch_warn``.
 
 After the last step the final LoRA is saved (``save_weights_for_sampler``) and
 :mod:`.policy` turns it into ``<run>/adapter/`` (the PEFT adapter) and
 ``<run>/policy/``: the LoRA merged into the base, an HF folder ``tackroom model
 up --model`` serves; ``summary.json`` records both and the command.
-
-Each step records mean reward (and per task), trained/masked trials, the
-trainer-vs-rollout logprob mismatch (warned above ``[train] logprob_mismatch_warn``),
-the loss and timings into ``steps.jsonl``; at the end (and after every step)
-``reward_curve.csv`` and ``reward_curve.png``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
-import random
-import time
-from collections import defaultdict
 from pathlib import Path
-from statistics import mean
-from types import SimpleNamespace
 from typing import Any, Callable
 
 from pydantic import BaseModel
 
-from tackroom import ConfigError, InfraError, get_plugin_manager
+from tackroom import ConfigError, InfraError
 from tackroom_skyrl.arms import EvalRow
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.dataset import prompt_rows
 from tackroom_skyrl.error_rate import PreflightRefusedError, PreflightReport, error_rate_pass
-from tackroom_skyrl.mismatch import mismatch_threshold, mismatch_warning
-from tackroom_skyrl.tinker import curve
-from tackroom_skyrl.tinker.datums import (
-    TackroomLoss,
-    batch_from_output,
-    datums,
-    grpo_advantages,
-    mismatch,
-    reduced_loss,
-    server_loss,
-    tis_ratios,
-)
+from tackroom_skyrl.mismatch import mismatch_threshold
+from tackroom_skyrl.tinker.client import TrainingClient
 from tackroom_skyrl.tinker.engine_sampling import EngineSampling
-from tackroom_skyrl.tinker.pipeline import EngineSamplingError, Sampled, Trained, run_pipeline
-from tackroom_skyrl.tinker.policy import (
-    PolicyExportError,
-    PolicyFolder,
-    download_archive,
-    export_policy,
-    mark_latest,
-    sampler_archive,
-    serve_command,
-)
-from tackroom_skyrl.tinker.sampling_endpoint import SamplingEndpoint, constraint_error
+from tackroom_skyrl.tinker.pipeline import run_pipeline
+from tackroom_skyrl.tinker.policy import PolicyExportError, PolicyFolder, export_policy, mark_latest, serve_command
+from tackroom_skyrl.tinker.rollouts import Rollouts, task_batches
+from tackroom_skyrl.tinker.run_log import RunLog
+from tackroom_skyrl.tinker.sampler import EngineSampler, JaxSampler, Sampler
 from tackroom_skyrl.tinker.server import TinkerCalls, TinkerServer, check_reachable
+from tackroom_skyrl.tinker.step_trainer import LossChoice, StepTrainer, loss_path
 
 
 class TinkerRunSummary(BaseModel):
@@ -126,11 +98,6 @@ class TinkerRunSummary(BaseModel):
     """The ``[eval]`` table: the served final policy under each eval harness (tackroom_skyrl.sweep)."""
 
 
-async def _result(submitted: Any) -> Any:
-    """Await a Tinker ``*_async`` call's future, then its result."""
-    return await (await submitted).result_async()
-
-
 def resolve_base_model(name: str) -> str:
     """A local HF folder; ``smollm2`` (or SmolLM2's hub id) is the folder ``tackroom model up`` converts."""
     from tackroom_engine import MODEL_NAME, model_dir
@@ -147,40 +114,9 @@ def resolve_base_model(name: str) -> str:
                       "set [tinker] base_model to one, or use smollm2")
 
 
-def _loss(config: TrainConfig, manager: Any) -> tuple[Any, Any, str, str, dict[str, float] | None]:
-    """(spec, options, aggregation, server loss_fn, its loss_fn_config) of the ``[loss]`` and ``[tinker] loss_fn``."""
-    manager = manager or get_plugin_manager()
-    spec = manager.get("loss", config.loss.name)
-    options = spec.Options(**config.loss.options) if config.loss.options else spec.Options()
-    loss_fn, loss_fn_config = config.tinker.loss_fn, None
-    if loss_fn == "auto":
-        try:
-            loss_fn, loss_fn_config = server_loss(spec.name, options)
-        except ValueError as exc:
-            raise ConfigError(f"loss.name: {exc}") from None
-    return spec, options, config.loss.aggregation or spec.aggregation, loss_fn, loss_fn_config
-
-
 def describe_loss(config: TrainConfig, manager: Any = None) -> str:
     """What the step minimises, in words: the ``[loss]``, its aggregation and how it reaches the server."""
-    return _describe(_loss(config, manager))
-
-
-def _describe(loss: tuple[Any, ...]) -> str:
-    spec, _, aggregation, loss_fn, loss_fn_config = loss
-    how = "in torch, Tinker's custom-loss path" if loss_fn == "tackroom" else f"as Tinker's {loss_fn}"
-    extra = f" {loss_fn_config}" if loss_fn_config else ""
-    return f"{spec.name}, {aggregation} ({how}{extra})"
-
-
-def _batches(rows: list[dict[str, Any]], size: int, seed: int):
-    """Mini-batches of tasks, a fresh shuffle every epoch."""
-    rng = random.Random(seed)
-    while True:
-        order = list(rows)
-        rng.shuffle(order)
-        for i in range(0, len(order), size):
-            yield order[i:i + size]
+    return LossChoice.from_config(config, manager).describe()
 
 
 def total_steps(config: TrainConfig, n_tasks: int) -> int:
@@ -203,7 +139,7 @@ async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any =
                           "which divides each sequence's cross-entropy by the sum of its weights (negative advantages "
                           "flip sign); use 'auto' (the [loss] as the built-in it equals on-policy) or a server given "
                           "by [tinker] url whose cross-entropy is a plain weighted sum")
-    loss = _loss(config, manager)
+    loss = LossChoice.from_config(config, manager)
     # the threshold in effect, written back so the summary, the log and whoever holds the config agree
     config.train.logprob_mismatch_warn = mismatch_threshold(config.train, on_engine=settings.sampler == "engine")
     base_model = resolve_base_model(settings.base_model or config.model.path)
@@ -211,20 +147,20 @@ async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any =
     tokenizer = load_tokenizer(config.policy.tokenizer or config.model.tokenizer or base_model)
     server = None
     url = settings.url
-    sampling = None
+    engine = None
     engine_start = None
     if settings.sampler == "engine":  # the run's engine starts while the Tinker server does
-        sampling = EngineSampling(run_dir, config.model.served_name or "tackroom-tinker",
-                                  settings=_engine_settings(config, base_model),
-                                  keep_versions=config.train.max_staleness_steps + 2,
-                                  timeout_s=settings.request_timeout_s)
+        engine = EngineSampling(run_dir, config.model.served_name or "tackroom-tinker",
+                                settings=_engine_settings(config, base_model),
+                                keep_versions=config.train.max_staleness_steps + 2,
+                                timeout_s=settings.request_timeout_s)
 
     def start_engine() -> None:
         nonlocal engine_start
-        if sampling is not None:
+        if engine is not None:
             log(f"starting the run's vLLM engine with LoRA on port {settings.engine_port}; "
                 f"log: {_engine_log(settings.engine_port)}")
-            engine_start = asyncio.ensure_future(sampling.start())
+            engine_start = asyncio.ensure_future(engine.start())
 
     try:
         if url is None:
@@ -238,13 +174,13 @@ async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any =
         if engine_start is not None:
             await engine_start
         return await _train(config, run_dir, TinkerCalls(settings, server), url, base_model, rows, tokenizer, loss,
-                            manager, log, preflight_only, sampling)
+                            manager, log, preflight_only, engine)
     finally:
         if engine_start is not None and not engine_start.done():
             engine_start.cancel()
             await asyncio.gather(engine_start, return_exceptions=True)
-        if sampling is not None:
-            await sampling.stop()
+        if engine is not None:
+            await engine.stop()
         if server is not None:
             await asyncio.to_thread(server.stop)
 
@@ -256,273 +192,127 @@ def _engine_log(port: int) -> str:
 
 
 async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str, base_model: str,
-                 rows: list[dict[str, Any]], tokenizer: Any, loss: tuple[Any, ...], manager: Any,
+                 rows: list[dict[str, Any]], tokenizer: Any, loss: LossChoice, manager: Any,
                  log: Callable[[str], None], preflight_only: bool = False,
-                 sampling: EngineSampling | None = None) -> TinkerRunSummary:
+                 engine: EngineSampling | None = None) -> TinkerRunSummary:
     import tinker
 
     service = tinker.ServiceClient(base_url=url, api_key=os.environ.get("TINKER_API_KEY") or "tml-tackroom")
     try:
         return await _train_with(config, run_dir, call, service, base_model, rows, tokenizer, loss, manager, log,
-                                 preflight_only, sampling)
+                                 preflight_only, engine)
     finally:
         _close(service)
 
 
 async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, service: Any, base_model: str,
-                      rows: list[dict[str, Any]], tokenizer: Any, loss: tuple[Any, ...], manager: Any,
+                      rows: list[dict[str, Any]], tokenizer: Any, loss: LossChoice, manager: Any,
                       log: Callable[[str], None], preflight_only: bool = False,
-                      sampling: EngineSampling | None = None) -> TinkerRunSummary:
-    from skyrl.train.generators.base import TrajectoryID
-    from tinker import types
-
+                      engine: EngineSampling | None = None) -> TinkerRunSummary:
+    """The run on a server that answers: the sampler, the trainer and the log built once, then the pipeline."""
     from tackroom_skyrl.generator import TackroomGenerator
 
     settings, knobs = config.tinker, config.train
-    spec, options, aggregation, loss_fn, loss_fn_config = loss
+    client = await TrainingClient.create(service, call, base_model=base_model, rank=settings.lora_rank)
+    micro_batch = int(settings.backend_config.get("train_micro_batch_size") or 0)
     lr = settings.learning_rate or knobs.learning_rate
-    training = await call("create the LoRA training client",
-                          service.create_lora_training_client_async(base_model=base_model, rank=settings.lora_rank))
+    trainer = StepTrainer(client, loss_path(loss, knobs, client, micro_batch=micro_batch),
+                          aggregation=loss.aggregation, learning_rate=lr,
+                          normalize_advantages=settings.normalize_advantages, micro_batch=micro_batch)
     model_name = config.model.served_name or "tackroom-tinker"
     steps_total = total_steps(config, len(rows))
-    batches = _batches(rows, knobs.mini_batch_size, knobs.seed)
-    records: list[dict[str, Any]] = []
-    counts = {"warnings": 0, "dropped": 0}
-    final_weights: str | None = None
-    loss_label = _describe(loss)
-    on_engine = settings.sampler == "engine"
-    micro_batch = int(settings.backend_config.get("train_micro_batch_size") or 0)
-    if knobs.tis_ratio_type and loss_fn == "tackroom":
-        raise ConfigError("[train] tis_ratio_type applies to Tinker's built-in losses; tinker.loss_fn = 'tackroom' "
-                          "runs the loss itself (set loss_fn = 'auto' or drop tis_ratio_type)")
+    sampler = await _sampler(config, client, service, tokenizer, model_name, engine, log)
     log(f"{len(rows)} tasks, {steps_total} steps × {knobs.mini_batch_size} tasks × {knobs.samples_per_prompt} samples; "
-        f"LoRA rank {settings.lora_rank}, lr {lr:g}, loss {loss_label}; sampling on "
-        f"{'the vLLM engine (port %d) with the live LoRA' % settings.engine_port if on_engine else 'the Tinker sampler'}, "
+        f"LoRA rank {settings.lora_rank}, lr {lr:g}, loss {loss.describe()}; sampling on {sampler.describe()}, "
         f"staleness ≤ {knobs.max_staleness_steps}")
 
-    samplers: dict[int, Any] = {}
-    if on_engine:
-        endpoint: Any = sampling or EngineSampling(run_dir, model_name, settings=_engine_settings(config, base_model),
-                                                   keep_versions=knobs.max_staleness_steps + 2,
-                                                   timeout_s=settings.request_timeout_s)
-    else:
-        samplers[0] = await call("save weights for sampling", training.save_weights_and_get_sampling_client_async())
-        endpoint = SamplingEndpoint(samplers[0], tokenizer, model_name, max_model_len=config.gpus.context_length,
-                                    timeout_s=settings.request_timeout_s)
-    checkpoints = call.server.state_dir / "checkpoints" if call.server is not None else None
-
-    async def publish(version: int) -> float:
-        """Version ``version`` of the weights becomes the sampler's; the hand-off's seconds."""
-        t0 = time.monotonic()
-        if on_engine:
-            saved = await call(f"save policy version {version}",
-                               _result(training.save_weights_for_sampler_async(name=f"v{version}")))
-            path = getattr(saved, "path", None)
-            if not path:
-                raise EngineSamplingError(f"the Tinker server answered the save of version {version} with no path")
-            if checkpoints is not None:
-                archive = sampler_archive(checkpoints, path)
-            else:
-                (run_dir / "lora").mkdir(parents=True, exist_ok=True)
-                archive = await download_archive(service, path, run_dir / "lora" / f"v{version}.tar.gz")
-            await endpoint.load(version, archive)
-        else:
-            samplers[version] = await call(f"save weights for sampling (version {version})",
-                                           training.save_weights_and_get_sampling_client_async())
-            for old in [v for v in samplers if v < version - knobs.max_staleness_steps - 1]:
-                del samplers[old]
-        return time.monotonic() - t0
-
-    def pin(version: int) -> None:
-        if on_engine:
-            endpoint.pin(version)
-        else:
-            endpoint.sampler = samplers[version]
-
-    def refused() -> None:
-        if getattr(endpoint, "refused", None):  # the rollouts asked for what the sampler cannot do
-            raise ConfigError(constraint_error(endpoint.refused))
-
-    async with endpoint:
-        if on_engine:
-            handoff = await publish(0)
-            log(f"policy version 0 (the untrained LoRA) loaded into the engine in {handoff:.1f}s")
-        pin(0)
+    run_log = RunLog(run_dir, steps_total=steps_total, max_staleness=knobs.max_staleness_steps,
+                     mismatch_warn=knobs.logprob_mismatch_warn, log=log)
+    async with sampler:
         preflight = None
         if knobs.preflight_passes or preflight_only:
-            checker = TackroomGenerator(config, base_url=endpoint.base_url, tokenizer=tokenizer, model=model_name,
-                                        run_root=run_dir / "preflight", manager=manager)
-            try:
-                preflight = await error_rate_pass(
-                    checker, rows, passes=knobs.preflight_passes or 1, max_error_rate=knobs.max_error_rate,
-                    temperature=knobs.temperature, max_generate_length=knobs.max_generate_length, run_dir=run_dir,
-                    log=log)
-            finally:
-                await checker.aclose()
-            refused()
-            if on_engine:
-                await endpoint.check("the error-rate pass")
-            if not preflight.passed:
-                raise PreflightRefusedError(
-                    f"{preflight.describe()}\nnot training: fix what fails (the trials are under {preflight.folder}) "
-                    "or raise [train] max_error_rate knowingly")
+            preflight = await _preflight(config, run_dir, sampler, rows, tokenizer, model_name, manager, log)
             if preflight_only:
                 return TinkerRunSummary(run_dir=str(run_dir), steps=0, first_reward=0.0, last_reward=0.0,
                                         best_reward=0.0, mismatch_mean=None, mismatch_warnings=0, curve_csv="",
                                         curve_png="", preflight=preflight, sampler=settings.sampler)
-        generator = TackroomGenerator(config, base_url=endpoint.base_url, tokenizer=tokenizer, model=model_name,
+        generator = TackroomGenerator(config, base_url=sampler.base_url, tokenizer=tokenizer, model=model_name,
                                       run_root=run_dir / "rollouts", manager=manager)
-
-        async def rollout(index: int, version: int) -> tuple[list[Any], Any]:
-            pin(version)
-            prompts, extras, ids = [], [], []
-            for row in next(batches):
-                for k in range(knobs.samples_per_prompt):
-                    prompts.append(row["prompt"])
-                    extras.append({"task_id": row["task_id"], "task_path": row["task_path"]})
-                    ids.append(TrajectoryID(instance_id=row["task_id"], repetition_id=k))
-            out = await generator.generate({
-                "prompts": prompts, "env_extras": extras, "trajectory_ids": ids,
-                "sampling_params": {"temperature": knobs.temperature, "max_generate_length": knobs.max_generate_length},
-                "batch_metadata": SimpleNamespace(global_step=index),
-            })
-            refused()
-            if on_engine:  # failed requests were masked as infra: never train on them, stop
-                await endpoint.check(f"batch {index} (policy version {version})")
-            return ids, out
-
-        async def train(sampled: Sampled, step: int, staleness: int) -> tuple[bool, dict[str, Any]]:
-            ids, out = sampled.output
-            groups = [tid.instance_id for tid in ids]
-            masked = [not any(m) for m in out["loss_masks"]]
-            advantages = grpo_advantages(out["rewards"], groups, masked, normalize=settings.normalize_advantages)
-            batch = batch_from_output(out, advantages, groups, aggregation)
-            # no trained row with a nonzero advantage (every group's rewards equal): no optimiser step
-            trains = batch.has_signal
-            record: dict[str, Any] = {
-                "step": step, "mean_reward": mean(out["rewards"]),
-                "trained_trials": batch.trained_rows if trains else 0, "masked_trials": sum(masked),
-                "no_signal_trials": 0 if trains else batch.trained_rows,
-                "mismatch_mean": None, "mismatch_max": None, "mismatch_flagged": False, "loss": None,
-                "version": sampled.version, "staleness": staleness, "batch": sampled.index,
-            }
-            per_task: dict[str, list[float]] = defaultdict(list)
-            for g, r in zip(groups, out["rewards"]):
-                per_task[g].append(r)
-            record.update({f"reward/{g}": mean(v) for g, v in per_task.items()})
-            if trains:
-                if loss_fn == "tackroom":
-                    custom = TackroomLoss(spec, options, batch)
-                    await call(f"step {step}: forward_backward (custom loss)", _result(
-                        training.forward_backward_custom_async(datums(batch, with_advantages=False), custom)))
-                    trainer_logprobs, record["loss"] = custom.trainer_logprobs, custom.last_loss
-                    record.update(mismatch(batch, trainer_logprobs))
-                else:
-                    # only the rows a gradient flows through (the loss is the whole batch's: Batch.for_trainer)
-                    sent = batch.subset(batch.for_trainer(micro_batch))
-                    record["sent_rows"] = len(sent.rows)
-                    old = ratios = None
-                    if knobs.tis_ratio_type:  # the trainer's logprobs before the update: TIS's π_old
-                        fwd = await call(f"step {step}: forward (TIS)", _result(
-                            training.forward_async(datums(sent, with_advantages=False), "cross_entropy")))
-                        old = [list(o["logprobs"].data) for o in fwd.loss_fn_outputs]
-                        ratios, tis_metrics = tis_ratios(sent, old, knobs.tis_ratio_type,
-                                                         token_cap=knobs.token_tis_ratio_clip_high,
-                                                         sequence_cap=knobs.sequence_tis_ratio_clip_high)
-                        record.update(tis_metrics)
-                    data = datums(sent, with_advantages=True, old_logprobs=old, token_weights=ratios)
-                    result = await call(f"step {step}: forward_backward",
-                                        _result(training.forward_backward_async(data, loss_fn, loss_fn_config)))
-                    trainer_logprobs = old or [list(o["logprobs"].data) for o in result.loss_fn_outputs]
-                    record["loss"] = reduced_loss(data, result.loss_fn_outputs)
-                    record.update(mismatch(sent, trainer_logprobs))
-                await call(f"step {step}: optim_step",
-                           _result(training.optim_step_async(types.AdamParams(learning_rate=lr))))
-            elif batch.trained_rows:
-                # no optimiser step, but the mismatch is still measured: a forward on a few trained rows
-                probe = batch.subset(batch.for_mismatch(micro_batch))
-                fwd = await call(f"step {step}: forward (mismatch)", _result(
-                    training.forward_async(datums(probe, with_advantages=False), "cross_entropy")))
-                record.update(mismatch(probe, [list(o["logprobs"].data) for o in fwd.loss_fn_outputs]))
-                record["sent_rows"] = len(probe.rows)
-            record["rollout_metrics"] = out["rollout_metrics"]
-            return trains, record
-
-        def write_trajectories(sampled: Sampled, step: int | None, staleness: int, trained: bool) -> None:
-            ids, out = sampled.output
-            with (run_dir / "trajectories.jsonl").open("a") as f:
-                for tid, reward, m in zip(ids, out["rewards"], out["loss_masks"]):
-                    f.write(json.dumps({"batch": sampled.index, "step": step, "version": sampled.version,
-                                        "staleness": staleness, "task_id": tid.instance_id,
-                                        "repetition": tid.repetition_id, "reward": reward, "masked": not any(m),
-                                        "trained": trained and any(m), "dropped": step is None}) + "\n")
-
-        def on_step(done: Trained, record: dict[str, Any]) -> None:
-            metrics = record.pop("rollout_metrics")
-            record.update({"rollout_s": done.sampled.rollout_s, "train_s": done.train_s, "handoff_s": done.handoff_s,
-                           "dropped_batches": counts["dropped"]})
-            records.append(record)
-            write_trajectories(done.sampled, done.step, done.staleness, done.changed)
-            line = (f"step {done.step}/{steps_total}: mean reward {record['mean_reward']:.3f} "
-                    f"({record['trained_trials']} trained, {record['masked_trials']} masked; "
-                    f"sampled with version {done.sampled.version}, staleness {done.staleness})")
-            if record["no_signal_trials"]:
-                line += ("\n  every group's rewards are equal: no learning signal, "
-                         "no optimiser step (the weights stay as they are)")
-            if record["mismatch_mean"] is not None:
-                line += (f", |trainer-rollout| logprob {record['mismatch_mean']:.4f} (max {record['mismatch_max']:.3f}"
-                         f"{'' if done.staleness == 0 else ', across %d version(s)' % done.staleness})")
-                warning = mismatch_warning(record["mismatch_mean"], knobs.logprob_mismatch_warn)
-                if warning is not None:
-                    counts["warnings"] += 1
-                    record["mismatch_flagged"] = True
-                    line += f"\n  WARNING: {warning}"
-            handoff = "" if done.handoff_s is None else f", {done.handoff_s:.1f}s hand-off"
-            log(line + f"  [{record['rollout_s']:.0f}s rollout, {record['train_s']:.0f}s train{handoff}]")
-            with (run_dir / "steps.jsonl").open("a") as f:
-                f.write(json.dumps({**record, **{f"rollout/{k}": v for k, v in metrics.items()}}) + "\n")
-            curve.write_csv(records, run_dir / "reward_curve.csv")
-
-        def on_drop(done: Trained) -> None:
-            counts["dropped"] += 1
-            write_trajectories(done.sampled, None, done.staleness, False)
-            log(f"batch {done.sampled.index} dropped: sampled with version {done.sampled.version}, "
-                f"{done.staleness} versions old (> max_staleness_steps {knobs.max_staleness_steps})")
-
+        rollouts = Rollouts(generator, sampler, task_batches(rows, knobs.mini_batch_size, knobs.seed),
+                            samples_per_prompt=knobs.samples_per_prompt, temperature=knobs.temperature,
+                            max_generate_length=knobs.max_generate_length)
         try:
-            await run_pipeline(steps=steps_total, max_staleness=knobs.max_staleness_steps, rollout=rollout,
-                               train=train, publish=publish, on_step=on_step, on_drop=on_drop)
-            saved = await call("save the final LoRA", _result(training.save_weights_for_sampler_async(name="final")))
-            final_weights = getattr(saved, "path", None)
+            await run_pipeline(steps=steps_total, max_staleness=knobs.max_staleness_steps, rollout=rollouts,
+                               train=trainer.train, publish=sampler.publish, on_step=run_log.step,
+                               on_drop=run_log.drop)
+            final_weights = await client.save_for_sampler("final", "save the final LoRA")
         finally:
             await generator.aclose()
-    warnings = counts["warnings"]
 
     exported, policy_error = await _export(final_weights, run_dir, base_model, tokenizer, call, service, log)
-
-    png = curve.write_png(records, run_dir / "reward_curve.png", title=f"{run_dir.name}: {loss_label}")
-    log(curve.render_table(records))
-    rewards = [r["mean_reward"] for r in records]
-    mismatches = [r["mismatch_mean"] for r in records if r["mismatch_mean"] is not None]
-    summary = TinkerRunSummary(
-        run_dir=str(run_dir), steps=len(records), first_reward=rewards[0] if rewards else 0.0,
-        last_reward=rewards[-1] if rewards else 0.0, best_reward=max(rewards, default=0.0),
-        mismatch_mean=mean(mismatches) if mismatches else None, mismatch_warnings=warnings,
-        mismatch_warn=config.train.logprob_mismatch_warn,
-        curve_csv=str(run_dir / "reward_curve.csv"), curve_png=str(png), final_weights=final_weights,
-        adapter=exported.adapter if exported else None, policy=exported.path if exported else None,
-        served_name=run_dir.name if exported else None,
-        serve_command=serve_command(exported.path, name=run_dir.name) if exported else None,
-        policy_error=policy_error, preflight=preflight, reward_per_step=rewards,
-        mismatch_per_step=[r["mismatch_mean"] for r in records], sampler=config.tinker.sampler,
-        staleness_per_step=[r["staleness"] for r in records], dropped_batches=counts["dropped"],
-        handoff_s_per_step=[r["handoff_s"] for r in records])
+    png = run_log.finish(title=f"{run_dir.name}: {loss.describe()}")
+    summary = _summary(config, run_log, png, final_weights, exported, policy_error, preflight)
     (run_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
     if exported is not None:
         latest = mark_latest(run_dir)
         if latest is not None:
             log(f"{latest} -> {run_dir.name}")
     return summary
+
+
+async def _sampler(config: TrainConfig, client: TrainingClient, service: Any, tokenizer: Any, model_name: str,
+                  engine: EngineSampling | None, log: Callable[[str], None]) -> Sampler:
+    """The ``[tinker] sampler``: the run's engine (started by :func:`run_tinker`) or the Tinker server's own."""
+    settings = config.tinker
+    if engine is not None:
+        checkpoints = client.call.server.state_dir / "checkpoints" if client.call.server is not None else None
+        return EngineSampler(engine, client, port=settings.engine_port, service=service, checkpoints=checkpoints,
+                             log=log)
+    return await JaxSampler.create(client, tokenizer, model_name, max_model_len=config.gpus.context_length,
+                                   timeout_s=settings.request_timeout_s,
+                                   max_staleness=config.train.max_staleness_steps)
+
+
+async def _preflight(config: TrainConfig, run_dir: Path, sampler: Sampler, rows: list[dict[str, Any]], tokenizer: Any,
+                     model_name: str, manager: Any, log: Callable[[str], None]) -> PreflightReport:
+    """The error-rate pass on version 0 (``[train] preflight_passes``); :class:`PreflightRefusedError` above
+    ``[train] max_error_rate``."""
+    from tackroom_skyrl.generator import TackroomGenerator
+
+    knobs = config.train
+    checker = TackroomGenerator(config, base_url=sampler.base_url, tokenizer=tokenizer, model=model_name,
+                                run_root=run_dir / "preflight", manager=manager)
+    try:
+        preflight = await error_rate_pass(
+            checker, rows, passes=knobs.preflight_passes or 1, max_error_rate=knobs.max_error_rate,
+            temperature=knobs.temperature, max_generate_length=knobs.max_generate_length, run_dir=run_dir, log=log)
+    finally:
+        await checker.aclose()
+    await sampler.check("the error-rate pass")
+    if not preflight.passed:
+        raise PreflightRefusedError(
+            f"{preflight.describe()}\nnot training: fix what fails (the trials are under {preflight.folder}) "
+            "or raise [train] max_error_rate knowingly")
+    return preflight
+
+
+def _summary(config: TrainConfig, run_log: RunLog, png: Path, final_weights: str | None,
+             exported: PolicyFolder | None, policy_error: str | None,
+             preflight: PreflightReport | None) -> TinkerRunSummary:
+    run_dir, records, rewards = run_log.run_dir, run_log.records, run_log.rewards
+    return TinkerRunSummary(
+        run_dir=str(run_dir), steps=len(records), first_reward=rewards[0] if rewards else 0.0,
+        last_reward=rewards[-1] if rewards else 0.0, best_reward=max(rewards, default=0.0),
+        mismatch_mean=run_log.mismatch_mean, mismatch_warnings=run_log.warnings,
+        mismatch_warn=config.train.logprob_mismatch_warn,
+        curve_csv=str(run_log.curve_csv), curve_png=str(png), final_weights=final_weights,
+        adapter=exported.adapter if exported else None, policy=exported.path if exported else None,
+        served_name=run_dir.name if exported else None,
+        serve_command=serve_command(exported.path, name=run_dir.name) if exported else None,
+        policy_error=policy_error, preflight=preflight, reward_per_step=rewards,
+        mismatch_per_step=[r.mismatch_mean for r in records], sampler=config.tinker.sampler,
+        staleness_per_step=[r.staleness for r in records], dropped_batches=run_log.dropped,
+        handoff_s_per_step=[r.handoff_s for r in records])
 
 
 def _engine_settings(config: TrainConfig, base_model: str) -> Any:

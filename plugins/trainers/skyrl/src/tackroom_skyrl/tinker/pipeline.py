@@ -15,6 +15,10 @@ A version is published (``publish``: on the engine, the LoRA saved and loaded; s
 after each step that changed the weights, and before any batch sampled with it starts. A step without
 learning signal keeps the version. An error in either side (the engine died: :class:`EngineSamplingError`)
 stops both and is raised: nothing is trained on samples the run cannot vouch for.
+
+The loop hands it its parts: ``rollout`` is :class:`~.rollouts.Rollouts`, ``train`` is
+:meth:`~.step_trainer.StepTrainer.train`, ``publish`` is the :class:`~.sampler.Sampler`'s, and ``on_step`` /
+``on_drop`` are the :class:`~.run_log.RunLog`'s.
 """
 
 from __future__ import annotations
@@ -22,9 +26,14 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable, Generic, TypeVar
 
 from tackroom import InfraError
+
+B = TypeVar("B")
+"""What a rollout produces (the loop's :class:`~.rollouts.RolloutBatch`)."""
+R = TypeVar("R")
+"""What a trained step records (the loop's :class:`~.records.StepRecord`)."""
 
 
 class EngineSamplingError(InfraError):
@@ -33,21 +42,21 @@ class EngineSamplingError(InfraError):
 
 
 @dataclass
-class Sampled:
+class Sampled(Generic[B]):
     """One batch of rollouts and the policy version it was sampled with."""
 
     index: int
     """1-based order in which the producer drew it."""
     version: int
-    output: Any
+    output: B
     rollout_s: float
 
 
 @dataclass
-class Trained:
+class Trained(Generic[B]):
     """What the consumer did with a batch."""
 
-    sampled: Sampled
+    sampled: Sampled[B]
     step: int | None
     """The optimiser step it became (None: dropped as too stale)."""
     staleness: int
@@ -57,19 +66,27 @@ class Trained:
 
 
 @dataclass
-class PipelineResult:
-    steps: list[Trained] = field(default_factory=list)
-    dropped: list[Trained] = field(default_factory=list)
+class PipelineResult(Generic[B]):
+    steps: list[Trained[B]] = field(default_factory=list)
+    dropped: list[Trained[B]] = field(default_factory=list)
     version: int = 0
 
 
+@dataclass
+class _Counts:
+    started: int = 0
+    """Batches the producer has begun."""
+    done: int = 0
+    """Batches the consumer has finished with (trained or dropped)."""
+
+
 async def run_pipeline(*, steps: int, max_staleness: int,
-                       rollout: Callable[[int, int], Awaitable[Any]],
-                       train: Callable[[Sampled, int, int], Awaitable[tuple[bool, dict[str, Any]]]],
+                       rollout: Callable[[int, int], Awaitable[B]],
+                       train: Callable[[Sampled[B], int, int], Awaitable[tuple[bool, R]]],
                        publish: Callable[[int], Awaitable[float]],
-                       on_step: Callable[[Trained, dict[str, Any]], None] = lambda t, r: None,
-                       on_drop: Callable[[Trained], None] = lambda t: None,
-                       lookahead: int | None = None) -> PipelineResult:
+                       on_step: Callable[[Trained[B], R], None] = lambda t, r: None,
+                       on_drop: Callable[[Trained[B]], None] = lambda t: None,
+                       lookahead: int | None = None) -> PipelineResult[B]:
     """Train ``steps`` steps.
 
     ``rollout(index, version)`` draws a batch with the published ``version``; ``train(sampled, step,
@@ -78,19 +95,19 @@ async def run_pipeline(*, steps: int, max_staleness: int,
     ``max_staleness``) is how many batches the producer may run ahead; only a test sets it higher, to see
     the consumer's drop at work."""
     ahead = max_staleness if lookahead is None else lookahead
-    result = PipelineResult()
-    queue: asyncio.Queue[Sampled] = asyncio.Queue()
+    result: PipelineResult[B] = PipelineResult()
+    queue: asyncio.Queue[Sampled[B]] = asyncio.Queue()
     progress = asyncio.Condition()
-    state = {"started": 0, "done": 0}
+    counts = _Counts()
 
     async def produce() -> None:
         while True:
             async with progress:
                 # within the bound, and no batch beyond what the remaining steps need
-                await progress.wait_for(lambda: state["started"] - state["done"] <= ahead
-                                        and state["started"] < steps + len(result.dropped))
-                state["started"] += 1
-                index, version = state["started"], result.version
+                await progress.wait_for(lambda: counts.started - counts.done <= ahead
+                                        and counts.started < steps + len(result.dropped))
+                counts.started += 1
+                index, version = counts.started, result.version
             t0 = time.monotonic()
             output = await rollout(index, version)
             await queue.put(Sampled(index, version, output, time.monotonic() - t0))
@@ -114,7 +131,7 @@ async def run_pipeline(*, steps: int, max_staleness: int,
                 result.steps.append(trained)
                 on_step(trained, record)
             async with progress:
-                state["done"] += 1
+                counts.done += 1
                 progress.notify_all()
 
     producer, consumer = asyncio.ensure_future(produce()), asyncio.ensure_future(consume())

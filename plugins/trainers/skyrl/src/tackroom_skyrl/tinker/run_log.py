@@ -1,0 +1,118 @@
+"""What a Tinker run writes as it goes: the step lines, ``steps.jsonl``, ``trajectories.jsonl``, the reward curve.
+
+:class:`RunLog` is the pipeline's ``on_step`` / ``on_drop``. Per trained step it flags the mismatch against
+``[train] logprob_mismatch_warn``, prints the step's line, appends the step to ``steps.jsonl`` and its rows to
+``trajectories.jsonl``, and rewrites ``reward_curve.csv`` (so a run stopped midway keeps its curve). A dropped
+batch's rows go to ``trajectories.jsonl`` as dropped. :meth:`RunLog.finish` draws ``reward_curve.png`` and
+prints the table.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import mean
+from typing import Any, Callable
+
+from tackroom_skyrl.mismatch import mismatch_warning
+from tackroom_skyrl.tinker import curve
+from tackroom_skyrl.tinker.pipeline import Trained
+from tackroom_skyrl.tinker.records import StepRecord, TrajectoryRecord
+from tackroom_skyrl.tinker.rollouts import RolloutBatch
+
+
+class RunLog:
+    """The run directory's step and trajectory files, and the count of warnings and dropped batches."""
+
+    def __init__(self, run_dir: Path, *, steps_total: int, max_staleness: int, mismatch_warn: float | None,
+                 log: Callable[[str], None]) -> None:
+        self.run_dir = run_dir
+        self.steps_total = steps_total
+        self.max_staleness = max_staleness
+        self.mismatch_warn = mismatch_warn
+        self.log = log
+        self.records: list[StepRecord] = []
+        self.warnings = 0
+        """Steps whose mismatch was above :attr:`mismatch_warn`."""
+        self.dropped = 0
+        """Batches dropped as staler than :attr:`max_staleness`."""
+
+    @property
+    def steps_path(self) -> Path:
+        return self.run_dir / "steps.jsonl"
+
+    @property
+    def trajectories_path(self) -> Path:
+        return self.run_dir / "trajectories.jsonl"
+
+    @property
+    def curve_csv(self) -> Path:
+        return self.run_dir / "reward_curve.csv"
+
+    @property
+    def curve_png(self) -> Path:
+        return self.run_dir / "reward_curve.png"
+
+    def step(self, done: Trained[RolloutBatch], record: StepRecord) -> None:
+        """A trained step: its timings joined to the record, then the line, ``steps.jsonl``, the trajectories and
+        the curve."""
+        record.rollout_s, record.train_s, record.handoff_s = done.sampled.rollout_s, done.train_s, done.handoff_s
+        record.dropped_batches = self.dropped
+        line = (f"step {done.step}/{self.steps_total}: mean reward {record.mean_reward:.3f} "
+                f"({record.trained_trials} trained, {record.masked_trials} masked; "
+                f"sampled with version {done.sampled.version}, staleness {done.staleness})")
+        if record.no_signal_trials:
+            line += ("\n  every group's rewards are equal: no learning signal, "
+                     "no optimiser step (the weights stay as they are)")
+        if record.mismatch_mean is not None:
+            line += (f", |trainer-rollout| logprob {record.mismatch_mean:.4f} (max {record.mismatch_max:.3f}"
+                     f"{'' if done.staleness == 0 else ', across %d version(s)' % done.staleness})")
+            warning = mismatch_warning(record.mismatch_mean, self.mismatch_warn)
+            if warning is not None:
+                self.warnings += 1
+                record.mismatch_flagged = True
+                line += f"\n  WARNING: {warning}"
+        self.records.append(record)
+        self.trajectories(done, trained=done.changed)
+        handoff = "" if done.handoff_s is None else f", {done.handoff_s:.1f}s hand-off"
+        self.log(line + f"  [{record.rollout_s:.0f}s rollout, {record.train_s:.0f}s train{handoff}]")
+        with self.steps_path.open("a") as f:
+            f.write(json.dumps(record.row()) + "\n")
+        curve.write_csv(self.rows(), self.curve_csv)
+
+    def drop(self, done: Trained[RolloutBatch]) -> None:
+        """A batch staler than the bound when its turn came: counted, its rows recorded as dropped."""
+        self.dropped += 1
+        self.trajectories(done, trained=False)
+        self.log(f"batch {done.sampled.index} dropped: sampled with version {done.sampled.version}, "
+                 f"{done.staleness} versions old (> max_staleness_steps {self.max_staleness})")
+
+    def trajectories(self, done: Trained[RolloutBatch], *, trained: bool) -> None:
+        rollout = done.sampled.output
+        with self.trajectories_path.open("a") as f:
+            for tid, reward, mask in zip(rollout.ids, rollout.output["rewards"], rollout.output["loss_masks"]):
+                f.write(json.dumps(TrajectoryRecord(
+                    batch=done.sampled.index, step=done.step, version=done.sampled.version, staleness=done.staleness,
+                    task_id=tid.instance_id, repetition=tid.repetition_id, reward=reward, masked=not any(mask),
+                    trained=trained and any(mask), dropped=done.step is None).model_dump()) + "\n")
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The steps as the curve's rows."""
+        return [r.row() for r in self.records]
+
+    def finish(self, title: str) -> Path:
+        """Draw ``reward_curve.png`` and print the table; the PNG's path."""
+        rows = self.rows()
+        png = curve.write_png(rows, self.curve_png, title=title)
+        self.log(curve.render_table(rows))
+        return png
+
+    # -- what the summary reads ------------------------------------------------------------
+    @property
+    def rewards(self) -> list[float]:
+        return [r.mean_reward for r in self.records]
+
+    @property
+    def mismatch_mean(self) -> float | None:
+        measured = [r.mismatch_mean for r in self.records if r.mismatch_mean is not None]
+        return mean(measured) if measured else None

@@ -30,7 +30,9 @@ _EXPORTS = {
     "ArchipelagoHarness": "tackroom_archipelago.harness",
     "ArchipelagoOptions": "tackroom_archipelago.harness",
     "WorldSpec": "tackroom_archipelago.world",
+    "WorldTable": "tackroom_archipelago.world",
     "load_world": "tackroom_archipelago.world",
+    "task_world_dir": "tackroom_archipelago.world",
 }
 
 
@@ -42,4 +44,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'tackroom_archipelago' has no attribute {name!r}")
 
 
-__all__ = ["ArchipelagoHarness", "ArchipelagoOptions", "WorldSpec", "load_world"]
+__all__ = sorted(_EXPORTS)

@@ -33,6 +33,7 @@ _EXPORTS = {
     "OpenAICompatibleTransport": "tackroom_rubric_judge.transport",
     "RetryPolicy": "tackroom_rubric_judge.client",
     "RubricJudgeOptions": "tackroom_rubric_judge.verifier",
+    "RubricCriterion": "tackroom_rubric_judge.rubric",
     "RubricJudgeVerifier": "tackroom_rubric_judge.verifier",
     "RubricScore": "tackroom_rubric_judge.scoring",
     "VERDICT_SCHEMA": "tackroom_rubric_judge.verdict",
@@ -45,6 +46,7 @@ _EXPORTS = {
     "score": "tackroom_rubric_judge.scoring",
     "shared_client": "tackroom_rubric_judge.client",
     "shared_clients": "tackroom_rubric_judge.client",
+    "task_rubric": "tackroom_rubric_judge.rubric",
 }
 
 

@@ -30,12 +30,14 @@ from tackroom._errors import (
 )
 from tackroom._harness import Harness
 from tackroom._import_ref import import_ref
+from tackroom._lazy_exports import LazyExports
 from tackroom._loss import AGGREGATIONS, Aggregation, LossSpec
 from tackroom._manager import PluginManager, get_plugin_manager, reset_plugin_manager
 from tackroom._markers import hookimpl, hookspec
 from tackroom._openai_errors import error_message as openai_error_message
 from tackroom._plugin import PLUGIN_KINDS, Plugin, PluginKind, PluginOptions
 from tackroom._policy import Policy, redact, redact_url, register_secret, register_url_secrets
+from tackroom._policy_session import PolicySession
 from tackroom._registrar import PluginEntry, Registrar
 from tackroom._resolve import instantiate, load_run_config
 from tackroom._reward import Reward
@@ -88,6 +90,7 @@ __all__ = [
     "TokenTurn",
     "Reward",
     "Policy",
+    "PolicySession",
     "Trial",
     "TrialResult",
     # Registration: hooks, the registrar, the manager
@@ -99,6 +102,7 @@ __all__ = [
     "get_plugin_manager",
     "reset_plugin_manager",
     "import_ref",
+    "LazyExports",
     # Configs: selecting plugins by name
     "RunConfig",
     "PluginSelection",

@@ -102,8 +102,9 @@ def tackroom_policy_gateway(base_url: str, model: str | None, api_key: str, toke
     Return an async context manager, not yet entered, that serves a gateway in
     front of that engine; entered, it yields an object whose
     ``trial_sessions(sampling=..., label=...)`` returns a
-    :attr:`~tackroom._runtime.TrialPlugins.policy_for`: a fresh session per trial
-    attempt, with exact token ids merged into the trajectory. The first
+    :attr:`~tackroom._runtime.TrialPlugins.policy_for`: a fresh
+    :class:`~tackroom.PolicySession` per trial attempt, with exact token ids
+    merged into the trajectory. The first
     non-``None`` answer wins; ``tackroom-gateway`` implements it. With no
     implementation, routing a chat-only harness is a :class:`~tackroom._errors.ConfigError`.
     """

@@ -37,6 +37,7 @@ from tackroom._attempt import AttemptDeadlines, AttemptPlan, PluginRef, error_in
 from tackroom._harness import Harness
 from tackroom._manager import PluginManager, get_plugin_manager
 from tackroom._policy import Policy, redact
+from tackroom._policy_session import PolicySessions
 from tackroom._sandbox import SandboxProvider
 from tackroom._task import Task
 from tackroom._trajectory import Trajectory
@@ -66,10 +67,9 @@ class TrialPlugins:
     verifier_options: Any
     policy: Policy | None = None
     harness_label: str | None = None
-    policy_for: Callable[[Trial], Any] | None = None
-    """Optional async context factory giving a per-trial session (e.g. a gateway session): its ``policy``, its
-    ``error()`` (the engine's classification of a failed harness run), optionally ``unrecovered_error()``, an
-    async ``settle()`` awaited before ``error()`` when the harness run failed, and ``complete(trajectory)``."""
+    policy_for: PolicySessions | None = None
+    """Optional: a :class:`~tackroom._policy_session.PolicySession` per attempt (a gateway session), whose policy
+    the harness is given and whose verdict on the engine decides a failed harness run."""
 
     @classmethod
     def from_instances(cls, harness: Harness, sandbox: SandboxProvider, verifier: Verifier,
@@ -199,16 +199,15 @@ class TrialRuntime:
             return await self.run_attempt(trial, task, plugins, attempt)
         async with plugins.policy_for(trial) as session:
             result, trajectory = await self.run_attempt(trial, task, plugins, attempt, policy=session.policy)
-            settle = getattr(session, "settle", None)
-            if settle is not None and result.error is not None and result.error.phase == "harness_run":
-                await settle()  # e.g. one last engine liveness probe, so a silent engine is infra at any agent timeout
+            if result.error is not None and result.error.phase == "harness_run":
+                await session.settle()  # e.g. one last engine liveness probe: a silent engine is infra at any timeout
             engine_error = session.error()
             if engine_error is not None and result.error is not None and result.error.phase == "harness_run":
                 # The engine's own classification (down → infra, context exceeded → model) decides.
                 result.error = error_info(engine_error, "harness_run", engine_error.error_class or "infra")
                 if result.error.error_class != "model":
                     result.reward = None
-            elif result.error is None and getattr(session, "unrecovered_error", None) is not None:
+            elif result.error is None:
                 # A harness that swallowed the engine's failure and returned normally: the episode was cut
                 # short by the machinery, so its reward says nothing about the policy.
                 cut = session.unrecovered_error()

@@ -1,23 +1,35 @@
 """Harbor-compatible tasks: a directory with instruction.md, task.toml, environment/, tests/, solution/.
 
-APEX-style world tasks add ``[world]`` (a reference to a shared world
-directory) and a rubric (``rubric.toml`` / ``[[rubric]]`` in task.toml, or
-``rubric.json``); they are read here so every plugin sees one ``Task``.
+Core reads the sections every trial needs (``[agent]``, ``[verifier]``, ``[environment]``,
+``[metadata]``). Every other table of task.toml (a rubric, a world reference, expected outputs, a
+plugin's own settings) is kept as it was written and read by the plugin that owns it, with its own
+model, through :meth:`Task.section`. One exception: a world task's ``[world] path`` names a directory
+outside the task, and :func:`task_source_hash` covers it, so a task whose world is missing is refused
+at load.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import stat
 import time
 import tomllib
+from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 
 from tackroom._config import format_validation_error
 from tackroom._errors import TaskError
@@ -127,34 +139,8 @@ class MetadataSection(_Section):
     tags: list[str] = Field(default_factory=list)
 
 
-class RubricCriterion(BaseModel):
-    """One gradable criterion; ``weight`` scales its share of the rubric score.
-
-    A *penalty* criterion describes a mistake (``"The agent deleted the input
-    file"``): when it holds, its weight is taken off the score. Mark one with
-    ``penalty = true`` or a negative ``weight``.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str | None = None
-    criterion: str
-    weight: float = 1.0
-    penalty: bool = False
-
-    @property
-    def is_penalty(self) -> bool:
-        return self.penalty or self.weight < 0
-
-
-class WorldSection(_Section):
-    """``[world]``: ``path`` to a world directory, relative to the task directory."""
-
-    path: str
-
-
 class TaskConfig(BaseModel):
-    """The parsed ``task.toml``."""
+    """The parsed ``task.toml``: core's sections, and every other table kept as written (:attr:`tables`)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -163,10 +149,20 @@ class TaskConfig(BaseModel):
     verifier: VerifierSection = Field(default_factory=VerifierSection)
     environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
     metadata: MetadataSection = Field(default_factory=MetadataSection)
-    world: WorldSection | None = None
-    rubric: list[RubricCriterion] = Field(default_factory=list)
-    expected_outputs: list[str] = Field(default_factory=list)
-    """Sandbox paths the agent is expected to write (graded by file-output verifiers)."""
+
+    @property
+    def tables(self) -> dict[str, Any]:
+        """The tables and keys core does not read, by name, as task.toml holds them; plugins read theirs
+        through :meth:`Task.section`."""
+        return dict(self.model_extra or {})
+
+
+T = TypeVar("T")
+
+
+@lru_cache(maxsize=256)
+def _adapter(schema: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(schema)
 
 
 class Task(BaseModel):
@@ -208,11 +204,20 @@ class Task(BaseModel):
     def solution_dir(self) -> Path:
         return self.path / "solution"
 
-    @property
-    def world_dir(self) -> Path | None:
-        if self.config.world is None:
+    def section(self, name: str, schema: type[T], *, owner: str) -> T | None:
+        """Table (or key) ``name`` of task.toml validated with ``schema``, the owning plugin's model (a pydantic
+        model, or any type pydantic validates such as ``list[Criterion]``); ``None`` when task.toml has no such
+        table. A table the model refuses raises :class:`TaskError` naming task.toml, each bad field and
+        ``owner``, the plugin that reads it."""
+        raw = self.config.tables.get(name)
+        if raw is None:
             return None
-        return (self.path / self.config.world.path).resolve()
+        try:
+            return _adapter(schema).validate_python(raw)
+        except ValidationError as exc:
+            problems = format_validation_error(exc, name, sep="; ")
+            raise TaskError(f"{self.path / 'task.toml'}: {problems} (the [{name}] table is read by the "
+                            f"{owner} plugin)") from exc
 
     @property
     def category(self) -> str | None:
@@ -323,20 +328,15 @@ def load_task(path: str | Path, task_id: str | None = None) -> Task:
             raw = tomllib.loads(toml_file.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise TaskError(f"{toml_file}: invalid TOML: {exc}") from exc
-    for extra_rubric in ("rubric.json",):
-        f = root / extra_rubric
-        if f.is_file() and "rubric" not in raw:
-            try:
-                raw["rubric"] = json.loads(f.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as exc:
-                raise TaskError(f"{f}: invalid JSON: {exc}") from exc
     try:
         config = TaskConfig.model_validate(raw)
     except ValidationError as exc:
         raise TaskError(f"{toml_file}: {_describe(exc)}") from exc
     task = Task(id=task_id or root.name, path=root, instruction=instruction, config=config)
-    if task.world_dir is not None and not task.world_dir.is_dir():
-        raise TaskError(f"{toml_file}: [world].path {config.world.path!r} does not exist ({task.world_dir})")
+    world = raw.get("world")
+    if isinstance(world, dict) and isinstance(world.get("path"), str) and world["path"] and _world_path(root) is None:
+        # The content hash covers the world directory; one that is missing cannot be covered.
+        raise TaskError(f"{toml_file}: [world].path {world['path']!r} does not exist ({(root / world['path']).resolve()})")
     task.source_hash = task_source_hash(root)
     return task
 

@@ -11,60 +11,19 @@ hint, the test suite's ``engine_url`` fixture) is importable from here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import tackroom
 
-if TYPE_CHECKING:
-    from tackroom_engine.engine import (
-        DEFAULT_PORT,
-        MODEL_NAME,
-        SERVED_NAME,
-        EngineError,
-        EngineSettings,
-        EngineState,
-        down,
-        down_all,
-        engines,
-        model_dir,
-        require_engine,
-        running_engine_url,
-        status,
-        statuses,
-        up,
-        venv_dir,
-    )
-
-# Loading the plugin (every `tackroom` command does) imports none of the engine: its state checks import httpx
-# (~0.4 s of CPU here). The names in __all__ load `tackroom_engine.engine` on first access.
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from tackroom_engine import engine
-
-        return getattr(engine, name)
-    raise AttributeError(f"module 'tackroom_engine' has no attribute {name!r}")
-
-
-__all__ = [
-    "DEFAULT_PORT",
-    "MODEL_NAME",
-    "SERVED_NAME",
-    "EngineError",
-    "EngineSettings",
-    "EngineState",
-    "down",
-    "down_all",
-    "engines",
-    "model_dir",
-    "require_engine",
-    "running_engine_url",
-    "status",
-    "statuses",
-    "up",
-    "venv_dir",
-]
+# Loading the plugin (every `tackroom` command does) imports none of the engine: its state checks import httpx.
+# The names below load `tackroom_engine.engine` on first access.
+_EXPORTS = tackroom.LazyExports(__name__, {
+    "tackroom_engine.engine": [
+        "DEFAULT_PORT", "MODEL_NAME", "SERVED_NAME", "EngineError", "EngineSettings", "EngineState", "down",
+        "down_all", "engines", "model_dir", "require_engine", "running_engine_url", "status", "statuses", "up",
+        "venv_dir"],
+})
+__getattr__, __dir__, __all__ = _EXPORTS.getattr, _EXPORTS.dir, _EXPORTS.names
 
 
 tackroom_contract = 2

@@ -12,47 +12,9 @@ and the programmatic API.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import tackroom
-
-if TYPE_CHECKING:
-    from tackroom_gateway.asgi_server import InLoopServer
-    from tackroom_gateway.chat_template import TEMPLATES_DIR, ChatTemplate, ChatTemplateError
-    from tackroom_gateway.engine_client import PROBE_USER, EngineClient, EngineSettings, EngineTimeouts
-    from tackroom_gateway.errors import (
-        AdminAuthError,
-        BadRequestError,
-        ContextLengthExceededError,
-        EngineBadResponseError,
-        EngineRateLimitedError,
-        EngineRequestError,
-        EngineRequestInterruptedError,
-        EngineTimeoutError,
-        EngineUnavailableError,
-        GatewayError,
-        GatewayInternalError,
-        SessionNotFoundError,
-        classify_engine_rejection,
-    )
-    from tackroom_gateway.protocol import forced_tool_call_tag
-    from tackroom_gateway.server import GatewaySettings, PolicyGateway, build_gateway
-    from tackroom_gateway.tito import TitoSession
-    from tackroom_gateway.tokenizers import (
-        KNOWN_TOKENIZERS,
-        TokenizerFetchError,
-        TokenizerProvenance,
-        load_tokenizer,
-        qwen3_tokenizer_dir,
-        smollm2_gguf,
-        smollm2_tokenizer_dir,
-        tokenizer_dir,
-        tokenizers_dir,
-    )
-    from tackroom_gateway.tool_parsers import ParsedOutput, ToolCall, ToolParser, get_tool_parser
-    from tackroom_gateway.trial_sessions import GatewaySessions, GatewayTrialSession
-
 
 tackroom_contract = 2
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
@@ -68,52 +30,32 @@ def tackroom_commands(app: Any) -> None:
 @tackroom.hookimpl
 def tackroom_policy_gateway(base_url: str, model: str | None, api_key: str, tokenizer: str) -> Any:
     """A :class:`PolicyGateway` (not started) in front of the engine at ``base_url``; ``async with`` serves it."""
+    from tackroom_gateway.backend import GatewaySettings
     from tackroom_gateway.engine_client import EngineSettings
-    from tackroom_gateway.server import GatewaySettings, PolicyGateway
+    from tackroom_gateway.server import PolicyGateway
 
     engine = EngineSettings(base_url=base_url, model=model, api_key=api_key)
     return PolicyGateway(GatewaySettings(engine=engine, tokenizer=tokenizer))
 
 
-_EXPORTS = {
-    "InLoopServer": "asgi_server",
-    "ChatTemplate": "chat_template", "ChatTemplateError": "chat_template", "TEMPLATES_DIR": "chat_template",
-    "PROBE_USER": "engine_client", "EngineClient": "engine_client", "EngineSettings": "engine_client",
-    "EngineTimeouts": "engine_client",
-    **dict.fromkeys([
+_EXPORTS = tackroom.LazyExports(__name__, {
+    "tackroom_gateway.asgi_server": ["InLoopServer"],
+    "tackroom_gateway.chat_template": ["ChatTemplate", "ChatTemplateError"],
+    "tackroom_gateway.engine_client": ["PROBE_USER", "EngineClient", "EngineSettings", "EngineTimeouts"],
+    "tackroom_gateway.errors": [
         "AdminAuthError", "BadRequestError", "ContextLengthExceededError", "EngineBadResponseError",
         "EngineRateLimitedError", "EngineRequestError", "EngineRequestInterruptedError", "EngineTimeoutError",
         "EngineUnavailableError", "GatewayError", "GatewayInternalError", "SessionNotFoundError",
-        "classify_engine_rejection"], "errors"),
-    "forced_tool_call_tag": "protocol",
-    "GatewaySettings": "server", "PolicyGateway": "server", "build_gateway": "server",
-    "TitoSession": "tito",
-    **dict.fromkeys([
-        "KNOWN_TOKENIZERS", "TokenizerFetchError", "TokenizerProvenance", "load_tokenizer",
-        "qwen3_tokenizer_dir", "smollm2_gguf", "smollm2_tokenizer_dir", "tokenizer_dir", "tokenizers_dir"], "tokenizers"),
-    "ParsedOutput": "tool_parsers", "ToolCall": "tool_parsers", "ToolParser": "tool_parsers",
-    "get_tool_parser": "tool_parsers",
-    "GatewaySessions": "trial_sessions", "GatewayTrialSession": "trial_sessions",
-}
-
-__all__ = [
-    "AdminAuthError", "BadRequestError", "ChatTemplate", "ChatTemplateError", "ContextLengthExceededError",
-    "EngineBadResponseError", "EngineClient", "EngineRateLimitedError", "EngineRequestError",
-    "EngineRequestInterruptedError", "EngineSettings", "EngineTimeoutError", "EngineTimeouts",
-    "EngineUnavailableError", "GatewayError", "GatewayInternalError", "GatewaySessions", "GatewaySettings",
-    "GatewayTrialSession", "InLoopServer", "KNOWN_TOKENIZERS", "PROBE_USER", "ParsedOutput", "PolicyGateway",
-    "SessionNotFoundError", "TEMPLATES_DIR", "TitoSession", "TokenizerFetchError", "TokenizerProvenance",
-    "ToolCall", "ToolParser", "build_gateway", "classify_engine_rejection", "forced_tool_call_tag",
-    "get_tool_parser", "load_tokenizer", "qwen3_tokenizer_dir", "smollm2_gguf", "smollm2_tokenizer_dir",
-    "tokenizer_dir", "tokenizers_dir",
-]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(f"tackroom_gateway.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'tackroom_gateway' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+        "classify_engine_rejection"],
+    "tackroom_gateway.protocol": ["forced_tool_call_tag"],
+    "tackroom_gateway.template_files": ["TEMPLATES_DIR"],
+    "tackroom_gateway.backend": ["GatewaySettings"],
+    "tackroom_gateway.server": ["PolicyGateway", "build_gateway"],
+    "tackroom_gateway.tito": ["TitoSession"],
+    "tackroom_gateway.tokenizers": [
+        "KNOWN_TOKENIZERS", "TokenizerFetchError", "TokenizerProvenance", "load_tokenizer", "qwen3_tokenizer_dir",
+        "smollm2_gguf", "smollm2_tokenizer_dir", "tokenizer_dir", "tokenizers_dir"],
+    "tackroom_gateway.tool_parsers": ["ParsedOutput", "ToolCall", "ToolParser", "get_tool_parser"],
+    "tackroom_gateway.trial_sessions": ["GatewaySessions", "GatewayTrialSession"],
+})
+__getattr__, __dir__, __all__ = _EXPORTS.getattr, _EXPORTS.dir, _EXPORTS.names

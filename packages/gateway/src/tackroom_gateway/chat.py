@@ -1,7 +1,10 @@
 """The gateway's chat completions: an OpenAI chat request rendered to the session's exact prompt ids, sent to
 the engine as token ids, answered whole or streamed as server-sent events, and recorded in the session
 (tokens, logprobs, tool calls). A client that goes away cancels its engine request; every failure is recorded
-in the session and answered as an OpenAI error (mid-stream: as an SSE event)."""
+in the session and answered as an OpenAI error (mid-stream: as an SSE event).
+
+:class:`ChatHandler` is given what it uses: the engine backend (client, template, tool parser, liveness) and
+the session store (which tracks the engine requests a session waits on)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from tackroom_gateway.backend import EngineBackend
 from tackroom_gateway.chat_template import ChatTemplateError
 from tackroom_gateway.engine_client import EngineCompletion
 from tackroom_gateway.errors import (
@@ -26,6 +30,7 @@ from tackroom_gateway.errors import (
     GatewayInternalError,
 )
 from tackroom_gateway.protocol import PASSTHROUGH, ChatCompletionRequest, forced_tool_call_tag
+from tackroom_gateway.sessions import SessionStore
 from tackroom_gateway.streaming import CANCELLED, END, ClientGone, chat_logprobs, client_gone, pump_stream, sse
 from tackroom_gateway.tito import OpenRequest, PromptPlan, TitoSession
 from tackroom_gateway.tool_parsers import ParsedOutput
@@ -33,19 +38,23 @@ from tackroom_gateway.tool_parsers import ParsedOutput
 log = logging.getLogger("tackroom_gateway")
 
 
-class ChatRoutes:
-    """The chat half of :class:`~tackroom_gateway.server.PolicyGateway` (its engine client, template, tool
-    parser, liveness and sessions live there)."""
+class ChatHandler:
+    """Chat completions for the sessions of ``store``, through ``backend``'s engine: :meth:`complete`."""
+
+    def __init__(self, backend: EngineBackend, store: SessionStore) -> None:
+        self.backend = backend
+        self.store = store
 
     def _engine_body(self, req: ChatCompletionRequest, plan: PromptPlan) -> dict[str, Any]:
-        assert self.engine is not None and self.template is not None
+        engine, template = self.backend.engine, self.backend.template
+        assert engine is not None and template is not None
         extra = req.model_extra or {}
         body: dict[str, Any] = {"prompt": plan.prompt_ids}
         fields = {**extra, **req.model_dump(exclude_unset=True)}
         for key in PASSTHROUGH:
             if fields.get(key) is not None:
                 body[key] = fields[key]
-        info = self.engine.info
+        info = engine.info
         room = (info.max_model_len - len(plan.prompt_ids)) if info and info.max_model_len else None
         if room is not None and room <= 0:
             raise ContextLengthExceededError(
@@ -55,8 +64,8 @@ class ChatRoutes:
         wanted = req.max_completion_tokens or req.max_tokens
         body["max_tokens"] = min(wanted, room) if wanted and room else (wanted or room or 1024)
         stop_ids = list(req.stop_token_ids or [])
-        if self.template.end_of_turn_id is not None and self.template.end_of_turn_id not in stop_ids:
-            stop_ids.append(self.template.end_of_turn_id)
+        if template.end_of_turn_id is not None and template.end_of_turn_id not in stop_ids:
+            stop_ids.append(template.end_of_turn_id)
         body["stop_token_ids"] = stop_ids
         body["logprobs"] = max(req.top_logprobs or 0, 0) if req.logprobs else 0
         forced = req.forced_tool() if req.tools else None
@@ -98,19 +107,13 @@ class ChatRoutes:
         )
         return reply
 
-    async def _chat_default(self, request: Request) -> Response:
-        self._check_admin(request)
-        return await self._chat(request, self.open_session("default"))
-
-    async def _chat_session(self, request: Request) -> Response:
-        return await self._chat(request, self._session_at(request))
-
-    async def _chat(self, request: Request, session: TitoSession) -> Response:
-        if self._stopping:
+    async def complete(self, request: Request, session: TitoSession) -> Response:
+        """Answer ``request`` (an OpenAI chat completion, streamed or not) in ``session``."""
+        if self.store.stopping:
             raise EngineRequestInterruptedError("the gateway is stopping")
         try:
-            await self.prepare()
-            assert self.engine is not None and self.parser is not None
+            await self.backend.prepare()
+            assert self.backend.engine is not None and self.backend.parser is not None
             req = ChatCompletionRequest.parse(await request.body())
             try:
                 plan = session.plan(req.messages, tools=req.tools, template_kwargs=req.chat_template_kwargs)
@@ -121,9 +124,9 @@ class ChatRoutes:
             body = self._engine_body(req, plan)
             if req.stream:
                 return await self._chat_stream(request, req, session, plan, body)
-            task = asyncio.ensure_future(self.engine.complete(body))
-            result = await self._engine_answer(request, session, task, self._track(session, task), task)
-            self.liveness.answered()
+            task = asyncio.ensure_future(self.backend.engine.complete(body))
+            result = await self._engine_answer(request, session, task, self.store.track(session, task), task)
+            self.backend.liveness.answered()
             return JSONResponse(self._chat_response(req, session, plan, result))
         except (ClientGone, ClientDisconnect):
             return Response(status_code=499)  # nobody reads it; uvicorn drops it
@@ -179,8 +182,8 @@ class ChatRoutes:
     def _chat_response(
         self, req: ChatCompletionRequest, session: TitoSession, plan: PromptPlan, result: EngineCompletion
     ) -> dict[str, Any]:
-        assert self.parser is not None
-        parsed = self.parser.parse(result.text, parse_tools=req.parse_tools)
+        assert self.backend.parser is not None
+        parsed = self.backend.parser.parse(result.text, parse_tools=req.parse_tools)
         if result.prompt_ids is not None and result.prompt_ids != plan.prompt_ids:
             session.notes.append(f"turn {len(session.turns)}: engine echoed prompt ids that differ from those sent")
         reply = self._record(session, plan, result.completion_ids, result.logprobs, result.finish_reason, parsed)
@@ -198,7 +201,7 @@ class ChatRoutes:
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": self.model_name,
+            "model": self.backend.model_name,
             "choices": [choice],
             "usage": {
                 "prompt_tokens": len(plan.prompt_ids),
@@ -213,10 +216,10 @@ class ChatRoutes:
     async def _chat_stream(
         self, request: Request, req: ChatCompletionRequest, session: TitoSession, plan: PromptPlan, body: dict[str, Any]
     ) -> Response:
-        assert self.engine is not None and self.parser is not None
+        assert self.backend.engine is not None and self.backend.parser is not None
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        pump = asyncio.ensure_future(pump_stream(self.engine.stream(body), queue))
-        entry = self._track(session, pump)
+        pump = asyncio.ensure_future(pump_stream(self.backend.engine.stream(body), queue))
+        entry = self.store.track(session, pump)
         # Wait for the engine's first chunk so that failures before any output are plain HTTP errors.
         first = await self._engine_answer(request, session, pump, entry, asyncio.ensure_future(queue.get()))
         if first is CANCELLED:
@@ -239,10 +242,10 @@ class ChatRoutes:
         entry: OpenRequest,
         first: Any,
     ) -> AsyncIterator[bytes]:
-        assert self.parser is not None
+        assert self.backend.parser is not None
         stream_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
-        model = self.model_name
+        model = self.backend.model_name
 
         def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: dict | None = None) -> bytes:
             return sse(
@@ -255,7 +258,7 @@ class ChatRoutes:
                 }
             )
 
-        incremental = self.parser.stream(parse_tools=req.parse_tools)
+        incremental = self.backend.parser.stream(parse_tools=req.parse_tools)
         ids: list[int] = []
         logprobs: list[float] = []
         engine_reason: str | None = None
@@ -267,7 +270,7 @@ class ChatRoutes:
                     raise self._interrupted(session, entry)
                 if isinstance(piece, BaseException):
                     raise piece
-                self.liveness.answered()
+                self.backend.liveness.answered()
                 if piece.prompt_ids is not None and piece.prompt_ids != plan.prompt_ids:
                     session.notes.append(f"turn {len(session.turns)}: engine echoed prompt ids that differ from those sent")
                 ids.extend(piece.token_ids)

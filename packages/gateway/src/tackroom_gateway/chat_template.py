@@ -20,11 +20,6 @@ from typing import Any
 
 from tackroom import ConfigError
 
-TEMPLATES_DIR = Path(__file__).with_name("chat_templates")
-"""tackroom's own chat templates (``smollm2_tools.jinja``: SmolLM2 with Hermes tool calls); the engine serves
-with the same file. Here, not beside the tokenizers, so that naming it imports no httpx (tackroom-engine's
-registration does, on every ``tackroom`` command)."""
-
 _SENTINEL = "\u2063tackroom-sentinel\u2063"
 _BASE_USER = "\u2063tackroom-base\u2063"
 

@@ -13,57 +13,40 @@ session's base URL is ``/sessions/{sid}/{token}/v1``); *admin* routes need
 * ``GET /health``
 
 Every failure is answered as an OpenAI error, ``{"error": {"message", "type", "param", "code"}}``.
-:class:`PolicyGateway` is the programmatic handle the trial runtime uses.
+:class:`PolicyGateway` is the programmatic handle the trial runtime uses. It is put together from parts,
+each given what it uses: an :class:`~tackroom_gateway.backend.EngineBackend` (engine client, chat template, tool
+parser, liveness), a :class:`~tackroom_gateway.sessions.SessionStore` over it, a
+:class:`~tackroom_gateway.chat.ChatHandler` over both, and the :class:`~tackroom_gateway.routes.GatewayRoutes`
+table that serves them over HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
-from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
+from tackroom import Policy, TackroomError, Trajectory
 from tackroom_gateway.asgi_server import InLoopServer
-from tackroom_gateway.auth import check_admin, session_at
-from tackroom_gateway.chat import ChatRoutes
+from tackroom_gateway.backend import EngineBackend, GatewaySettings
+from tackroom_gateway.chat import ChatHandler
 from tackroom_gateway.chat_template import ChatTemplate
 from tackroom_gateway.engine_client import EngineClient, EngineSettings
-from tackroom_gateway.errors import EngineRequestInterruptedError, GatewayError, GatewayInternalError
+from tackroom_gateway.errors import GatewayError
 from tackroom_gateway.liveness import EngineLiveness
-from tackroom_gateway.sessions import SessionRoutes
-from tackroom_gateway.streaming import error_response
-from tackroom_gateway.tito import OpenRequest, TitoSession
-from tackroom_gateway.tool_parsers import ToolParser, get_tool_parser
-
-log = logging.getLogger("tackroom_gateway")
-
-
-class GatewaySettings(BaseModel):
-    """How to run a gateway."""
-
-    engine: EngineSettings
-    tokenizer: str = "smollm2"
-    """A tokenizer folder, or ``smollm2``/``qwen3`` (materialised on first use)."""
-    tool_parser: str = "auto"
-    """``hermes``, ``qwen3`` or ``auto`` (``qwen3`` when the vocabulary has ``<think>``, else ``hermes``)."""
-    model_name: str | None = None
-    """Name advertised on ``/v1/models``; defaults to the engine's served model name."""
-    host: str = "127.0.0.1"
-    port: int = 0
-    """0 picks a free port."""
-    startup_timeout_s: float = 60.0
+from tackroom_gateway.routes import GatewayRoutes
+from tackroom_gateway.sessions import SessionStore
+from tackroom_gateway.tito import TitoSession
+from tackroom_gateway.tool_parsers import ToolParser
+from tackroom_gateway.trial_sessions import GatewaySessions
 
 
-class PolicyGateway(SessionRoutes, ChatRoutes):
+class PolicyGateway:
     """An OpenAI-compatible, token-in-token-out front for one engine; one per run.
 
     ``await gateway.start()`` serves on ``settings.host`` (loopback by default) and a
@@ -76,10 +59,6 @@ class PolicyGateway(SessionRoutes, ChatRoutes):
     behaviour, decides whether a request still open when a turn ended is infra.
     ``admin_token`` (random unless given) guards the routes that list, read and delete
     any session; it is for the gateway's owner, never for an agent.
-
-    This class holds the gateway's state, its lifecycle, the engine liveness watch, access checks and the
-    route table; the sessions (:class:`~tackroom_gateway.sessions.SessionRoutes`) and the chat completions
-    (:class:`~tackroom_gateway.chat.ChatRoutes`) live beside it.
     """
 
     def __init__(
@@ -89,34 +68,43 @@ class PolicyGateway(SessionRoutes, ChatRoutes):
         template: ChatTemplate | None = None,
         admin_token: str | None = None,
     ) -> None:
-        self.settings = settings
-        self.template = template
-        self.admin_token = admin_token or secrets.token_urlsafe(32)
-        self.parser: ToolParser | None = None
-        self.engine: EngineClient | None = None
-        self.sessions: dict[str, TitoSession] = {}
-        self.liveness = EngineLiveness(settings.engine.probe_interval_s, settings.engine.probe_timeout_s)
-        self._watch: asyncio.Task[None] | None = None
+        self.backend = EngineBackend(settings, template)
+        self.store = SessionStore(self.backend)
+        self.chat = ChatHandler(self.backend, self.store)
+        self.routes = GatewayRoutes(self.backend, self.store, self.chat, admin_token or secrets.token_urlsafe(32))
+        self.app = Starlette(routes=self.routes.table(), exception_handlers={HTTPException: self.routes.http_error},
+                             lifespan=self._lifespan)
         self._server: InLoopServer | None = None
-        self._stopping = False
         self.port: int | None = None
-        g = self._guarded
-        self.app = Starlette(
-            routes=[
-                Route("/health", g(self._health), methods=["GET"]),
-                Route("/v1/models", g(self._models), methods=["GET"]),
-                Route("/v1/chat/completions", g(self._chat_default), methods=["POST"]),
-                Route("/sessions", g(self._list_sessions), methods=["GET"]),
-                Route("/sessions", g(self._create_session), methods=["POST"]),
-                Route("/sessions/{sid}/trajectory", g(self._trajectory_admin), methods=["GET"]),
-                Route("/sessions/{sid}", g(self._close), methods=["DELETE"]),
-                Route("/sessions/{sid}/{token}/v1/models", g(self._session_models), methods=["GET"]),
-                Route("/sessions/{sid}/{token}/v1/chat/completions", g(self._chat_session), methods=["POST"]),
-                Route("/sessions/{sid}/{token}/trajectory", g(self._trajectory_own), methods=["GET"]),
-            ],
-            exception_handlers={HTTPException: self._http_error},
-            lifespan=self._lifespan,
-        )
+
+    # -- the parts' state, by the names callers read ----------------------------------------------
+    @property
+    def settings(self) -> GatewaySettings:
+        return self.backend.settings
+
+    @property
+    def admin_token(self) -> str:
+        return self.routes.admin_token
+
+    @property
+    def engine(self) -> EngineClient | None:
+        return self.backend.engine
+
+    @property
+    def template(self) -> ChatTemplate | None:
+        return self.backend.template
+
+    @property
+    def parser(self) -> ToolParser | None:
+        return self.backend.parser
+
+    @property
+    def liveness(self) -> EngineLiveness:
+        return self.backend.liveness
+
+    @property
+    def sessions(self) -> dict[str, TitoSession]:
+        return self.store.sessions
 
     # -- lifecycle ---------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -125,33 +113,17 @@ class PolicyGateway(SessionRoutes, ChatRoutes):
         try:
             yield
         finally:
-            await self._stop_watch()
-            if self.engine is not None:
-                await self.engine.aclose()
-                self.engine = None
+            await self.store.stop_watch()
+            await self.backend.aclose()
 
     async def prepare(self) -> None:
-        """Ask the engine for its model, then load the tokenizer/template; idempotent.
-
-        The engine first: an engine that is not there fails in a second, before the tokenizer's load (transformers,
-        and torch where it is installed: ~20 s of CPU on the project's 2-core machine).
-        """
-        if self.engine is None:
-            self.engine = EngineClient(self.settings.engine)
-        if self.engine.info is None:
-            await self.engine.fetch_info()
-        if self.template is None:
-            self.template = await asyncio.to_thread(ChatTemplate.from_path, self.settings.tokenizer)
-        if self.parser is None:
-            name = self.settings.tool_parser
-            if name == "auto":
-                name = "qwen3" if self.template.think_tokens else "hermes"
-            self.parser = get_tool_parser(name)
+        """Ask the engine for its model, then load the tokenizer/template; idempotent."""
+        await self.backend.prepare()
 
     async def start(self) -> PolicyGateway:
         """Serve in this event loop; returns once the socket is bound (the port is then in ``self.port``)."""
         await self.prepare()
-        self._stopping = False
+        self.store.stopping = False
         self._server = InLoopServer(self.app, what="gateway", host=self.settings.host, port=self.settings.port,
                                     startup_timeout_s=self.settings.startup_timeout_s, error=GatewayError)
         self.port = await self._server.start()
@@ -173,44 +145,17 @@ class PolicyGateway(SessionRoutes, ChatRoutes):
 
     async def stop(self) -> None:
         """Stop serving: engine requests still open are cut off (their clients get a 503), then the server exits."""
-        self._stopping = True
-        for s in self.sessions.values():
-            s.cancel_open_requests("the gateway stopped", turn_ended=False)
-        await self._stop_watch()
+        await self.store.shut("the gateway stopped")
         if self._server is not None:
             await self._server.stop()
             self._server = None
-        if self.engine is not None:
-            await self.engine.aclose()
-            self.engine = None
+        await self.backend.aclose()
 
     async def __aenter__(self) -> PolicyGateway:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-    # -- engine liveness -------------------------------------------------------------
-    def _oldest_open_request(self) -> float | None:
-        starts = [e.started for s in self.sessions.values() for e in s.inflight.values()]
-        return min(starts) if starts else None
-
-    def _track(self, session: TitoSession, work: asyncio.Future[Any]) -> OpenRequest:
-        """``session`` waits on the engine through ``work``; the liveness watch runs while anyone does."""
-        entry = session.request_started(work)
-        if (self._watch is None or self._watch.done()) and not self._stopping:
-            assert self.template is not None
-            eot = self.template.end_of_turn_id
-            self._watch = asyncio.ensure_future(
-                self.liveness.watch(lambda: self.engine, self._oldest_open_request, [eot if eot is not None else 0])
-            )
-        return entry
-
-    async def _stop_watch(self) -> None:
-        watch, self._watch = self._watch, None
-        if watch is not None and not watch.done():
-            watch.cancel()
-            await asyncio.wait({watch})  # a probe in flight is let go at once; the watch itself never raises
 
     # -- programmatic API ----------------------------------------------------------
     @property
@@ -222,80 +167,52 @@ class PolicyGateway(SessionRoutes, ChatRoutes):
 
     @property
     def model_name(self) -> str:
-        if self.settings.model_name:
-            return self.settings.model_name
-        if self.engine is not None and self.engine.info is not None:
-            return self.engine.info.model
-        return self.settings.engine.model or "tackroom-policy"
+        return self.backend.model_name
 
-    # -- access ------------------------------------------------------------------------
-    def _check_admin(self, request: Request) -> None:
-        check_admin(request, self.admin_token)
+    def open_session(self, session_id: str | None = None) -> TitoSession:
+        """The session with this id, created (with a fresh token) if there is none; a random id when None."""
+        return self.store.open(session_id)
 
-    def _session_at(self, request: Request) -> TitoSession:
-        """The session a ``/sessions/{sid}/{token}/...`` URL names, if the token is its own."""
-        return session_at(request, self.sessions)
+    def session_base_url(self, session_id: str) -> str:
+        """The OpenAI base URL (``.../sessions/{id}/{token}/v1``) a harness uses; opens the session if needed."""
+        base = self.base_url
+        s = self.store.open(session_id)
+        return f"{base}/sessions/{s.session_id}/{s.token}/v1"
 
-    def _guarded(self, handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-        """Every failure of ``handler`` becomes an OpenAI-shaped answer; nothing escapes to uvicorn's log."""
-
-        async def endpoint(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except GatewayError as exc:
-                return error_response(exc)
-            except asyncio.CancelledError:
-                # The request's task itself was cancelled (a hard server stop). Answer rather than let
-                # uvicorn log a CancelledError traceback: nothing awaits this task's result.
-                return error_response(EngineRequestInterruptedError("the gateway is stopping"))
-            except Exception as exc:
-                log.error("gateway: %s failed: %s: %s", handler.__name__, type(exc).__name__, exc)
-                log.debug("gateway: %s failed", handler.__name__, exc_info=True)
-                return error_response(GatewayInternalError(
-                    f"the gateway failed on this request ({type(exc).__name__}: {exc}); this is a bug in tackroom's gateway"
-                ))
-
-        endpoint.__name__ = handler.__name__
-        return endpoint
-
-    async def _http_error(self, request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        if exc.status_code == 404:
-            message = (f"no route {request.method} {request.url.path}: a session's base URL is "
-                       "/sessions/{id}/{token}/v1 (POST /sessions with the admin token creates one)")
-            code, kind = "not_found", "not_found_error"
-        elif exc.status_code == 405:
-            message, code, kind = f"{request.method} is not allowed here", "method_not_allowed", "invalid_request_error"
-        else:
-            message, code, kind = str(exc.detail), f"http_{exc.status_code}", "invalid_request_error"
-        body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
-        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
-
-    # -- routes ------------------------------------------------------------------------
-    async def _health(self, request: Request) -> Response:
-        return JSONResponse({"status": "stopping" if self._stopping else "ok", "model": self.model_name})
-
-    async def _models(self, request: Request) -> Response:
-        info = self.engine.info if self.engine else None
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": self.model_name,
-                        "object": "model",
-                        "created": 0,
-                        "owned_by": "tackroom",
-                        "max_model_len": info.max_model_len if info else None,
-                    }
-                ],
-            }
+    def policy(self, session_id: str, **overrides: Any) -> Policy:
+        """A :class:`tackroom.Policy` pointing at this session (opened if needed)."""
+        return Policy(
+            base_url=self.session_base_url(session_id),
+            model=self.model_name,
+            tokenizer=self.template.name_or_path if self.template else self.settings.tokenizer,
+            **overrides,
         )
 
-    async def _session_models(self, request: Request) -> Response:
-        self._session_at(request)
-        return await self._models(request)
+    def trial_sessions(self, *, sampling: dict[str, Any] | None = None, label: str | None = None) -> GatewaySessions:
+        """``TrialPlugins.policy_for``: a fresh session of this gateway per trial attempt (what
+        ``tackroom_policy_gateway`` promises)."""
+        return GatewaySessions(self, sampling=sampling, label=label)
 
+    def session(self, session_id: str) -> TitoSession:
+        return self.store.get(session_id)
+
+    def trajectory(self, session_id: str, branch: int | None = None) -> Trajectory:
+        """The session's turns and the flattened tokens of ``branch`` (default: the newest turn's branch)."""
+        return self.store.trajectory(session_id, branch)
+
+    def session_error(self, session_id: str) -> TackroomError | None:
+        """The classified error that should decide the trial (:meth:`SessionStore.error`), or None."""
+        return self.store.error(session_id)
+
+    async def settle_session(self, session_id: str) -> None:
+        """One last liveness probe when the session's turn ended on an engine request nothing has judged yet
+        (:meth:`SessionStore.settle`); before :meth:`session_error` at the end of a turn."""
+        await self.store.settle(session_id)
+
+    def close_session(self, session_id: str) -> Trajectory | None:
+        """Forget a session (its URL stops working, its open engine requests are cut off); returns its
+        trajectory (None if it never finished a turn)."""
+        return self.store.close(session_id)
 
 
 def build_gateway(

@@ -32,7 +32,7 @@ import httpx
 from pydantic import BaseModel
 
 from tackroom import ConfigError, InfraError, cache_root
-from tackroom_gateway.chat_template import TEMPLATES_DIR
+from tackroom_gateway.template_files import TEMPLATES_DIR
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

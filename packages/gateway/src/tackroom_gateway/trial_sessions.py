@@ -19,41 +19,48 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
-from tackroom import Policy, TackroomError, Trajectory
-from tackroom_gateway.server import PolicyGateway
+from tackroom import Policy, PolicySession, TackroomError, Trajectory
+from tackroom_gateway.sessions import SessionStore
 
 
-class GatewayTrialSession:
-    """The policy of one attempt and how to finish its trajectory."""
+class SessionHost(Protocol):
+    """What a trial session needs of its gateway (``PolicyGateway`` is one): a policy per session, and its store."""
 
-    def __init__(self, gateway: PolicyGateway, session_id: str, sampling: dict[str, Any], label: str | None) -> None:
-        self.gateway = gateway
+    store: SessionStore
+
+    def policy(self, session_id: str, **overrides: Any) -> Policy: ...
+
+
+class GatewayTrialSession(PolicySession):
+    """The policy of one attempt and how to finish its trajectory: a :class:`tackroom.PolicySession`."""
+
+    def __init__(self, gateway: SessionHost, session_id: str, sampling: dict[str, Any], label: str | None) -> None:
+        self.store = gateway.store
         self.session_id = session_id
         self.policy: Policy = gateway.policy(session_id, sampling=sampling, label=label, token_ids=False)
 
     async def settle(self) -> None:
         """One last liveness probe when the turn ended on an engine request no probe has judged yet
-        (``PolicyGateway.settle_session``); the runtime awaits it before asking :meth:`error`."""
-        await self.gateway.settle_session(self.session_id)
+        (``SessionStore.settle``); the runtime awaits it before asking :meth:`error`."""
+        await self.store.settle(self.session_id)
 
     def error(self) -> TackroomError | None:
-        """The session's deciding error (``PolicyGateway.session_error``); ask before ``complete()``, which
+        """The session's deciding error (``SessionStore.error``); ask before ``complete()``, which
         closes the session: an engine request still open now counts as an infra error when the engine is
         not answering its liveness probes, and as nothing (the model's own generation) when it is."""
-        return self.gateway.session_error(self.session_id)
+        return self.store.error(self.session_id)
 
     def unrecovered_error(self) -> TackroomError | None:
         """The infra error the session ended on (an engine request open now, or the last one failed on infra
         with no turn after it), or None; see ``TitoSession.unrecovered_error``. For an attempt whose harness
         finished normally: its episode may have been cut short by the engine."""
-        s = self.gateway.sessions.get(self.session_id)
-        return s.unrecovered_error() if s else None
+        return self.store.unrecovered_error(self.session_id)
 
     async def complete(self, trajectory: Trajectory) -> Trajectory:
         """Merge the session's exact tokens into the harness's trajectory (the harness's own tokens win)."""
-        recorded = self.gateway.close_session(self.session_id)
+        recorded = self.store.close(self.session_id)
         if recorded is None or trajectory.turns:
             return trajectory
         merged = trajectory.model_copy(update={
@@ -72,7 +79,7 @@ class GatewayTrialSession:
 class GatewaySessions:
     """``policy_for`` for :class:`tackroom.app.TrialPlugins`: a fresh gateway session per attempt."""
 
-    def __init__(self, gateway: PolicyGateway, *, sampling: dict[str, Any] | None = None,
+    def __init__(self, gateway: SessionHost, *, sampling: dict[str, Any] | None = None,
                  label: str | None = None) -> None:
         self.gateway = gateway
         self.sampling = sampling or {}
@@ -84,4 +91,4 @@ class GatewaySessions:
         try:
             yield session
         finally:
-            self.gateway.close_session(session.session_id)
+            self.gateway.store.close(session.session_id)

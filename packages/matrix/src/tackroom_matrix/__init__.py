@@ -9,7 +9,6 @@ command of the CLI starts as fast as without the matrix. See the package's
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any
 
 import tackroom
@@ -25,20 +24,12 @@ def tackroom_commands(app: Any) -> None:
     add_matrix_command(app)
 
 
-_EXPORTS = {
-    "CellStats": "stats", "cell_stats": "stats", "pass_at_k": "stats",
-    "EndpointStatus": "endpoints", "EndpointUnreachableError": "endpoints",
-    "HarnessRow": "config", "MatrixConfig": "config",
-    "load_matrix_config": "config", "parse_matrix_config": "config",
-    "MatrixOutcome": "runner", "run_matrix": "runner",
-    "MatrixReport": "report", "build_report": "report", "write_reports": "report",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(f"tackroom_matrix.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'tackroom_matrix' has no attribute {name!r}")
-
-
-__all__ = ["tackroom_commands", *sorted(_EXPORTS)]
+_EXPORTS = tackroom.LazyExports(__name__, {
+    "tackroom_matrix.config": ["HarnessRow", "MatrixConfig", "load_matrix_config", "parse_matrix_config"],
+    "tackroom_matrix.endpoints": ["EndpointStatus", "EndpointUnreachableError"],
+    "tackroom_matrix.report": ["MatrixReport", "build_report"],
+    "tackroom_matrix.report_files": ["write_reports"],
+    "tackroom_matrix.runner": ["MatrixOutcome", "run_matrix"],
+    "tackroom_matrix.stats": ["CellStats", "cell_stats", "pass_at_k"],
+}, extra=["tackroom_commands"])
+__getattr__, __dir__, __all__ = _EXPORTS.getattr, _EXPORTS.dir, _EXPORTS.names

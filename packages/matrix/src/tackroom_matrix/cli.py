@@ -23,8 +23,10 @@ def matrix(
     from rich.console import Console
 
     from tackroom.app import run_to_completion, with_overrides
-    from tackroom_matrix import build_report, load_matrix_config, run_matrix, write_reports
-    from tackroom_matrix.report import print_report
+    from tackroom_matrix.config import load_matrix_config
+    from tackroom_matrix.report import build_report, print_report
+    from tackroom_matrix.report_files import write_reports
+    from tackroom_matrix.runner import run_matrix
 
     console, err_console = Console(), Console(stderr=True)
     config = load_matrix_config(config_file)

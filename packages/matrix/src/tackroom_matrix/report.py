@@ -6,7 +6,6 @@ import csv
 import io
 import math
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -17,8 +16,6 @@ from rich.table import Table
 
 from tackroom import redact
 from tackroom_matrix.stats import ERROR_CLASSES, CellStats
-
-REPORT_FILES = ("matrix.json", "matrix.csv", "report.html")
 
 
 class ModelInfo(BaseModel):
@@ -281,17 +278,3 @@ def print_report(report: MatrixReport, console: Console) -> None:
     console.print(f"{tot.n_trials}/{tot.n_planned} trials; errors (i/m/t) infra {tot.errors['infra']}, model "
                   f"{tot.errors['model']}, task {tot.errors['task']}; non-model error rate "
                   f"{pct(tot.non_model_error_rate)}", highlight=False)
-
-
-def write_reports(report: MatrixReport, directory: str | Path) -> dict[str, Path]:
-    """Write matrix.json, matrix.csv and report.html into ``directory``; returns their paths."""
-    from tackroom_matrix.html import render_html
-
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    report = redacted(report)
-    paths = {name: d / name for name in REPORT_FILES}
-    paths["matrix.json"].write_text(report.model_dump_json(indent=2), encoding="utf-8")
-    paths["matrix.csv"].write_text(to_csv(report), encoding="utf-8")
-    paths["report.html"].write_text(render_html(report), encoding="utf-8")
-    return paths

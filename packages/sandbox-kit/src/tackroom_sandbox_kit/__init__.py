@@ -11,14 +11,15 @@ separate packages. Core (``tackroom``) holds the contract a sandbox implements (
 - host subprocesses with a hard timeout and capped output (:func:`run_process`);
 - what providers backed by a remote service share: SDK calls under a timeout and retried
   (:func:`bounded_call`, :func:`retried_call`), one image per world (:func:`remote_image_key`), a stop that
-  neither hangs nor is lost to a cancellation (:func:`stop_remote`).
+  neither hangs nor is lost to a cancellation (:func:`stop_remote`), and the sandbox lifecycle around them
+  (:class:`RemoteSandbox`: the provider's slot, a shielded create, a bounded stop).
 """
 
 from tackroom_sandbox_kit.host_forward import HostPortForward, NamespaceForwards, forward_into_namespace
 from tackroom_sandbox_kit.process import ProcessOutput, drain_capped, kill_group, run_process
 from tackroom_sandbox_kit.remote_calls import bounded as bounded_call
 from tackroom_sandbox_kit.remote_calls import retried as retried_call
-from tackroom_sandbox_kit.remote_sandbox import remote_image_key, stop_remote
+from tackroom_sandbox_kit.remote_sandbox import RemoteSandbox, remote_image_key, stop_remote
 from tackroom_sandbox_kit.tar_transfer import (
     CHECK_TRANSFER_PATH,
     TarTransfer,
@@ -52,6 +53,7 @@ __all__ = [
     # Providers backed by a remote service
     "bounded_call",
     "retried_call",
+    "RemoteSandbox",
     "remote_image_key",
     "stop_remote",
 ]

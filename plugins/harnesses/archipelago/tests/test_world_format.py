@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import WORLD
-from tackroom import TaskError
+from conftest import TASKS, WORLD
+from tackroom import TaskError, load_task
 from tackroom.testing import check_registered
-from tackroom_archipelago import ArchipelagoHarness, load_world
+from tackroom_archipelago import ArchipelagoHarness, load_world, task_world_dir
 from tackroom_archipelago.errors import WorldFormatError, WorldRuntimeError
 from tackroom_archipelago.tools import call_arguments, hoist
 from tackroom_archipelago.world import SandboxPython, probe_python
@@ -22,6 +22,18 @@ def test_the_example_world_loads():
     world = load_world(WORLD)
     assert world.name == "acme" and world.files.mount == "/workspace"
     assert [s.name for s in world.servers] == ["files", "sheets", "docs", "pdf", "mail", "chat", "code"]
+
+
+def test_a_task_names_its_world_in_a_table_this_harness_reads(tmp_path):
+    assert task_world_dir(load_task(TASKS / "q3-revenue-by-region")) == WORLD
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "instruction.md").write_text("do it")
+    assert task_world_dir(load_task(plain)) is None
+    (plain / "task.toml").write_text("[world]\npath = 3\n")
+    with pytest.raises(TaskError, match=r"task.toml: world.path: Input should be a valid string \(the \[world\] "
+                                        r"table is read by the archipelago plugin\)"):
+        task_world_dir(load_task(plain))
 
 
 @pytest.mark.parametrize(("toml", "message"), [

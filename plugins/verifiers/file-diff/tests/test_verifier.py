@@ -11,7 +11,7 @@ import tackroom
 from tackroom import Trial
 from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom.testing import check_registered
-from tackroom_file_diff import FileChangeTracker, FileDiffVerifier
+from tackroom_file_diff import FileChangeTracker, FileDiffVerifier, expected_outputs
 from tackroom_local import LocalSandboxProvider
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the local sandbox needs bubblewrap")
@@ -100,6 +100,16 @@ def test_a_bad_file_diff_table_names_the_field(tmp_path, make_xlsx, make_docx):
     toml = task_dir / "task.toml"
     toml.write_text(toml.read_text().replace("abs_tol = 0.01", "abs_tl = 0.01"))
     with pytest.raises(tackroom.TaskError, match=r"file_diff\.formats\.csv\.abs_tl: Extra inputs are not permitted"):
+        FileDiffVerifier().plan(tackroom.load_task(task_dir))
+
+
+def test_expected_outputs_must_be_a_list_of_paths(tmp_path, make_xlsx, make_docx):
+    task_dir = write_task(tmp_path, make_xlsx, make_docx)
+    assert expected_outputs(tackroom.load_task(task_dir)) == ["/app/out"]
+    toml = task_dir / "task.toml"
+    toml.write_text(toml.read_text().replace('expected_outputs = ["/app/out"]', 'expected_outputs = "/app/out"'))
+    with pytest.raises(tackroom.TaskError, match=r"task.toml: expected_outputs: Input should be a valid list \(the "
+                                                 r"\[expected_outputs\] table is read by the file-diff plugin\)"):
         FileDiffVerifier().plan(tackroom.load_task(task_dir))
 
 

@@ -13,6 +13,7 @@ from tackroom_rubric_judge import (
     parse_verdict,
     rubric_criteria,
     score,
+    task_rubric,
 )
 from tackroom_rubric_judge.verdict import InvalidVerdict
 
@@ -48,7 +49,7 @@ def test_rubric_ids_penalties_and_errors(tmp_path, rubric_task):
                         {"criterion": "Is rude", "weight": -0.5}])
     criteria = rubric_criteria(task)
     assert [(c.id, c.weight, c.penalty) for c in criteria] == [("c1", 2, False), ("no-delete", 1, True), ("c3", -0.5, True)]
-    assert task.config.rubric[1].is_penalty and task.config.rubric[2].is_penalty
+    assert task_rubric(task)[1].is_penalty and task_rubric(task)[2].is_penalty
 
     with pytest.raises(tackroom.TaskError, match="needs a rubric; add \\[\\[rubric\\]\\] tables"):
         rubric_criteria(rubric_task([], name="empty"))
@@ -66,6 +67,20 @@ def test_a_rubric_in_task_toml_with_a_penalty(tmp_path):
         '[[rubric]]\nid = "ok"\ncriterion = "Did it"\n\n[[rubric]]\ncriterion = "Broke it"\npenalty = true\nweight = 2\n')
     criteria = rubric_criteria(tackroom.load_task(task_dir))
     assert [(c.id, c.penalty, c.magnitude) for c in criteria] == [("ok", False, 1.0), ("c2", True, 2.0)]
+
+
+def test_a_rubric_this_plugin_cannot_read_names_the_file_and_the_field(tmp_path, rubric_task, rubric_task_dir):
+    with pytest.raises(tackroom.TaskError, match=r"rubric.json: rubric\[0\].weight: Input should be a valid number"):
+        task_rubric(rubric_task([{"criterion": "a", "weight": "heavy"}], name="bad-weight"))
+    broken = rubric_task_dir([], name="broken-json")
+    (broken / "rubric.json").write_text("[{")
+    with pytest.raises(tackroom.TaskError, match=r"rubric.json: invalid JSON"):
+        rubric_criteria(tackroom.load_task(broken))  # loading never reads the rubric; this plugin does
+    in_toml = rubric_task_dir([{"criterion": "from json"}], name="toml-wins",
+                              extra_toml='[[rubric]]\ncriterion = "from toml"\ncolour = "red"\n')
+    with pytest.raises(tackroom.TaskError, match=r"task.toml: rubric\[0\].colour: unknown field \(the \[rubric\] "
+                                                 r"table is read by the rubric-judge plugin\)"):
+        task_rubric(tackroom.load_task(in_toml))
 
 
 @pytest.mark.parametrize("text", [

@@ -8,8 +8,6 @@ ArchipelagoHarness`` still works (imported on first access).
 
 from __future__ import annotations
 
-from typing import Any
-
 import tackroom
 
 tackroom_contract = 2
@@ -26,20 +24,8 @@ def tackroom_harnesses(register) -> None:
     register.add_harness(HARNESS_REF, name="archipelago", summary=SUMMARY, capabilities=CAPABILITIES)
 
 
-_EXPORTS = {
-    "ArchipelagoHarness": "tackroom_archipelago.harness",
-    "ArchipelagoOptions": "tackroom_archipelago.harness",
-    "WorldSpec": "tackroom_archipelago.world",
-    "load_world": "tackroom_archipelago.world",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'tackroom_archipelago' has no attribute {name!r}")
-
-
-__all__ = ["ArchipelagoHarness", "ArchipelagoOptions", "WorldSpec", "load_world"]
+_EXPORTS = tackroom.LazyExports(__name__, {
+    "tackroom_archipelago.harness": ["ArchipelagoHarness", "ArchipelagoOptions"],
+    "tackroom_archipelago.world": ["WorldSpec", "WorldTable", "load_world", "task_world_dir"],
+})
+__getattr__, __dir__, __all__ = _EXPORTS.getattr, _EXPORTS.dir, _EXPORTS.names

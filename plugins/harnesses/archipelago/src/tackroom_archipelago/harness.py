@@ -27,7 +27,14 @@ from tackroom_archipelago.observations import (
     truncate,
 )
 from tackroom_archipelago.tools import FINAL_ANSWER_TOOL, call_arguments, final_answer_tool, openai_tools
-from tackroom_archipelago.world import GatewayHandle, WorldSpec, install_world, load_world, start_gateway
+from tackroom_archipelago.world import (
+    GatewayHandle,
+    WorldSpec,
+    install_world,
+    load_world,
+    start_gateway,
+    task_world_dir,
+)
 from tackroom_gateway import ChatTemplate, get_tool_parser
 
 DEFAULT_SYSTEM_PROMPT = """You are an assistant that completes office tasks with the tools you are given.
@@ -103,7 +110,7 @@ class ArchipelagoHarness(Harness):
     # -- setup -------------------------------------------------------------------------------------
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
         o = self.options
-        world_dir = task.world_dir or (Path(o.world) if o.world else None)
+        world_dir = task_world_dir(task) or (Path(o.world) if o.world else None)
         if world_dir is None:
             raise TaskError(f"{task.path}: the archipelago harness runs world tasks; add [world] path = ... to task.toml "
                             "(or set the harness option `world`)")

@@ -8,8 +8,6 @@ names ``terminus``. ``from tackroom_terminus import TerminusHarness`` still work
 
 from __future__ import annotations
 
-from typing import Any
-
 import tackroom
 
 tackroom_contract = 2
@@ -26,15 +24,7 @@ def tackroom_harnesses(register: tackroom.Registrar) -> None:
     register.add_harness(HARNESS_REF, name="terminus", summary=SUMMARY, capabilities=CAPABILITIES)
 
 
-_EXPORTS = {"TerminusHarness": "tackroom_terminus.harness", "TerminusOptions": "tackroom_terminus.harness"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'tackroom_terminus' has no attribute {name!r}")
-
-
-__all__ = ["TerminusHarness", "TerminusOptions"]
+_EXPORTS = tackroom.LazyExports(__name__, {
+    "tackroom_terminus.harness": ["TerminusHarness", "TerminusOptions"],
+})
+__getattr__, __dir__, __all__ = _EXPORTS.getattr, _EXPORTS.dir, _EXPORTS.names

@@ -1,28 +1,18 @@
-"""The ``daytona`` sandbox provider: credentials, the client, the per-world image cache, the cap, cleanup."""
+"""The ``daytona`` sandbox provider: sandboxes over one :class:`~tackroom_daytona.account.DaytonaAccount`, and
+cleanup."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from tackroom import SandboxError, SandboxProvider, SandboxSpec
+from tackroom import SandboxProvider, SandboxSpec
+from tackroom_daytona.account import CREDENTIAL_HELP, DaytonaAccount, have_credentials
 from tackroom_daytona.calls import bounded
 from tackroom_daytona.options import DaytonaOptions
 from tackroom_daytona.sandbox import DaytonaSandbox
-from tackroom_sandbox_kit import remote_image_key
 
-CREDENTIAL_HELP = (
-    "Daytona credentials not found: set DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN and DAYTONA_ORGANIZATION_ID); "
-    "DAYTONA_API_URL and DAYTONA_TARGET pick the server and region"
-)
-
-
-def have_credentials() -> bool:
-    """True when Daytona's SDK will find credentials in its standard env vars."""
-    return bool(os.environ.get("DAYTONA_API_KEY")) or bool(
-        os.environ.get("DAYTONA_JWT_TOKEN") and os.environ.get("DAYTONA_ORGANIZATION_ID")
-    )
+__all__ = ["CREDENTIAL_HELP", "DaytonaProvider", "have_credentials"]
 
 
 class DaytonaProvider(SandboxProvider):
@@ -48,45 +38,21 @@ class DaytonaProvider(SandboxProvider):
 
     def __init__(self, options: DaytonaOptions | dict | None = None) -> None:
         super().__init__(options)
-        self.slots = asyncio.Semaphore(self.options.max_concurrent)
-        self._images: dict[str, Any] = {}
-        self._client: Any = None
+        self.account = DaytonaAccount(self.options)
+
+    @property
+    def slots(self) -> asyncio.Semaphore:
+        """The cap on sandboxes running at once (``max_concurrent``)."""
+        return self.account.slots
 
     def create(self, spec: SandboxSpec) -> DaytonaSandbox:
-        return DaytonaSandbox(spec, self)
-
-    def client(self) -> Any:
-        """The ``AsyncDaytona`` client, made once from the SDK's env vars."""
-        if not have_credentials():
-            raise SandboxError(CREDENTIAL_HELP)
-        if self._client is None:
-            import daytona
-
-            self._client = daytona.AsyncDaytona()
-        return self._client
-
-    def image_key(self, spec: SandboxSpec) -> tuple[str, str]:
-        """``(kind, key)``: what the image comes from and a key shared by every task of one world."""
-        return remote_image_key(spec, self.options.default_image)
-
-    def image(self, spec: SandboxSpec) -> tuple[str, Any]:
-        """``(kind, daytona.Image)`` for ``spec``'s world, made once and reused."""
-        import daytona
-
-        kind, key = self.image_key(spec)
-        if key not in self._images:
-            if kind == "dockerfile":
-                assert spec.environment_dir is not None
-                self._images[key] = daytona.Image.from_dockerfile(spec.environment_dir / "Dockerfile")
-            else:
-                self._images[key] = daytona.Image.base(key)
-        return kind, self._images[key]
+        return DaytonaSandbox(spec, self.account)
 
     async def cleanup(self) -> int:
         """Delete every sandbox labelled ``tackroom.managed=1``; return how many."""
         import daytona
 
-        client = self.client()
+        client = self.account.client()
         found = []
 
         async def collect() -> None:

@@ -1,30 +1,25 @@
-"""One Daytona sandbox: create under the provider's cap, exec through a wrapper, tar transfers, preview links."""
+"""One Daytona sandbox: what Daytona needs to create and delete one, exec through a wrapper, files, preview links."""
 
 from __future__ import annotations
 
-import asyncio
 import math
-import posixpath
 import secrets
 import shlex
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from tackroom import (
     DEFAULT_EXEC_TIMEOUT,
     ExecResult,
-    Sandbox,
     SandboxBuildError,
     SandboxError,
     SandboxSpec,
     SandboxTimeoutError,
-    check_relative_inside,
 )
+from tackroom_daytona.account import DaytonaAccount
 from tackroom_daytona.calls import bounded, retried
-from tackroom_sandbox_kit import TarTransfer, stop_remote
-
-if TYPE_CHECKING:
-    from tackroom_daytona.provider import DaytonaProvider
+from tackroom_sandbox_kit import RemoteSandbox
 
 KILLED = 137
 
@@ -50,57 +45,52 @@ def wrapper(base: str, cmd: str | list[str], *, cwd: str | None, env: dict[str, 
     )
 
 
-class DaytonaSandbox(TarTransfer, Sandbox):
-    """A Daytona sandbox; commands go through ``process.exec``, files through ``fs``."""
+class DaytonaSandbox(RemoteSandbox):
+    """A Daytona sandbox; commands go through ``process.exec``, files through ``fs``. The lifecycle (the slot,
+    the shielded create, the bounded delete) is :class:`~tackroom_sandbox_kit.RemoteSandbox`'s."""
 
-    def __init__(self, spec: SandboxSpec, provider: DaytonaProvider) -> None:
-        super().__init__(spec)
-        self.provider = provider
-        self.options = provider.options
-        self.sandbox: Any = None
-        self._holding_slot = False
-        self._stopped = False
-        if spec.storage_mb is not None:  # a documented gap (docs/threat-model.md, "Grading")
-            self.notes.append(f"storage_mb = {spec.storage_mb} is not enforced: the daytona sandbox cannot limit its disk")
+    service = "daytona"
+    stop_call = "delete"
+
+    def __init__(self, spec: SandboxSpec, account: DaytonaAccount) -> None:
+        self.account = account
+        self.options = account.options
+        super().__init__(spec, slots=account.slots, cleanup_marker=f"labelled {account.options.cleanup_label}",
+                         create_timeout=self._create_limit(spec) + 10, stop_timeout=account.options.api_timeout_sec + 5)
         self._workdir: str | None = None
+        self._client: Any = None
+
+    @staticmethod
+    def _create_limit(spec: SandboxSpec) -> float:
+        return spec.build_timeout_sec + spec.start_timeout_sec
 
     # -- lifecycle ------------------------------------------------------------------
-    async def start(self) -> None:
+    async def _ready(self) -> None:
+        self._client = self.account.client()
+
+    async def _prepare_create(self) -> Callable[[], Awaitable[Any]]:
         import daytona
 
-        client = self.provider.client()
-        if self._stopped:
-            raise SandboxError(f"sandbox {self.spec.name} was stopped; create a new one")
-        await self.provider.slots.acquire()
-        self._holding_slot = True
-        try:
-            kind, image = self.provider.image(self.spec)
-            params = daytona.CreateSandboxFromImageParams(
-                image=image,
-                name=self.spec.name,
-                env_vars=dict(self.spec.env),
-                labels={**self.spec.labels, self.options.cleanup_label: "1", "tackroom._trial": self.spec.name},
-                resources=daytona.Resources(cpu=math.ceil(self.spec.cpus), memory=math.ceil(self.spec.memory_mb / 1024)),
-                network_block_all=not self.spec.allow_internet,
-                auto_stop_interval=self.options.auto_stop_minutes,
-            )
-            limit = self.spec.build_timeout_sec + self.spec.start_timeout_sec
-            create = asyncio.ensure_future(
-                retried(
+        client = self._client
+        kind, image = self.account.image(self.spec)
+        params = daytona.CreateSandboxFromImageParams(
+            image=image,
+            name=self.spec.name,
+            env_vars=dict(self.spec.env),
+            labels={**self.spec.labels, self.options.cleanup_label: "1", "tackroom._trial": self.spec.name},
+            resources=daytona.Resources(cpu=math.ceil(self.spec.cpus), memory=math.ceil(self.spec.memory_mb / 1024)),
+            network_block_all=not self.spec.allow_internet,
+            auto_stop_interval=self.options.auto_stop_minutes,
+        )
+        limit = self._create_limit(self.spec)
+
+        async def create() -> Any:
+            try:
+                return await retried(
                     f"create {self.spec.name}",
                     lambda: client.create(params, timeout=limit),
                     timeout=limit + 10, attempts=self.options.retries, wait=self.options.retry_wait_sec,
                 )
-            )
-            try:
-                self.sandbox = await asyncio.shield(create)
-            except asyncio.CancelledError:
-                try:  # the create may still land: wait for it (bounded) and delete what it made
-                    self.sandbox = await asyncio.wait_for(asyncio.shield(create), limit + 10)
-                except BaseException:
-                    create.cancel()
-                await self.stop()
-                raise
             except daytona.DaytonaError as exc:
                 if kind == "dockerfile" and "build" in str(exc).lower():
                     raise SandboxBuildError(
@@ -108,42 +98,19 @@ class DaytonaSandbox(TarTransfer, Sandbox):
                         task_fault=True,
                     ) from exc
                 raise SandboxError(f"daytona could not create sandbox {self.spec.name}: {exc}") from exc
-            made = await self.exec(f"mkdir -p {shlex.quote(self.spec.workdir)}", timeout=60)
-            if made.ok:
-                self._workdir = self.spec.workdir
-            else:
-                self.notes.append(f"could not create workdir {self.spec.workdir} ({made.stderr.strip()}); commands run in the image's default directory")
-        except BaseException:
-            if self.sandbox is None:
-                self._release()
-            else:
-                await self.stop()
-            raise
 
-    def _release(self) -> None:
-        if self._holding_slot:
-            self._holding_slot = False
-            self.provider.slots.release()
+        return create
 
-    async def stop(self) -> None:
-        """Delete the sandbox (shielded from cancellation, bounded); idempotent."""
-        self._stopped = True
-        sb, self.sandbox = self.sandbox, None
-        try:
-            if sb is not None:
-                client = self.provider.client()
-                t = self.options.api_timeout_sec
-                failed = await stop_remote("delete", lambda: client.delete(sb, timeout=t), t + 5)
-                if failed is not None:
-                    self.notes.append(f"delete failed ({failed}); `cleanup` removes sandboxes labelled "
-                                      f"{self.options.cleanup_label}")
-        finally:
-            self._release()
+    async def _after_create(self) -> None:
+        made = await self.exec(f"mkdir -p {shlex.quote(self.spec.workdir)}", timeout=60)
+        if made.ok:
+            self._workdir = self.spec.workdir
+        else:
+            self.notes.append(f"could not create workdir {self.spec.workdir} ({made.stderr.strip()}); commands run "
+                              "in the image's default directory")
 
-    def _live(self) -> Any:
-        if self.sandbox is None:
-            raise SandboxError(f"daytona sandbox {self.spec.name} is not running (never started or stopped)")
-        return self.sandbox
+    def _destroy(self, handle: Any) -> Awaitable[Any]:
+        return self.account.client().delete(handle, timeout=self.options.api_timeout_sec)
 
     # -- exec -------------------------------------------------------------------------
     async def exec(
@@ -185,9 +152,6 @@ class DaytonaSandbox(TarTransfer, Sandbox):
         )
 
     # -- files ----------------------------------------------------------------------
-    def _resolve(self, path: str) -> str:
-        return check_relative_inside(path if path.startswith("/") else posixpath.join(self.spec.workdir, path))
-
     async def _put(self, data: bytes, remote: str, timeout: float) -> None:
         sb = self._live()
         await bounded(f"upload to {remote}", lambda: sb.fs.upload_file(data, remote, timeout=math.ceil(timeout)), timeout + 5)

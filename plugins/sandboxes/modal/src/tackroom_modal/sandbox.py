@@ -1,117 +1,72 @@
-"""One Modal sandbox: create under the provider's cap, exec, tar transfers, tunnels, shielded terminate."""
+"""One Modal sandbox: what Modal needs to create and terminate one, exec, files, tunnels."""
 
 from __future__ import annotations
 
 import asyncio
 import math
-import posixpath
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from tackroom import (
     DEFAULT_EXEC_TIMEOUT,
     ExecResult,
-    Sandbox,
     SandboxError,
     SandboxSpec,
     SandboxTimeoutError,
-    check_relative_inside,
 )
+from tackroom_modal.account import ModalAccount
 from tackroom_modal.calls import bounded, retried
-from tackroom_sandbox_kit import TarTransfer, stop_remote
-
-if TYPE_CHECKING:
-    from tackroom_modal.provider import ModalProvider
+from tackroom_sandbox_kit import RemoteSandbox
 
 
 def _cap(data: bytes, limit: int) -> tuple[str, bool]:
     return data[:limit].decode(errors="replace"), len(data) > limit
 
 
-class ModalSandbox(TarTransfer, Sandbox):
-    """A ``modal.Sandbox`` running ``sleep infinity``; commands go through ``Sandbox.exec``."""
+class ModalSandbox(RemoteSandbox):
+    """A ``modal.Sandbox`` running ``sleep infinity``; commands go through ``Sandbox.exec``. The lifecycle (the
+    slot, the shielded create, the bounded terminate) is :class:`~tackroom_sandbox_kit.RemoteSandbox`'s."""
 
-    def __init__(self, spec: SandboxSpec, provider: ModalProvider) -> None:
-        super().__init__(spec)
-        self.provider = provider
-        self.options = provider.options
-        self.sandbox: Any = None
-        self._holding_slot = False
-        self._stopped = False
-        if spec.storage_mb is not None:  # a documented gap (docs/threat-model.md, "Grading")
-            self.notes.append(f"storage_mb = {spec.storage_mb} is not enforced: the modal sandbox cannot limit its disk")
+    service = "modal"
+    stop_call = "Sandbox.terminate"
+
+    def __init__(self, spec: SandboxSpec, account: ModalAccount) -> None:
+        self.account = account
+        self.options = account.options
+        super().__init__(spec, slots=account.slots, cleanup_marker=f"tagged {account.options.cleanup_tag}",
+                         create_timeout=spec.start_timeout_sec, stop_timeout=account.options.api_timeout_sec)
 
     # -- lifecycle ------------------------------------------------------------------
-    async def start(self) -> None:
+    async def _ready(self) -> None:
+        self.account.require_credentials()
+
+    async def _prepare_create(self) -> Callable[[], Awaitable[Any]]:
         import modal
 
-        self.provider.require_credentials()
-        if self._stopped:
-            raise SandboxError(f"sandbox {self.spec.name} was stopped; create a new one")
-        await self.provider.slots.acquire()
-        self._holding_slot = True
-        try:
-            image = await self.provider.image(self.spec)
-            app = await self.provider.app()
-            tags = {**self.spec.labels, self.options.cleanup_tag: "1", "tackroom._trial": self.spec.name}
-            kwargs: dict[str, Any] = dict(
-                app=app,
-                image=image,
-                tags=tags,
-                env=dict(self.spec.env),
-                timeout=self.options.sandbox_timeout_sec,
-                workdir=self.spec.workdir,
-                cpu=self.spec.cpus,
-                memory=self.spec.memory_mb,
-                block_network=not self.spec.allow_internet,
-                encrypted_ports=list(self.options.expose_ports),
-            )
-            create = asyncio.ensure_future(
-                retried(
-                    f"Sandbox.create for {self.spec.name}",
-                    lambda: modal.Sandbox.create.aio("sleep", "infinity", **kwargs),
-                    timeout=self.spec.start_timeout_sec, attempts=self.options.retries, wait=self.options.retry_wait_sec,
-                )
-            )
-            try:
-                self.sandbox = await asyncio.shield(create)
-            except asyncio.CancelledError:
-                # The create may still land: wait for it (bounded) and terminate what it made.
-                try:
-                    self.sandbox = await asyncio.wait_for(asyncio.shield(create), self.spec.start_timeout_sec)
-                except BaseException:
-                    create.cancel()
-                await self.stop()
-                raise
-        except BaseException:
-            if self.sandbox is None:
-                self._release()
-            else:
-                await self.stop()
-            raise
+        image = await self.account.image(self.spec)
+        app = await self.account.app()
+        tags = {**self.spec.labels, self.options.cleanup_tag: "1", "tackroom._trial": self.spec.name}
+        kwargs: dict[str, Any] = dict(
+            app=app,
+            image=image,
+            tags=tags,
+            env=dict(self.spec.env),
+            timeout=self.options.sandbox_timeout_sec,
+            workdir=self.spec.workdir,
+            cpu=self.spec.cpus,
+            memory=self.spec.memory_mb,
+            block_network=not self.spec.allow_internet,
+            encrypted_ports=list(self.options.expose_ports),
+        )
+        return lambda: retried(
+            f"Sandbox.create for {self.spec.name}",
+            lambda: modal.Sandbox.create.aio("sleep", "infinity", **kwargs),
+            timeout=self.spec.start_timeout_sec, attempts=self.options.retries, wait=self.options.retry_wait_sec,
+        )
 
-    def _release(self) -> None:
-        if self._holding_slot:
-            self._holding_slot = False
-            self.provider.slots.release()
-
-    async def stop(self) -> None:
-        """Terminate (shielded from cancellation, bounded); idempotent."""
-        self._stopped = True
-        sb, self.sandbox = self.sandbox, None
-        try:
-            if sb is not None:
-                failed = await stop_remote("Sandbox.terminate", lambda: sb.terminate.aio(), self.options.api_timeout_sec)
-                if failed is not None:
-                    self.notes.append(f"terminate failed ({failed}); `cleanup` removes sandboxes tagged "
-                                      f"{self.options.cleanup_tag}")
-        finally:
-            self._release()
-
-    def _live(self) -> Any:
-        if self.sandbox is None:
-            raise SandboxError(f"modal sandbox {self.spec.name} is not running (never started or stopped)")
-        return self.sandbox
+    def _destroy(self, handle: Any) -> Awaitable[Any]:
+        return handle.terminate.aio()
 
     # -- exec -------------------------------------------------------------------------
     async def exec(
@@ -175,9 +130,6 @@ class ModalSandbox(TarTransfer, Sandbox):
         return out, err, code, elapsed
 
     # -- files ----------------------------------------------------------------------
-    def _resolve(self, path: str) -> str:
-        return check_relative_inside(path if path.startswith("/") else posixpath.join(self.spec.workdir, path))
-
     async def _put(self, data: bytes, remote: str, timeout: float) -> None:
         sb = self._live()
         await bounded(f"writing {remote}", lambda: sb.filesystem.write_bytes.aio(data, remote), timeout)

@@ -33,8 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tackroom import AGGREGATIONS, ConfigError, PluginSelection
 from tackroom.app import Endpoint, ExecutorName, TaskSelection, read_toml, validate
-from tackroom_skyrl.arms import ArmSpec, EvalSection, unique_labels
-from tackroom_skyrl.tinker.server import TinkerSettings
+from tackroom_skyrl.config_arms import ArmSpec, EvalSection, unique_labels
+from tackroom_skyrl.config_tinker import TinkerSettings
 
 
 class LossSelection(BaseModel):

@@ -1,10 +1,10 @@
-"""What a task says about its file outputs: the ``expected/`` directory and the ``[file_diff]`` table.
+"""What a task says about its file outputs: the ``expected/`` directory, ``expected_outputs`` and the ``[file_diff]`` table.
 
 Layout of a task graded by file-diff::
 
     my-task/
       instruction.md
-      task.toml            # optional [file_diff] table, see FileDiffTaskSettings
+      task.toml            # optional expected_outputs = ["/app/out.csv"] and [file_diff] table (FileDiffTaskSettings)
       expected/            # mirrors absolute sandbox paths
         app/out.csv        # the expected content of /app/out.csv
         app/report.docx    # ... of /app/report.docx
@@ -58,9 +58,18 @@ class FileDiffTaskSettings(BaseModel):
     must_not_exist: list[str] = Field(default_factory=list)
 
 
+PLUGIN = "file-diff"
+
+
+def expected_outputs(task: tackroom.Task) -> list[str]:
+    """The task's ``expected_outputs``: sandbox paths the agent is expected to write (empty when it lists none);
+    :class:`tackroom.TaskError` when it is not a list of strings."""
+    return task.section("expected_outputs", list[str], owner=PLUGIN) or []
+
+
 def task_settings(task: tackroom.Task) -> FileDiffTaskSettings:
     """The task's ``[file_diff]`` table; raises :class:`tackroom.TaskError` naming the bad field."""
-    raw: Any = (task.config.model_extra or {}).get("file_diff", {})
+    raw: Any = task.config.tables.get("file_diff", {})
     try:
         settings = FileDiffTaskSettings.model_validate(raw)
     except ValidationError as exc:

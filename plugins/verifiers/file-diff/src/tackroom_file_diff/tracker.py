@@ -16,7 +16,7 @@ class FileChangeTracker:
 
         class MyVerifier(tackroom.Verifier):
             async def prepare(self, task, sandbox):
-                self.tracker = FileChangeTracker(task.config.expected_outputs)
+                self.tracker = FileChangeTracker(expected_outputs(task))  # tackroom_file_diff.expected_outputs
                 await self.tracker.before(sandbox)
 
             async def verify(self, task, sandbox, trajectory):

@@ -19,6 +19,7 @@ from tackroom_file_diff.task_settings import (
     FileDiffTaskSettings,
     ToleranceOverride,
     expected_files,
+    expected_outputs,
     rules_for,
     task_settings,
 )
@@ -87,7 +88,7 @@ class FileDiffVerifier(tackroom.Verifier):
                 f"{expected_dir}/ at its sandbox path (e.g. {expected_dir}/app/out.csv for /app/out.csv), "
                 "or list paths in [file_diff] must_not_exist"
             )
-        paths = {*self.options.paths, *task.config.expected_outputs, *expected, *settings.must_not_exist}
+        paths = {*self.options.paths, *expected_outputs(task), *expected, *settings.must_not_exist}
         return GradingPlan(expected=expected, settings=settings, paths=sorted(paths))
 
     async def _snapshot(self, sandbox: tackroom.Sandbox, paths: list[str]) -> Snapshot:

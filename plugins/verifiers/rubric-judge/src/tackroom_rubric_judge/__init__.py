@@ -13,47 +13,20 @@ and the judge's client imports httpx (~0.4 s of CPU here).
 
 from __future__ import annotations
 
-from typing import Any
+import tackroom
 
-_EXPORTS = {
-    "CallRecord": "tackroom_rubric_judge.client",
-    "ChatReply": "tackroom_rubric_judge.transport",
-    "ChatRequest": "tackroom_rubric_judge.transport",
-    "CriterionResult": "tackroom_rubric_judge.scoring",
-    "JudgeAuthError": "tackroom_rubric_judge.errors",
-    "JudgeBadRequestError": "tackroom_rubric_judge.errors",
-    "JudgeClient": "tackroom_rubric_judge.client",
-    "JudgeContextTooLongError": "tackroom_rubric_judge.errors",
-    "JudgeEndpoint": "tackroom_rubric_judge.client",
-    "JudgeError": "tackroom_rubric_judge.errors",
-    "JudgeInvalidOutputError": "tackroom_rubric_judge.errors",
-    "JudgeStats": "tackroom_rubric_judge.client",
-    "JudgeUnavailableError": "tackroom_rubric_judge.errors",
-    "LitellmTransport": "tackroom_rubric_judge.transport",
-    "OpenAICompatibleTransport": "tackroom_rubric_judge.transport",
-    "RetryPolicy": "tackroom_rubric_judge.client",
-    "RubricJudgeOptions": "tackroom_rubric_judge.verifier",
-    "RubricJudgeVerifier": "tackroom_rubric_judge.verifier",
-    "RubricScore": "tackroom_rubric_judge.scoring",
-    "VERDICT_SCHEMA": "tackroom_rubric_judge.verdict",
-    "Verdict": "tackroom_rubric_judge.verdict",
-    "build_messages": "tackroom_rubric_judge.prompt",
-    "close_shared_clients": "tackroom_rubric_judge.client",
-    "final_answer": "tackroom_rubric_judge.prompt",
-    "parse_verdict": "tackroom_rubric_judge.verdict",
-    "rubric_criteria": "tackroom_rubric_judge.scoring",
-    "score": "tackroom_rubric_judge.scoring",
-    "shared_client": "tackroom_rubric_judge.client",
-    "shared_clients": "tackroom_rubric_judge.client",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'tackroom_rubric_judge' has no attribute {name!r}")
-
-
-__all__ = sorted(_EXPORTS)
+_EXPORTS = tackroom.LazyExports(__name__, {
+    "tackroom_rubric_judge.client": [
+        "CallRecord", "JudgeClient", "JudgeEndpoint", "JudgeStats", "RetryPolicy", "close_shared_clients",
+        "shared_client", "shared_clients"],
+    "tackroom_rubric_judge.errors": [
+        "JudgeAuthError", "JudgeBadRequestError", "JudgeContextTooLongError", "JudgeError",
+        "JudgeInvalidOutputError", "JudgeUnavailableError"],
+    "tackroom_rubric_judge.prompt": ["build_messages", "final_answer"],
+    "tackroom_rubric_judge.rubric": ["RubricCriterion", "task_rubric"],
+    "tackroom_rubric_judge.scoring": ["CriterionResult", "RubricScore", "rubric_criteria", "score"],
+    "tackroom_rubric_judge.transport": ["ChatReply", "ChatRequest", "LitellmTransport", "OpenAICompatibleTransport"],
+    "tackroom_rubric_judge.verdict": ["VERDICT_SCHEMA", "Verdict", "parse_verdict"],
+    "tackroom_rubric_judge.verifier": ["RubricJudgeOptions", "RubricJudgeVerifier"],
+})
+__getattr__, __dir__, __all__ = _EXPORTS.getattr, _EXPORTS.dir, _EXPORTS.names

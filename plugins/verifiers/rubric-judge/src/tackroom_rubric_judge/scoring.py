@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, Field
 
 import tackroom
 from tackroom_rubric_judge.client import CallRecord
+from tackroom_rubric_judge.rubric import task_rubric
 
 
 class Criterion(BaseModel):
@@ -47,7 +46,7 @@ class RubricScore(BaseModel):
 
 def rubric_criteria(task: tackroom.Task) -> list[Criterion]:
     """The task's rubric with ids (``c1``, ``c2`` … where none is given); :class:`tackroom.TaskError` when unusable."""
-    rubric: list[Any] = task.config.rubric
+    rubric = task_rubric(task)
     if not rubric:
         raise tackroom.TaskError(
             f"{task.path}: the rubric-judge verifier needs a rubric; add [[rubric]] tables "
@@ -62,8 +61,7 @@ def rubric_criteria(task: tackroom.Task) -> list[Criterion]:
         seen.add(cid)
         if not item.criterion.strip():
             raise tackroom.TaskError(f"{task.path}: rubric criterion {cid!r} is empty")
-        penalty = bool(getattr(item, "penalty", False)) or item.weight < 0
-        criteria.append(Criterion(id=cid, criterion=item.criterion, weight=item.weight, penalty=penalty))
+        criteria.append(Criterion(id=cid, criterion=item.criterion, weight=item.weight, penalty=item.is_penalty))
     if not any(c.magnitude > 0 for c in criteria):
         raise tackroom.TaskError(f"{task.path}: every rubric weight is 0; nothing can be scored")
     return criteria

@@ -10,7 +10,7 @@ from pydantic import ConfigDict, Field, SecretStr, model_validator
 
 import tackroom
 from tackroom import register_secret, register_url_secrets
-from tackroom_file_diff import ChangesReport, FileChangeTracker, ReportLimits, expected_files
+from tackroom_file_diff import ChangesReport, FileChangeTracker, ReportLimits, expected_files, expected_outputs
 from tackroom_rubric_judge.client import JudgeClient, JudgeEndpoint, RetryPolicy, shared_client
 from tackroom_rubric_judge.errors import JudgeAuthError, JudgeContextTooLongError
 from tackroom_rubric_judge.prompt import build_messages, final_answer
@@ -118,7 +118,7 @@ class RubricJudgeVerifier(tackroom.Verifier):
         if self.options.file_report == "never":
             return []
         # File outputs: the task's expected_outputs, the files file-diff would grade (expected/), and ours.
-        paths = [*task.config.expected_outputs, *expected_files(task, "expected"), *self.options.file_paths]
+        paths = [*expected_outputs(task), *expected_files(task, "expected"), *self.options.file_paths]
         if self.options.file_report == "always" and not paths:
             paths = ["/app"]  # the Harbor convention's working directory
         return sorted(set(paths))

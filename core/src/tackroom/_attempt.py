@@ -483,12 +483,12 @@ class Attempt:
         network may be what it missed (Harbor's default for such a task is the internet)."""
         how = "`--allow-internet` or `[runtime] network = \"public\"` gives it the internet (Harbor's default)"
         if not self.networks.agent_declared and not self.networks.agent.online:
-            self.note(f"the agent ran offline: the task declares no network and the run gives none; {how}")
+            self.note(f"the agent ran offline: the task declares no network for its turn and the run gives none; {how}")
         if self.networks.grading_declared or self.networks.grading.online or self.result.timings.get("verify") is None:
             return
-        error, low = self.result.error, self.task.config.verifier.reward_range[1]
-        failed = (error is not None and error.phase in ("verify", "regrade")) or (self.result.reward or 0.0) < low
-        self.note(f"grading ran offline: the task declares no network and the run gives none; {how}"
+        error, top = self.result.error, self.task.config.verifier.reward_range[1]
+        failed = (error is not None and error.phase in ("verify", "regrade")) or (self.result.reward or 0.0) < top
+        self.note(f"grading ran offline: the task declares no network for grading and the run gives none; {how}"
                   + ("; grading failed, and a test.sh that installs its tools (apt, pip, uv) fails without the network"
                      if failed else ""))
 

@@ -354,7 +354,7 @@ class Attempt:
             return
         if kept:
             shown = "; ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
-            self.note(f"kept {len(kept)} listening process(es) into grading, frozen but while test.sh runs: {shown}")
+            self.note(f"kept {len(kept)} listening process(es) into grading, frozen except while test.sh runs: {shown}")
 
     async def grade(self) -> None:
         """The verifier's reward, on the grading phase's network; a ``task`` failure is regraded on an untouched

@@ -1,6 +1,6 @@
 """What keeps grading out of the agent's reach (docs/threat-model.md, "Grading").
 
-- :func:`check_read_paths`: a FIFO, socket or device (or a link to one) where the verifier reads is
+- :func:`prepare_grading`: a FIFO, socket or device (or a link to one) where the verifier reads is
   sabotage: it would hang or steer test.sh. Found before the tests run, it is the model's failure.
 - :func:`regrade_untouched`: when grading ends in a ``task`` error (a timeout, an unreadable reward), the
   runtime grades a fresh sandbox of the same task that no agent touched. Grading that works there failed
@@ -18,7 +18,7 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from tackroom._sandbox import GradingSabotagedError, Sandbox
+from tackroom._sandbox import GradingSabotagedError, Sandbox, SandboxExhaustedError
 
 SPECIAL_FILES = r"""
 for p in "$@"; do
@@ -43,7 +43,7 @@ done
 
 
 async def prepare_grading(sandbox: Sandbox, fresh: list[str], read: list[str], *, timeout: float = 60.0) -> None:
-    """:meth:`Sandbox.fresh_folder` for each of ``fresh`` and :func:`check_read_paths` for ``read``, in one command.
+    """:meth:`Sandbox.fresh_folder` for each of ``fresh``, and a search for special files under ``read``, in one command.
 
     Raises :class:`GradingSabotagedError` when a folder cannot be emptied or a special file sits where the
     verifier reads."""
@@ -68,27 +68,20 @@ def workdir_of(sandbox: Sandbox) -> str:
     return workdir if isinstance(workdir, str) and workdir.startswith("/") else sandbox.spec.workdir
 
 
-async def check_read_paths(sandbox: Sandbox, paths: list[str], *, timeout: float = 60.0) -> None:
-    """Raise :class:`GradingSabotagedError` when a FIFO, socket or device file (or a link to one) sits under ``paths``.
-
-    Nothing the agent legitimately leaves behind needs one there once its processes are gone, and reading
-    one hangs test.sh (a FIFO), or feeds it endless or steered data (a device, a socket's server).
-    """
-    unique = list(dict.fromkeys(p for p in paths if p))
-    if not unique:
-        return
-    result = await sandbox.exec(["sh", "-c", SPECIAL_FILES, "tackroom-check", *unique], cwd="/", timeout=timeout)
-    found = [line for line in result.stdout.splitlines() if line.strip()]
-    if found:
-        raise GradingSabotagedError(
-            f"the agent left special files where the verifier reads ({', '.join(shlex.quote(f) for f in found)}): "
-            "a FIFO, socket or device there can hang or steer grading; graded 0"
-        )
+DEFAULT_COPY_BUDGET_MB = 10240
+"""What separate grading copies at most for a task without ``storage_mb`` (Harbor's default disk)."""
 
 
-async def copy_paths(source: Sandbox, dest: Sandbox, paths: list[str], *, timeout: float = 300.0) -> list[str]:
+async def copy_paths(source: Sandbox, dest: Sandbox, paths: list[str], *, timeout: float = 300.0,
+                     budget_mb: int | None = None) -> list[str]:
     """Copy each of ``paths`` that exists in ``source`` to the same place in ``dest`` (through the host);
-    returns the paths copied. Transfers never follow a link the agent planted (the sandbox contract)."""
+    returns the paths copied. Transfers never follow a link the agent planted (the sandbox contract).
+
+    The copy holds at most ``budget_mb`` (the task's ``storage_mb``), counting each file's apparent size (a
+    sparse file counts whole, as it would once expanded): more is the agent's doing, the model's 0
+    (:class:`SandboxExhaustedError`), never a full host disk."""
+    budget = (budget_mb or DEFAULT_COPY_BUDGET_MB) * 1024 * 1024
+    used = 0
     copied: list[str] = []
     with tempfile.TemporaryDirectory(prefix="tackroom-grading-") as tmp:
         for i, path in enumerate(dict.fromkeys(paths)):
@@ -97,6 +90,10 @@ async def copy_paths(source: Sandbox, dest: Sandbox, paths: list[str], *, timeou
                 await source.download(path, local, timeout=timeout)
             except FileNotFoundError:
                 continue
+            used += sum(max(f.lstat().st_size, f.lstat().st_blocks * 512) for f in (local, *local.rglob("*")))
+            if used > budget:
+                raise SandboxExhaustedError(f"the files to grade ({', '.join([*copied, path])}) hold more than the "
+                                            f"task's storage ({budget // 1024 // 1024} MB); graded 0")
             if local.is_dir():
                 await dest.fresh_folder(path)
             await dest.upload(local, path, timeout=timeout)

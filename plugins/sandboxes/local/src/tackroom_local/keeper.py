@@ -21,7 +21,7 @@ from pathlib import Path
 from tackroom import SandboxError, SandboxTimeoutError
 from tackroom_local.cgroups import start_time
 from tackroom_local.markers import write_json
-from tackroom_local.view import DEFAULT_PATH, INSTALL_HINT, mount_args
+from tackroom_local.view import DEFAULT_PATH, GRADER_DIR, INSTALL_HINT, mount_args
 
 KEEPER_PATH = "/.tackroom-keeper"
 KEEPER_SCRIPT = (
@@ -85,7 +85,7 @@ class NamespaceKeeper:
             "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "0", "--gid", "0", "--die-with-parent",
             "--new-session", "--clearenv", "--hostname", "sandbox", "--cap-drop", "ALL", "--as-pid-1",
         ]  # fmt: skip
-        if self.spec.allow_internet:
+        if self._online:
             flags.append("--share-net")
         return flags
 
@@ -107,7 +107,7 @@ class NamespaceKeeper:
             argv += [self._tools["setpriv"], f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
         argv += [self._tools["bwrap"], *self._isolation_flags()]
         argv += ["--proc", "/proc", "--dev", "/dev", *mount_args(self._view, remap)]
-        argv += ["--ro-bind", keeper, KEEPER_PATH, "--remount-ro", "/"]
+        argv += ["--ro-bind", keeper, KEEPER_PATH, "--dir", GRADER_DIR, "--remount-ro", "/"]
         argv += ["--setenv", "PATH", DEFAULT_PATH, "--chdir", "/", "--info-fd", str(info_w)]
         argv += [KEEPER_PATH, "-c", KEEPER_SCRIPT.format(info=info_w, sock=sock)]
         errors = tempfile.TemporaryFile()

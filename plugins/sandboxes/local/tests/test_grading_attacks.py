@@ -4,6 +4,7 @@ sandbox (or a real trial whose "solution" is the attack) and then reads what gra
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 import tackroom
 from tackroom import Trial
 from tackroom.app import TrialPlugins, TrialRuntime
-from tackroom_local import LocalSandbox, LocalSandboxProvider
+from tackroom_local import LocalSandbox, LocalSandboxProvider, services
 
 
 @pytest.fixture
@@ -93,3 +94,82 @@ async def test_the_grader_writes_into_a_private_reward_folder_whatever_the_agent
     assert (dest / "reward.txt").read_text() == "0\n", "the agent's locked reward file was read as the reward"
     # the sandbox's own folder is as the agent left it: grading never wrote there, and never read it
     assert (sb.root / "logs" / "verifier" / "reward.txt").read_text() == "1\n"
+
+
+# -- services kept into grading ---------------------------------------------------------------
+
+SERVICE = r'''
+import glob, os, socket, time
+tcp = socket.socket(); tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+tcp.bind(("0.0.0.0", 8080)); tcp.listen(); tcp.setblocking(False)
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); udp.bind(("127.0.0.1", 5353))
+unix = socket.socket(socket.AF_UNIX); unix.bind("/tmp/service.sock"); unix.listen()
+if os.fork() == 0:  # a worker that shares the listening socket, as nginx's do
+    unix.close()
+    while True: time.sleep(1)
+while True:
+    try:
+        conn, _ = tcp.accept(); conn.sendall(b"hello from the service\n"); conn.close()
+    except BlockingIOError:
+        pass
+    with open("/app/ticks", "a") as f: f.write("t\n")
+    # every way a process of the same uid might reach the grader's folders: its own view, then each process's
+    targets = ["/logs/verifier/reward.txt", "/tests/test.sh"]
+    for proc in glob.glob("/proc/[0-9]*"):
+        targets += [f"{proc}/root/logs/verifier/reward.txt", f"{proc}/root/tests/test.sh", f"{proc}/cwd/../logs/verifier/reward.txt"]
+    for t in targets:
+        try:
+            with open(t, "w") as f: f.write("1\n")
+            with open("/app/wrote", "a") as f: f.write(t + "\n")
+        except OSError:
+            pass
+    time.sleep(0.005)
+'''
+
+
+def proc_state(pid: int) -> str:
+    raw = Path(f"/proc/{pid}/stat").read_bytes()
+    return raw[raw.rfind(b")") + 2 :][:1].decode()
+
+
+async def test_a_kept_service_runs_only_while_grading_and_cannot_reach_the_graders_folders(make, tmp_path):
+    sb = await make()
+    (sb.root / "app" / "service.py").write_text(SERVICE)
+    r = await sb.exec("nohup python3 /app/service.py >/dev/null 2>&1 & "
+                      "(while :; do echo x >> /app/plain-writer; sleep 0.01; done) >/dev/null 2>&1 & "
+                      "for i in $(seq 100); do [ -s /app/ticks ] && [ -S /tmp/service.sock ] && break; sleep 0.05; done")
+    assert r.ok, r
+    kept = await sb.kill_processes(keep_listening=True)
+    assert len(kept) == 2, kept  # the service and its worker; the plain writer is gone
+    assert any("python3: tcp 0.0.0.0:8080" in line and "udp 127.0.0.1:5353" in line and "unix /tmp/service.sock" in line
+               for line in kept), kept
+    assert all(proc_state(pid) == "T" for pid in sb._kept), "the kept service must be frozen"
+    ticks = (sb.root / "app" / "ticks").read_text()
+    writer = (sb.root / "app" / "plain-writer").read_text()
+    await asyncio.sleep(0.3)
+    assert (sb.root / "app" / "ticks").read_text() == ticks, "a frozen service ran"
+    assert (sb.root / "app" / "plain-writer").read_text() == writer, "the plain background writer survived"
+    (sb.root / "app" / "wrote").unlink(missing_ok=True)
+    (tmp_path / "tests").mkdir()  # as the verifier does: fresh tests once the agent's turn is over
+    (tmp_path / "tests" / "test.sh").write_text("the task's tests\n")
+    await sb.upload_pristine(tmp_path / "tests", "/tests")
+    grader = ("exec 3<>/dev/tcp/127.0.0.1/8080 && head -n1 <&3; sleep 1; cat /tests/test.sh; "
+              "echo 0 > /logs/verifier/reward.txt; sleep 0.5")
+    result, dest = await grade(sb, tmp_path, cmd=["bash", "-c", grader])
+    assert result.stdout == "hello from the service\nthe task's tests\n", result
+    assert (dest / "reward.txt").read_text() == "0\n"
+    grading_ticks = (sb.root / "app" / "ticks").read_text()
+    assert len(grading_ticks) > len(ticks) + 20, "the service did not run while the grader ran"
+    wrote = (sb.root / "app" / "wrote").read_text().split()
+    assert "/logs/verifier/reward.txt" in wrote, "the service wrote only where the grader never looks"
+    assert all(proc_state(pid) == "T" for pid in sb._kept), "the service must be frozen again after grading"
+    await asyncio.sleep(0.3)
+    assert (sb.root / "app" / "ticks").read_text() == grading_ticks
+    # The attack is real: with the service running and no private view (core's default run_grader), the
+    # reward read is the service's.
+    shared = tmp_path / "shared"
+    services.resume(sb._kept)
+    await tackroom.Sandbox.run_grader(sb, ["bash", "-c", "sleep 0.5; echo 0 > /logs/verifier/reward.txt; sleep 0.5"],
+                                      private=["/tests", "/logs/verifier"], collect="/logs/verifier", dest=shared)
+    assert (shared / "reward.txt").read_text() == "1\n"
+    assert not [p for p in sb._kept if Path(f"/proc/{p}").exists()]

@@ -31,17 +31,21 @@ import socket
 import time
 from pathlib import Path
 
-from tackroom import ExecResult, GradingSabotagedError, SandboxError, SandboxTimeoutError
+from tackroom import (
+    GRADER_CLEAN_ENV,
+    GRADER_SCRUBBED_ENV,
+    ExecResult,
+    GradingSabotagedError,
+    SandboxError,
+    SandboxTimeoutError,
+)
 from tackroom_local.services import freeze, kill_all_but, resume
 from tackroom_local.view import DEFAULT_PATH, GRADER_DIR, Deadline, Walk
 from tackroom_sandbox_kit import drain_capped, kill_group
 
-UNSAFE_ENV = frozenset({
-    "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT", "PYTHONSAFEPATH",
-    "PERL5LIB", "PERL5OPT", "PERLLIB", "PERL5DB", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH",
-    "BASH_ENV", "ENV", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH", "HOME", "PROMPT_COMMAND",
-})  # fmt: skip
-"""Variables that make an interpreter load code from a path: only the grader's own ``env`` may set them."""
+UNSAFE_ENV = frozenset({*GRADER_SCRUBBED_ENV, "PYTHONINSPECT", "PERL5DB", "GCONV_PATH", "PROMPT_COMMAND", "HOME"})
+"""Variables that make an interpreter or the loader run code from a path (core's list and a few more): only
+the grader's own ``env`` may set them; HOME is the grader's fresh one."""
 
 SETUP = r"""
 set -u
@@ -76,7 +80,7 @@ exit "$rc"
 def clean_env(base: dict[str, str], env: dict[str, str] | None) -> dict[str, str]:
     """The grader's environment: the sandbox's without what makes interpreters load code, then ``env``."""
     out = {k: v for k, v in base.items() if k not in UNSAFE_ENV and not k.startswith(("LD_", "DYLD_"))}
-    out.update({"PATH": out.get("PATH", DEFAULT_PATH), "HOME": f"{GRADER_DIR}/home", "PYTHONNOUSERSITE": "1"})
+    out.update({"PATH": out.get("PATH", DEFAULT_PATH), "HOME": f"{GRADER_DIR}/home", **GRADER_CLEAN_ENV})
     out.update(env or {})
     return out
 

@@ -97,6 +97,7 @@ from pydantic import Field
 
 from tackroom import (
     ExecResult,
+    NetworkPolicy,
     PluginOptions,
     Sandbox,
     SandboxError,
@@ -205,6 +206,8 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
             return
         if self._stopped:
             raise SandboxError("this sandbox was stopped; create a new one")
+        if self.spec.network.mode not in ENFORCED_NETWORK:
+            raise network_refused(self.spec.network)
         try:
             self._tools = {
                 "bwrap": tool(self.options.bwrap, "bubblewrap makes the namespaces"),
@@ -306,18 +309,13 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
             await asyncio.sleep(0.002)
         await self._launch(max(1.0, deadline - loop.time()))
 
-    async def set_network(self, policy, *, timeout: float = 60.0) -> None:
+    async def set_network(self, policy: NetworkPolicy, *, timeout: float = 60.0) -> None:
         """Between the agent's phase and grading: ``none`` or ``public`` from now on. With no service kept, the
         (empty) namespaces restart with that network; with services kept, they keep theirs and the grader's
         command gets the policy's (run as root: the host's network, or an empty one)."""
-        mode = policy.mode
-        if mode not in ("none", "public"):
-            raise SandboxError(
-                f"the local sandbox enforces the network modes 'none' and 'public' only, not {mode!r} (allowed_hosts "
-                f"{list(getattr(policy, 'allowed_hosts', ()))}): it has no egress filter. Use a sandbox that enforces "
-                "allowlists, or set the task's network_mode to 'public' or 'no-network'"
-            )
-        online = mode == "public"
+        if policy.mode not in ENFORCED_NETWORK:
+            raise network_refused(policy)
+        online = policy.mode == "public"
         self._alive()
         if not self._kept:
             if online != self._online:
@@ -436,6 +434,17 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
             )
         return f"http://127.0.0.1:{port}"
 
+
+
+ENFORCED_NETWORK = ("none", "public")
+
+
+def network_refused(policy: NetworkPolicy) -> SandboxError:
+    return SandboxError(
+        f"the local sandbox enforces the network modes 'none' and 'public' only, not {policy.mode!r} (allowed_hosts "
+        f"{list(policy.allowed_hosts)}): it has no egress filter. Use a sandbox that enforces allowlists, or set the "
+        "task's network_mode to 'public' or 'no-network'"
+    )
 
 
 def _quote(s: str) -> str:

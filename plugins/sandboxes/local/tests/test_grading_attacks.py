@@ -173,3 +173,52 @@ async def test_a_kept_service_runs_only_while_grading_and_cannot_reach_the_grade
                                       private=["/tests", "/logs/verifier"], collect="/logs/verifier", dest=shared)
     assert (shared / "reward.txt").read_text() == "1\n"
     assert not [p for p in sb._kept if Path(f"/proc/{p}").exists()]
+
+
+# -- the grader's interpreters start clean -------------------------------------------------------
+
+HOOKS = r"""
+set -e
+py=$(python3 -c 'import sys; print(f"python{sys.version_info[0]}.{sys.version_info[1]}")')
+for home in /root /tmp/home; do
+    site=$home/.local/lib/$py/site-packages
+    mkdir -p $site $home/perl5
+    echo 'import os; open("/app/ran-pth", "w").write("pth")' > $site/evil.pth
+    echo 'open("/app/ran-usercustomize", "w").write("user")' > $site/usercustomize.py
+    echo 'open("/app/ran-sitecustomize", "w").write("site")' > $site/sitecustomize.py
+    echo 'export PYTHONPATH=/app/hooks PERL5LIB=/app/perl5 PERL5OPT=-MEvil; touch /app/ran-bashrc' > $home/.bashrc
+    cp $home/.bashrc $home/.bash_profile; cp $home/.bashrc $home/.profile
+done
+mkdir -p /app/hooks /app/perl5
+echo 'open("/app/ran-pythonpath", "w").write("pythonpath")' > /app/hooks/sitecustomize.py
+echo 'open(my $f, ">", "/app/ran-perl5lib"); 1;' > /app/perl5/Evil.pm
+echo 'package strict; open(my $f, ">", "/app/ran-perl5lib-strict"); sub import {} 1;' > /app/perl5/strict.pm
+echo 'touch /app/ran-bash-env' > /app/bash-env.sh
+"""
+"""Start-up hooks a hostile agent leaves for the grader's python, perl and bash, in every place they look."""
+
+INTERPRETERS = ("python3 -c 'print(1)'; python3 -m site >/dev/null; perl -le 'use strict; print 2'; "
+                "bash -c 'echo 3'; bash -lc 'echo 4'; sh -c 'echo 5'")
+
+
+async def test_the_graders_python_perl_and_bash_load_no_start_up_hook_the_agent_left(make, tmp_path):
+    # The sandbox's own env (a task's ENV lines) points the interpreters at folders the agent controls.
+    sb = await make({"env": {"PYTHONPATH": "/app/hooks", "PERL5LIB": "/app/perl5", "PERL5OPT": "-MEvil",
+                             "BASH_ENV": "/app/bash-env.sh", "ENV": "/app/bash-env.sh", "HOME": "/tmp/home",
+                             "PYTHONUSERBASE": "/tmp/home/.local"}})
+    assert (await sb.exec(HOOKS)).ok
+    # the hooks are live: a plain exec runs every one of them
+    assert (await sb.exec(INTERPRETERS)).ok
+    assert sorted(p.name for p in (sb.root / "app").glob("ran-*")) == [
+        "ran-bash-env", "ran-bashrc", "ran-perl5lib", "ran-perl5lib-strict", "ran-pth", "ran-pythonpath",
+        "ran-usercustomize"]
+    for p in (sb.root / "app").glob("ran-*"):
+        p.unlink()
+    await sb.kill_processes()
+    result, _ = await grade(sb, tmp_path, cmd=["bash", "-c", INTERPRETERS + "; echo 0 > /logs/verifier/reward.txt"])
+    assert result.stdout.split() == ["1", "2", "3", "4", "5"], result
+    assert not list((sb.root / "app").glob("ran-*")), "a start-up hook ran inside grading"
+    # the grader's own env is the one way in
+    result, _ = await grade(sb, tmp_path, cmd=["python3", "-c", "import os; print(os.environ['PYTHONPATH'])"],
+                            env={"PYTHONPATH": "/tests/lib"})
+    assert result.stdout == "/tests/lib\n", result

@@ -5,6 +5,7 @@ sandbox (or a real trial whose "solution" is the attack) and then reads what gra
 from __future__ import annotations
 
 import asyncio
+import os
 import textwrap
 from pathlib import Path
 
@@ -222,3 +223,114 @@ async def test_the_graders_python_perl_and_bash_load_no_start_up_hook_the_agent_
     result, _ = await grade(sb, tmp_path, cmd=["python3", "-c", "import os; print(os.environ['PYTHONPATH'])"],
                             env={"PYTHONPATH": "/tests/lib"})
     assert result.stdout == "/tests/lib\n", result
+
+
+# -- the grading phase's network ------------------------------------------------------------------
+
+
+@pytest.fixture
+async def host_port():
+    """A TCP server on the host's loopback: reachable only from a sandbox that shares the host's network."""
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1]
+    server.close()
+
+
+def reach(port: int) -> str:
+    return f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached || echo offline"
+
+
+async def test_set_network_switches_an_offline_agent_phase_to_public_grading_and_back(make, tmp_path, host_port):
+    sb = await make()
+    assert (await sb.exec(reach(host_port))).stdout == "offline\n"
+    await sb.kill_processes()
+    await sb.set_network(tackroom.NetworkPolicy(mode="public"))
+    result, _ = await grade(sb, tmp_path, cmd=["bash", "-c", reach(host_port)])
+    assert result.stdout == "reached\n", result
+    await sb.set_network(tackroom.NetworkPolicy(mode="none"))
+    result, _ = await grade(sb, tmp_path, cmd=["bash", "-c", reach(host_port)])
+    assert result.stdout == "offline\n", result
+
+
+async def test_with_services_kept_only_the_graders_command_gets_the_grading_network(make, tmp_path, host_port):
+    sb = await make()
+    await sb.exec("nohup python3 -c 'import socket, time; s = socket.socket(); s.bind((\"127.0.0.1\", 8080)); "
+                  "s.listen(); time.sleep(1000)' >/dev/null 2>&1 & sleep 0.5")
+    assert len(await sb.kill_processes(keep_listening=True)) == 1
+    await sb.set_network(tackroom.NetworkPolicy(mode="public"))
+    result, _ = await grade(sb, tmp_path, cmd=["bash", "-c", reach(host_port)])
+    assert result.stdout == "reached\n", result
+    assert any("grading ran with the host network" in n for n in sb.notes), sb.notes
+    assert (await sb.exec(reach(host_port))).stdout == "offline\n", "the sandbox itself must stay offline"
+
+
+async def test_a_network_allowlist_is_refused_with_the_modes_local_enforces(make, tmp_path):
+    allowlist = tackroom.NetworkPolicy(mode="allowlist", allowed_hosts=("pypi.org",))
+    sb = await make()
+    await sb.kill_processes()
+    with pytest.raises(tackroom.SandboxError, match="'none' and 'public' only, not 'allowlist'.*pypi.org"):
+        await sb.set_network(allowlist)
+    with pytest.raises(tackroom.SandboxError, match="'none' and 'public' only"):
+        await make({"network": allowlist})
+
+
+# -- exhaustion in the agent's turn ---------------------------------------------------------------
+
+FORK_BOMB = "b() { b | b & }; (b) >/dev/null 2>&1 & sleep 2"
+
+
+async def test_a_fork_bomb_is_killed_by_kill_processes_keep_listening_and_grading_runs(make, tmp_path):
+    sb = await make(pids_limit=64)
+    await sb.exec(FORK_BOMB, timeout=30)
+    assert await sb.kill_processes(keep_listening=True) == []
+    result, dest = await grade(sb, tmp_path)
+    assert result.ok and (dest / "reward.txt").read_text() == "0\n", result
+
+
+async def test_a_listening_fork_bomb_that_holds_every_pid_is_the_models_zero(make, tmp_path):
+    sb = await make(pids_limit=64)
+    bomb = ("nohup python3 -c 'import os, socket, time\ns = socket.socket(); s.bind((\"127.0.0.1\", 8080)); s.listen()\n"
+            "while True:\n    try: os.fork()\n    except OSError: time.sleep(0.01)' >/dev/null 2>&1 & sleep 2")
+    await sb.exec(bomb, timeout=30)
+    kept = await sb.kill_processes(keep_listening=True)
+    assert len(kept) > 50, kept  # every child holds the listening socket
+    with pytest.raises(tackroom.SandboxExhaustedError, match="hold every pid"):
+        await grade(sb, tmp_path)
+    await sb.kill_processes()
+    result, _ = await grade(sb, tmp_path)
+    assert result.ok, "the sandbox must stay usable once they are killed"
+
+
+async def test_a_full_disk_is_the_models_zero_and_the_reward_still_reaches_the_grader(make, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("storage_mb needs root (a loop-mounted filesystem)")
+    sb = await make({"storage_mb": 16})
+    await sb.exec("dd if=/dev/zero of=/app/fill bs=1M 2>/dev/null", timeout=60)
+    await sb.kill_processes()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test.sh").write_text("x" * 100_000)
+    with pytest.raises(tackroom.SandboxExhaustedError, match="filled the sandbox's disk"):
+        await sb.upload(tmp_path / "tests", "/tests/more")
+    with pytest.raises(tackroom.SandboxExhaustedError, match="/logs/verifier is missing and cannot be created.*filled"):
+        await grade(sb, tmp_path)
+    # once its folders exist (the verifier makes them), grading needs no disk: the private copies are tmpfs
+    await sb.exec("rm /app/fill; mkdir -p /tests /logs/verifier; dd if=/dev/zero of=/app/fill bs=1M 2>/dev/null")
+    assert "No space left" in (await sb.exec("echo x > /app/more")).stderr
+    result, dest = await grade(sb, tmp_path)
+    assert result.ok and (dest / "reward.txt").read_text() == "0\n", result
+
+
+async def test_a_huge_sparse_file_keeps_its_holes_on_download_and_upload(make, tmp_path):
+    sb = await make()
+    assert (await sb.exec("truncate -s 2G /app/big && echo tail >> /app/big && printf head | "
+                          "dd of=/app/big conv=notrunc 2>/dev/null")).ok
+    await sb.kill_processes()
+    await sb.download("/app", tmp_path / "app")
+    big = tmp_path / "app" / "big"
+    assert big.stat().st_size == 2 * 1024**3 + 5
+    assert big.stat().st_blocks * 512 < 1024**2, "the download wrote the holes out"
+    with open(big, "rb") as f:
+        assert f.read(4) == b"head" and (f.seek(-5, 2), f.read())[1] == b"tail\n"
+    await sb.upload(big, "/tmp/big-again")
+    again = (sb.root / "tmp" / "big-again").stat()
+    assert again.st_size == big.stat().st_size and again.st_blocks * 512 < 1024**2, "the upload wrote the holes out"

@@ -37,6 +37,7 @@ from tackroom import (
     ExecResult,
     GradingSabotagedError,
     SandboxError,
+    SandboxExhaustedError,
     SandboxTimeoutError,
 )
 from tackroom_local.services import freeze, kill_all_but, resume
@@ -56,7 +57,9 @@ mkdir -m 0700 "$G/home" && chown "$uid:$gid" "$G/home" || exit 120
 i=0
 while [ "$i" -lt "$n" ]; do
     p=$1; shift
-    [ -e "$p" ] || [ -L "$p" ] || @AS_GRADER@ mkdir -p -- "$p" 2>/dev/null
+    if [ ! -e "$p" ] && [ ! -L "$p" ] && ! @AS_GRADER@ mkdir -p -- "$p" 2>/dev/null; then
+        echo "tackroom: $p is missing and cannot be created" >&2; exit 123
+    fi
     if [ -L "$p" ] || [ ! -d "$p" ] || [ "$(readlink -f -- "$p")" != "$p" ]; then
         echo "tackroom: $p is not a plain folder (a link on its path?)" >&2; exit 121
     fi
@@ -191,6 +194,14 @@ class GraderRuns:
                     why = err.decode(errors="replace").strip()[-500:]
                     if code == 121:
                         raise GradingSabotagedError(f"the grader's private folders could not be made: {why}; graded 0")
+                    if code == 123 and self.spec.storage_mb is not None:
+                        raise SandboxExhaustedError(f"{why}: the agent filled the sandbox's disk (storage_mb = "
+                                                    f"{self.spec.storage_mb}); graded 0")
+                    if code == 123:
+                        raise GradingSabotagedError(f"{why}; graded 0")
+                    if (full := self._pids_full()) is not None:
+                        raise SandboxExhaustedError(f"the processes kept from the agent's turn hold every pid the sandbox "
+                                                    f"allows ({full}), so the grader could not start; graded 0")
                     raise SandboxError(f"the grader's command could not be set up (exit {code}): {why}")
                 exit_code = int(said.split()[1])
                 await asyncio.to_thread(self._refreeze, setup_pid, deadline)
@@ -214,6 +225,16 @@ class GraderRuns:
         self._alive()
         return ExecResult(exit_code=exit_code, stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace"),
                           truncated=truncated, duration_s=time.monotonic() - started)  # fmt: skip
+
+    def _pids_full(self) -> str | None:
+        """``"512 of 512"`` when the sandbox's pid cgroup is (nearly) full, else None."""
+        for d in self._cgroups.dirs if self._cgroups is not None else []:
+            with contextlib.suppress(OSError, ValueError):
+                most = (d / "pids.max").read_text().strip()
+                now = int((d / "pids.current").read_text())
+                if most != "max" and now >= int(most) - 2:
+                    return f"{now} of {most}"
+        return None
 
     def _plain(self, path: str) -> str:
         parts = self._parts(path)

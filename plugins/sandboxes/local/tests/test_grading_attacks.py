@@ -301,20 +301,36 @@ async def test_a_listening_fork_bomb_that_holds_every_pid_is_the_models_zero(mak
     assert result.ok, "the sandbox must stay usable once they are killed"
 
 
+FILL_DISK = """
+import os
+os.makedirs("/app/filled", exist_ok=True)
+for size in (1 << 20, 4096, 1):
+    try:
+        while True:
+            with open(f"/app/filled/{os.urandom(6).hex()}", "wb") as f:
+                for _ in range(64):
+                    f.write(b"x" * size); f.flush(); os.fsync(f.fileno())
+    except OSError:
+        pass
+"""
+
+
 async def test_a_full_disk_is_the_models_zero_and_the_reward_still_reaches_the_grader(make, tmp_path):
     if os.geteuid() != 0:
         pytest.skip("storage_mb needs root (a loop-mounted filesystem)")
     sb = await make({"storage_mb": 16})
-    await sb.exec("dd if=/dev/zero of=/app/fill bs=1M 2>/dev/null", timeout=60)
+    fill = "python3 /app/fill.py"  # every block, then every inode
+    (sb.root / "app" / "fill.py").write_text(FILL_DISK)
+    await sb.exec(fill, timeout=60)
     await sb.kill_processes()
+    with pytest.raises(tackroom.SandboxExhaustedError, match="/logs/verifier is missing and cannot be created.*filled"):
+        await grade(sb, tmp_path)
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test.sh").write_text("x" * 100_000)
     with pytest.raises(tackroom.SandboxExhaustedError, match="filled the sandbox's disk"):
         await sb.upload(tmp_path / "tests", "/tests/more")
-    with pytest.raises(tackroom.SandboxExhaustedError, match="/logs/verifier is missing and cannot be created.*filled"):
-        await grade(sb, tmp_path)
     # once its folders exist (the verifier makes them), grading needs no disk: the private copies are tmpfs
-    await sb.exec("rm /app/fill; mkdir -p /tests /logs/verifier; dd if=/dev/zero of=/app/fill bs=1M 2>/dev/null")
+    await sb.exec(f"rm -r /app/filled; mkdir -p /tests /logs/verifier; {fill}", timeout=60)
     assert "No space left" in (await sb.exec("echo x > /app/more")).stderr
     result, dest = await grade(sb, tmp_path)
     assert result.ok and (dest / "reward.txt").read_text() == "0\n", result

@@ -350,3 +350,40 @@ async def test_a_huge_sparse_file_keeps_its_holes_on_download_and_upload(make, t
     await sb.upload(big, "/tmp/big-again")
     again = (sb.root / "tmp" / "big-again").stat()
     assert again.st_size == big.stat().st_size and again.st_blocks * 512 < 1024**2, "the upload wrote the holes out"
+
+
+# -- real trials: a Harbor-style task whose solution starts a server -------------------------------
+
+SERVE = """\
+    echo 42 > /app/answer.txt
+    nohup python3 -m http.server 8000 --bind 127.0.0.1 --directory /app >/dev/null 2>&1 &
+    for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/8000) 2>/dev/null && break; sleep 0.05; done
+    """
+ASK_SERVER = """\
+    got=$(python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:8000/answer.txt").read().decode().strip())')
+    if [ "$got" = 42 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
+    """
+
+
+async def test_a_server_the_solution_started_answers_the_tests_as_under_harbor(tmp_path):
+    result = await run_task(tmp_path, SERVE, ASK_SERVER)
+    assert result.error is None and result.reward == 1.0, result
+    assert any("http.server" in n or "python3: tcp 127.0.0.1:8000" in n for n in result.notes), result.notes
+
+
+async def test_a_hostile_server_kept_into_grading_cannot_write_the_reward(tmp_path):
+    solve = """\
+        echo wrong > /app/answer.txt
+        cat > /app/service.py <<'PY'
+        """ + textwrap.indent(SERVICE, "        ") + """
+        PY
+        nohup python3 /app/service.py >/dev/null 2>&1 &
+        sleep 0.5
+        """
+    test_sh = """\
+        if grep -qx 42 /app/answer.txt; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
+        sleep 1
+        """
+    result = await run_task(tmp_path, solve, test_sh)
+    assert result.error is None and result.reward == 0.0, result
+    assert any("python3: tcp 0.0.0.0:8080" in n for n in result.notes), f"the service was not kept: {result.notes}"

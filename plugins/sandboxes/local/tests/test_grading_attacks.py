@@ -387,3 +387,40 @@ async def test_a_hostile_server_kept_into_grading_cannot_write_the_reward(tmp_pa
     result = await run_task(tmp_path, solve, test_sh)
     assert result.error is None and result.reward == 0.0, result
     assert any("python3: tcp 0.0.0.0:8080" in n for n in result.notes), f"the service was not kept: {result.notes}"
+
+
+# -- run_grader's failure modes ---------------------------------------------------------------------
+
+
+async def test_a_grader_past_its_timeout_is_killed_and_kept_services_frozen_again(make, tmp_path):
+    sb = await make()
+    await sb.exec("nohup python3 -c 'import socket, time; s = socket.socket(); s.bind((\"127.0.0.1\", 8080)); "
+                  "s.listen(); time.sleep(1000)' >/dev/null 2>&1 & sleep 0.5")
+    assert len(await sb.kill_processes(keep_listening=True)) == 1
+    with pytest.raises(tackroom.SandboxTimeoutError, match="timed out after 1"):
+        await grade(sb, tmp_path, cmd=["bash", "-c", "sleep 1000 & sleep 1000"], timeout=1)
+    assert all(proc_state(pid) == "T" for pid in sb._kept)
+    assert set(services.namespace_pids(sb._pidns, skip={sb._child_pid})) == sb._kept, "the grader's processes survived"
+    result, dest = await grade(sb, tmp_path)  # the sandbox stays usable
+    assert result.ok and (dest / "reward.txt").read_text() == "0\n"
+
+
+async def test_a_graders_background_leftovers_are_frozen_when_it_ends(make, tmp_path):
+    sb = await make()
+    await sb.kill_processes()
+    result, _ = await grade(sb, tmp_path, cmd=["bash", "-c", "(while :; do echo x >> /app/late; sleep 0.01; done) "
+                                                                ">/dev/null 2>&1 & sleep 0.2; echo 0 > /logs/verifier/reward.txt"])
+    assert result.ok
+    size = (sb.root / "app" / "late").stat().st_size
+    await asyncio.sleep(0.3)
+    assert (sb.root / "app" / "late").stat().st_size == size, "the grader's background writer kept running"
+
+
+async def test_a_private_folder_the_agent_made_a_link_is_the_models_zero(make, tmp_path):
+    sb = await make()
+    await sb.exec("mkdir -p /tmp/elsewhere /logs && rm -rf /logs/verifier && ln -s /tmp/elsewhere /logs/verifier")
+    await sb.kill_processes()
+    with pytest.raises(tackroom.GradingSabotagedError, match="/logs/verifier is not a plain folder"):
+        await grade(sb, tmp_path)
+    with pytest.raises(ValueError, match="collect='/app' must be one of"):
+        await sb.run_grader(["true"], private=["/tests"], collect="/app", dest=tmp_path / "x")

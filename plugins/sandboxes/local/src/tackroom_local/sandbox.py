@@ -59,7 +59,15 @@ kill_processes
     Kills the keeper: the kernel then kills every process of the pid namespace (background jobs,
     ``setsid``/double-forked daemons, tmux servers, processes that ignore SIGTERM) and bwrap exits only
     once all are reaped; tackroom confirms the cgroup (or, without one, /proc) holds none of them, then
-    starts a fresh bwrap over the same per-trial root. Files stay; ``/dev/shm`` is emptied.
+    starts a fresh bwrap over the same per-trial root. Files stay; ``/dev/shm`` is emptied. With
+    ``keep_listening`` (run as root), every process is stopped first (SIGSTOP), those holding a listening
+    socket stay stopped and every other one is SIGKILLed until none is left (:mod:`~tackroom_local.services`).
+Grading
+    ``run_grader`` runs the grader's command with private tmpfs copies of its folders in a mount namespace
+    of its own, in a user namespace of its own (run as root) that kept services cannot ptrace or reach
+    through ``/proc/PID/root``, with a clean environment; kept services run only for its duration, and the
+    reward folder is copied out of the private copy (:mod:`~tackroom_local.grading`). ``set_network``
+    switches between ``none`` and ``public``; ``allowlist`` is refused by name.
 Cleanup
     Each sandbox writes an owner marker (``<root>.owner.json``, beside the root, out of the agent's
     reach) holding the creating process's pid, start time and boot id, the bwrap's and the keeper's, the
@@ -413,9 +421,10 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
 
     async def restore_image_tools(self, keep: list[str] | None = None) -> list[str]:
         """Nothing to restore: ``/usr`` is the host's, read-only, and ``/`` a read-only tmpfs, so the agent can
-        change no executable or library there (tests/security/test_grading_attacks.py checks it). A tool it
-        planted in a writable root on ``PATH`` is not run by the verifier's commands, whose ``PATH`` is the
-        sandbox's fixed one."""
+        change no executable or library there and add nothing to them (tests/security/test_grading_attacks.py
+        checks it). A tool it planted in a writable root on ``PATH`` is not run by the verifier's commands,
+        whose ``PATH`` is the sandbox's fixed one; the start-up hooks interpreters read from system folders are
+        the host's, and ``run_grader`` starts the grader without the ones in HOME or the environment."""
         return []
 
     async def forward_host_port(self, port: int) -> str:

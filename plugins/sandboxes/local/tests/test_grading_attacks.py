@@ -264,6 +264,19 @@ async def test_with_services_kept_only_the_graders_command_gets_the_grading_netw
     assert (await sb.exec(reach(host_port))).stdout == "offline\n", "the sandbox itself must stay offline"
 
 
+async def test_with_services_kept_a_public_agent_phase_grades_offline_with_only_loopback(make, tmp_path, host_port):
+    sb = await make({"network": tackroom.NetworkPolicy(mode="public")})
+    await sb.exec("nohup python3 -c 'import socket, time; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); "
+                  "s.listen(); time.sleep(1000)' >/dev/null 2>&1 & sleep 0.5")
+    assert len(await sb.kill_processes(keep_listening=True)) == 1
+    await sb.set_network(tackroom.NetworkPolicy(mode="none"))
+    script = (f"{reach(host_port)}; ls /sys/class/net 2>/dev/null; tail -n +3 /proc/net/dev | cut -d: -f1; "
+              "python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); s.listen(); "
+              "socket.create_connection(s.getsockname()); print(\"loopback\")'")
+    result, _ = await grade(sb, tmp_path, cmd=["bash", "-c", script])
+    assert result.stdout.split() == ["offline", "lo", "loopback"], result
+
+
 async def test_a_network_allowlist_is_refused_with_the_modes_local_enforces(make, tmp_path):
     allowlist = tackroom.NetworkPolicy(mode="allowlist", allowed_hosts=("pypi.org",))
     sb = await make()

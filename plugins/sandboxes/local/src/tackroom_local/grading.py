@@ -52,6 +52,7 @@ SETUP = r"""
 set -u
 uid=$1; gid=$2; n=$3; shift 3
 G=@GRADER_DIR@
+@NET_UP@
 mount -t tmpfs -o mode=0755,nosuid,nodev tackroom-grader "$G" || exit 120
 mkdir -m 0700 "$G/home" && chown "$uid:$gid" "$G/home" || exit 120
 i=0
@@ -140,6 +141,7 @@ class GraderRuns:
             become = drop
         script = cmd if isinstance(cmd, str) else " ".join(shlex.quote(c) for c in cmd)
         setup = (SETUP.replace("@GRADER_DIR@", GRADER_DIR)
+                 .replace("@NET_UP@", "ip link set lo up 2>/dev/null" if net == "empty" else ":")
                  .replace("@AS_GRADER@", " ".join(shlex.quote(a) for a in as_grader)))  # fmt: skip
         return [
             *self._prefix(), *enter, *unshare, "--", inside["env"], "-i", f"PATH={DEFAULT_PATH}",

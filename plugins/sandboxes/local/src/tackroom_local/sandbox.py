@@ -327,6 +327,7 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
         self._alive()
         if not self._kept:
             if online != self._online:
+                await self._close_forwards()
                 async with self._lock:
                     self._ready.clear()
                     try:

@@ -64,13 +64,16 @@ def stopped(pid: int) -> bool:
 def freeze(pidns: int | None, skip: set[int], deadline: float) -> set[int]:
     """SIGSTOP every process of the namespace but ``skip`` until all are stopped; returns them.
 
-    A process may fork between the listing and its stop: the listing is taken again until one finds nothing
-    new that is still running. A process in the kernel (state D) stops when it returns."""
+    A process may fork between the listing and its stop: the listing is taken again until two in a row find
+    the same processes, all stopped (a stopped process forks nothing). A process in the kernel (state D)
+    stops when it returns."""
+    last: set[int] | None = None
     while True:
         pids = namespace_pids(pidns, skip=skip)
         running = [p for p in pids if not stopped(p)]
-        if not running:
+        if not running and pids == last:
             return pids
+        last = pids
         for pid in running:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGSTOP)

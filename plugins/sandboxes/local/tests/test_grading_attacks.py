@@ -133,6 +133,13 @@ def proc_state(pid: int) -> str:
     return raw[raw.rfind(b")") + 2 :][:1].decode()
 
 
+async def test_unprivileged_the_sandbox_keeps_no_services_and_says_why(make):
+    sb = await make()
+    sb.uid = None  # what an unprivileged tackroom has: the sandbox's root is the invoking user
+    with pytest.raises(NotImplementedError, match="only when tackroom runs as root.*/proc/PID/root"):
+        await sb.kill_processes(keep_listening=True)
+
+
 async def test_a_kept_service_runs_only_while_grading_and_cannot_reach_the_graders_folders(make, tmp_path):
     sb = await make()
     (sb.root / "app" / "service.py").write_text(SERVICE)

@@ -11,11 +11,13 @@ The command enters the sandbox's namespaces like ``exec``, then:
    read, e.g. a folder the agent made unreadable, is not copied), then bound over the folder. No other
    process of the sandbox sees these mounts.
 3. Kept services are resumed (tackroom sends SIGCONT once the private view exists).
-4. The command runs as the sandbox's root but, run as root, in a user namespace of its own whose group is
-   a fresh host gid: the services (same host uid, the sandbox's gid) can neither ptrace it nor open its
-   ``/proc/PID/root``, ``cwd`` or ``fd``, so they cannot reach its private folders. Every capability is
-   dropped; the environment is ``env -i`` with a fresh HOME, ``PYTHONNOUSERSITE=1`` and none of the
-   interpreters' start-up variables; bash starts with ``--noprofile --norc``.
+4. The command runs as the sandbox's root but, run as root, in a user namespace of its own (a sibling of
+   the sandbox's) whose group is a fresh host gid: the kernel refuses ptrace-mode access from another user
+   namespace without ``CAP_SYS_PTRACE`` there, and the gids differ, so the services (same host uid) can
+   neither ptrace it nor open its ``/proc/PID/root``, ``cwd`` or ``fd``: they cannot reach its private
+   folders. Every capability is dropped; the environment is ``env -i`` with a fresh HOME,
+   ``PYTHONNOUSERSITE=1`` and none of the interpreters' start-up variables; bash starts with
+   ``--noprofile --norc``.
 5. When it ends, tackroom freezes every process of the sandbox again and copies the private copy of
    ``collect`` to ``dest`` through ``/proc/PID/root`` of the set-up shell (regular files and folders,
    never following a link); the sandbox's own ``collect`` folder is never read.
@@ -66,7 +68,7 @@ while [ "$i" -lt "$n" ]; do
     fi
     mkdir -m 0755 "$G/$i" && chown "$uid:$gid" "$G/$i" || exit 120
     @AS_GRADER@ cp -a -- "$p/." "$G/$i/" 2>/dev/null
-    chmod -R u+rwX "$G/$i"
+    chmod -R u+rwX "$G/$i"  # the grader owns its copy and, without capabilities, must be able to write it
     mount --bind "$G/$i" "$p" || exit 120
     i=$((i + 1))
 done

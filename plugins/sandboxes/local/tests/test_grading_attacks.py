@@ -97,6 +97,17 @@ async def test_the_grader_writes_into_a_private_reward_folder_whatever_the_agent
     assert (sb.root / "logs" / "verifier" / "reward.txt").read_text() == "1\n"
 
 
+async def test_the_reward_folder_comes_out_as_regular_files_and_folders_only(make, tmp_path):
+    sb = await make()
+    await sb.kill_processes()
+    script = ("cd /logs/verifier && ln -s /etc/passwd reward.txt && ln -s sub/x.json inside.json && mkfifo pipe && "
+              "mkdir sub && echo '{}' > sub/x.json && truncate -s 1G sparse")
+    result, dest = await grade(sb, tmp_path, cmd=["bash", "-c", script])
+    assert result.ok, result
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")) == ["sparse", "sub", "sub/x.json"]
+    assert (dest / "sparse").stat().st_blocks == 0
+
+
 # -- services kept into grading ---------------------------------------------------------------
 
 SERVICE = r'''

@@ -402,6 +402,21 @@ async def test_a_server_the_solution_started_answers_the_tests_as_under_harbor(t
     assert any("http.server" in n or "python3: tcp 127.0.0.1:8000" in n for n in result.notes), result.notes
 
 
+async def test_a_server_on_port_80_binds_in_the_sandboxs_own_network_only(make, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("run as root only: the sandbox's network namespace is the host user namespace's to configure")
+    host_start = Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text()
+    sb = await make()
+    await sb.exec("echo 42 > /app/answer.txt; nohup python3 -m http.server 80 --bind 127.0.0.1 --directory /app "
+                  ">/dev/null 2>&1 & sleep 0.5")
+    kept = await sb.kill_processes(keep_listening=True)
+    assert any("tcp 127.0.0.1:80" in line for line in kept), kept
+    result, _ = await grade(sb, tmp_path, cmd=["python3", "-c", "import urllib.request; "
+                                               "print(urllib.request.urlopen('http://127.0.0.1/answer.txt').read())"])
+    assert result.stdout == "b'42\\n'\n", result
+    assert Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text() == host_start
+
+
 async def test_a_hostile_server_kept_into_grading_cannot_write_the_reward(tmp_path):
     solve = """\
         echo wrong > /app/answer.txt

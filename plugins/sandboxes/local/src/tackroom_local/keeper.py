@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import threading
 from pathlib import Path
 
 from tackroom import SandboxError, SandboxTimeoutError
@@ -53,6 +54,25 @@ def copy_keeper(root: Path) -> Path:
     os.chmod(path, 0o111)
     return path
 
+
+
+def open_low_ports(pid: int) -> None:
+    """Let the sandbox's own network namespace bind ports below 1024 without a capability (a server a task's
+    solution starts on port 80, as it would as root in a container). Run as root, from a thread of its own:
+    ``setns`` moves only the calling thread, and a thread of the pool would stay in that namespace."""
+
+    def run() -> None:
+        with contextlib.suppress(OSError):
+            fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.setns(fd, os.CLONE_NEWNET)
+            finally:
+                os.close(fd)
+            Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").write_text("0")
+
+    thread = threading.Thread(target=run, name="tackroom-local-ports")
+    thread.start()
+    thread.join()
 
 
 async def read_info(fd: int) -> str:
@@ -158,6 +178,8 @@ class NamespaceKeeper:
             for pid in (self._proc.pid, self._child_pid):
                 with contextlib.suppress(OSError):
                     Path(f"/proc/{pid}/oom_score_adj").write_text("-1000")
+            if not self._online:
+                open_low_ports(self._child_pid)
         if self._stopped:  # stop() ran while this keeper was starting (kill_processes racing a teardown)
             await self._end_namespace(10)
             raise SandboxError("the sandbox was stopped while kill_processes() restarted it")

@@ -218,3 +218,39 @@ async def test_the_kit_fails_a_sandbox_whose_tools_the_agent_can_change(tmp_path
     report = await run_sandbox_checks(provider_of(NoRestoreWritableUsr), skip=skip_all_but("tampered_tools"))
     (result,) = [r for r in report.results if r.name == "tampered_tools"]
     assert not result.passed and "cannot restore the image's tools" in result.message, result
+
+
+GRADER = {"startup_hooks", "reward_prefill", "kept_services", "set_network"}
+
+
+async def test_the_local_sandbox_holds_against_the_grader_isolation_checks(tmp_path):
+    report = await run_sandbox_checks(LocalSandboxProvider({"root_dir": str(tmp_path)}), skip=skip_all_but(*GRADER))
+    results = {r.name: r for r in report.results if r.name in GRADER}
+    if os.geteuid() != 0:  # unprivileged, local keeps no services (NotImplementedError): skipped with the reason
+        assert results.pop("kept_services").skipped
+    assert {n: (r.passed, r.message) for n, r in results.items()} == {n: (True, "") for n in results}
+    # /usr is the host's, read-only: nothing to add tools to or shadow with, and the kit says so
+    report = await run_sandbox_checks(LocalSandboxProvider({"root_dir": str(tmp_path)}),
+                                      skip=skip_all_but("added_tools_survive", "shadowed_shell"))
+    assert all(r.skipped for r in report.results if r.name in ("added_tools_survive", "shadowed_shell"))
+
+
+class SharedGrader(LocalSandbox):
+    """The grader runs as a plain exec in the sandbox's own folders (core's default run_grader) with the
+    sandbox's environment, and kept services are never frozen."""
+
+    async def run_grader(self, cmd, *, private, collect, dest, cwd=None, env=None, timeout=600.0):
+        from tackroom_local import services
+
+        services.resume(self._kept)
+        result = await self.exec(cmd, cwd=cwd, env=env, timeout=timeout)
+        await self.download(collect, dest)
+        return result
+
+
+async def test_the_grader_isolation_checks_fail_when_the_grader_shares_the_sandboxs_folders():
+    checks = ("startup_hooks", "kept_services")
+    report = await run_sandbox_checks(provider_of(SharedGrader), skip=skip_all_but(*checks))
+    failed = {r.name: r.message for r in report.failures}
+    assert set(failed) == set(checks) - ({"kept_services"} if os.geteuid() != 0 else set()), failed
+    assert "start-up hooks the agent planted ran inside the grader's command" in failed["startup_hooks"]

@@ -16,12 +16,13 @@ import shutil
 import signal
 import socket
 import tempfile
+import threading
 from pathlib import Path
 
 from tackroom import SandboxError, SandboxTimeoutError
 from tackroom_local.cgroups import start_time
 from tackroom_local.markers import write_json
-from tackroom_local.view import DEFAULT_PATH, INSTALL_HINT, mount_args
+from tackroom_local.view import DEFAULT_PATH, GRADER_DIR, INSTALL_HINT, mount_args
 
 KEEPER_PATH = "/.tackroom-keeper"
 KEEPER_SCRIPT = (
@@ -55,6 +56,25 @@ def copy_keeper(root: Path) -> Path:
 
 
 
+def open_low_ports(pid: int) -> None:
+    """Let the sandbox's own network namespace bind ports below 1024 without a capability (a server a task's
+    solution starts on port 80, as it would as root in a container). Run as root, from a thread of its own:
+    ``setns`` moves only the calling thread, and a thread of the pool would stay in that namespace."""
+
+    def run() -> None:
+        with contextlib.suppress(OSError):
+            fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.setns(fd, os.CLONE_NEWNET)
+            finally:
+                os.close(fd)
+            Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").write_text("0")
+
+    thread = threading.Thread(target=run, name="tackroom-local-ports")
+    thread.start()
+    thread.join()
+
+
 async def read_info(fd: int) -> str:
     """Read bwrap's --info-fd JSON; stop at the first complete object or EOF (bwrap died)."""
     loop = asyncio.get_running_loop()
@@ -85,7 +105,7 @@ class NamespaceKeeper:
             "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "0", "--gid", "0", "--die-with-parent",
             "--new-session", "--clearenv", "--hostname", "sandbox", "--cap-drop", "ALL", "--as-pid-1",
         ]  # fmt: skip
-        if self.spec.allow_internet:
+        if self._online:
             flags.append("--share-net")
         return flags
 
@@ -107,7 +127,7 @@ class NamespaceKeeper:
             argv += [self._tools["setpriv"], f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
         argv += [self._tools["bwrap"], *self._isolation_flags()]
         argv += ["--proc", "/proc", "--dev", "/dev", *mount_args(self._view, remap)]
-        argv += ["--ro-bind", keeper, KEEPER_PATH, "--remount-ro", "/"]
+        argv += ["--ro-bind", keeper, KEEPER_PATH, "--dir", GRADER_DIR, "--remount-ro", "/"]
         argv += ["--setenv", "PATH", DEFAULT_PATH, "--chdir", "/", "--info-fd", str(info_w)]
         argv += [KEEPER_PATH, "-c", KEEPER_SCRIPT.format(info=info_w, sock=sock)]
         errors = tempfile.TemporaryFile()
@@ -158,6 +178,8 @@ class NamespaceKeeper:
             for pid in (self._proc.pid, self._child_pid):
                 with contextlib.suppress(OSError):
                     Path(f"/proc/{pid}/oom_score_adj").write_text("-1000")
+            if not self._online:
+                open_low_ports(self._child_pid)
         if self._stopped:  # stop() ran while this keeper was starting (kill_processes racing a teardown)
             await self._end_namespace(10)
             raise SandboxError("the sandbox was stopped while kill_processes() restarted it")

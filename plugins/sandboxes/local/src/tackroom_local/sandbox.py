@@ -59,7 +59,15 @@ kill_processes
     Kills the keeper: the kernel then kills every process of the pid namespace (background jobs,
     ``setsid``/double-forked daemons, tmux servers, processes that ignore SIGTERM) and bwrap exits only
     once all are reaped; tackroom confirms the cgroup (or, without one, /proc) holds none of them, then
-    starts a fresh bwrap over the same per-trial root. Files stay; ``/dev/shm`` is emptied.
+    starts a fresh bwrap over the same per-trial root. Files stay; ``/dev/shm`` is emptied. With
+    ``keep_listening`` (run as root), every process is stopped first (SIGSTOP), those holding a listening
+    socket stay stopped and every other one is SIGKILLed until none is left (:mod:`~tackroom_local.services`).
+Grading
+    ``run_grader`` runs the grader's command with private tmpfs copies of its folders in a mount namespace
+    of its own, in a user namespace of its own (run as root) that kept services cannot ptrace or reach
+    through ``/proc/PID/root``, with a clean environment; kept services run only for its duration, and the
+    reward folder is copied out of the private copy (:mod:`~tackroom_local.grading`). ``set_network``
+    switches between ``none`` and ``public``; ``allowlist`` is refused by name.
 Cleanup
     Each sandbox writes an owner marker (``<root>.owner.json``, beside the root, out of the agent's
     reach) holding the creating process's pid, start time and boot id, the bwrap's and the keeper's, the
@@ -97,6 +105,7 @@ from pydantic import Field
 
 from tackroom import (
     ExecResult,
+    NetworkPolicy,
     PluginOptions,
     Sandbox,
     SandboxError,
@@ -107,6 +116,7 @@ from tackroom import (
 )
 from tackroom_local.cgroups import Cgroups, cgroup_parents, start_time, sweep_cgroups
 from tackroom_local.dockerfile import DockerfileSteps
+from tackroom_local.grading import GraderRuns
 from tackroom_local.keeper import STAGE_DIR, NamespaceKeeper, copy_keeper, tool
 from tackroom_local.limits import SandboxLimits
 from tackroom_local.markers import (
@@ -119,6 +129,7 @@ from tackroom_local.markers import (
     unmount_disk,
     write_json,
 )
+from tackroom_local.services import describe, freeze, holders, kill_all_but, listening_sockets
 from tackroom_local.transfers import ViewTransfers
 from tackroom_local.view import DEFAULT_PATH, WRITABLE_ROOTS, Dir, build_view, inside_path, searchable_by_all
 from tackroom_sandbox_kit import NamespaceForwards, run_process
@@ -149,7 +160,7 @@ class LocalSandboxOptions(PluginOptions):
     )  # fmt: skip
 
 
-class LocalSandbox(DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimits, NamespaceForwards, Sandbox):
+class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimits, NamespaceForwards, Sandbox):
     """A bubblewrap sandbox; see the module docstring. Its jobs live beside it: launching bwrap and the keeper
     (:mod:`~tackroom_local.keeper`), limits (:mod:`~tackroom_local.limits`), the Dockerfile
     (:mod:`~tackroom_local.dockerfile`), transfers (:mod:`~tackroom_local.transfers`) and owner markers
@@ -184,6 +195,13 @@ class LocalSandbox(DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimit
         self._ready = asyncio.Event()
         self._ready.set()
         self._lock = asyncio.Lock()
+        self._online = bool(spec.allow_internet)
+        """Whether the sandbox's namespaces share the host's network (the agent phase's policy, then set_network's)."""
+        self._kept: set[int] = set()
+        """Host pids of the services kill_processes(keep_listening=True) kept, frozen."""
+        self._grader_net: Literal["sandbox", "host", "empty"] = "sandbox"
+        """The grader's network while services are kept: the sandbox's, the host's, or an empty one."""
+        self._agent_done = False
 
     @property
     def marker(self) -> Path:
@@ -196,6 +214,8 @@ class LocalSandbox(DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimit
             return
         if self._stopped:
             raise SandboxError("this sandbox was stopped; create a new one")
+        if self.spec.network.mode not in ENFORCED_NETWORK:
+            raise network_refused(self.spec.network)
         try:
             self._tools = {
                 "bwrap": tool(self.options.bwrap, "bubblewrap makes the namespaces"),
@@ -240,28 +260,90 @@ class LocalSandbox(DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimit
             self._stage = STAGE_DIR
             self._tools["unshare"] = tool("unshare", "it stages a root_dir the sandbox's uid cannot pass through")
         self._view = build_view(self.root)
-        self._inside = {name: inside_path(name, self._view) for name in ("setpriv", "env", "bash")}
+        self._inside = {name: inside_path(name, self._view) for name in ("setpriv", "env", "bash", "sh", "unshare")}
         self._setup_limits()
 
-    async def kill_processes(self, *, timeout: float = 10.0) -> None:
-        """Kill the pid namespace (see the module docstring), confirm it is empty, start a fresh keeper."""
+    async def kill_processes(self, *, timeout: float = 10.0, keep_listening: bool = False) -> list[str]:
+        """End of the agent's turn (see the module docstring). ``keep_listening``: the processes holding a listening
+        socket stay, frozen (:mod:`~tackroom_local.services`); one line per kept process is returned."""
         self._alive()
+        if keep_listening and self.uid is None:
+            raise NotImplementedError(
+                "the local sandbox keeps services into grading only when tackroom runs as root: unprivileged, the "
+                "grader would share the services' uid and gid, so a service could reach the grader's private folders "
+                "through /proc/PID/root"
+            )
+        self._agent_done = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         await self._close_forwards()
         async with self._lock:
             self._ready.clear()
             try:
-                pidns = self._pidns
-                await self._end_namespace(timeout)
-                while left := self._leftovers(pidns):  # host-side nsenter parents exit right after their children
-                    if loop.time() > deadline:
-                        raise SandboxError(f"processes survived kill_processes(): host pids {sorted(left)} are still "
-                                           "alive in the sandbox")
-                    await asyncio.sleep(0.002)
-                await self._launch(max(1.0, deadline - loop.time()))
+                if keep_listening:
+                    kept = await asyncio.to_thread(self._keep_services, deadline)
+                    if kept:
+                        return kept
+                await self._restart(deadline)
+                return []
             finally:
                 self._ready.set()
+
+    def _keep_services(self, deadline: float) -> list[str]:
+        """Freeze every process, kill those that hold no listening socket; [] when none holds one."""
+        assert self._child_pid is not None
+        keeper = {self._child_pid}
+        try:
+            frozen = freeze(self._pidns, keeper, deadline)
+            held = holders(frozen, listening_sockets(self._child_pid))
+            if held:
+                kill_all_but(self._pidns, keeper | set(held), deadline)
+        except TimeoutError as exc:
+            raise SandboxError(f"processes survived kill_processes(keep_listening=True): {exc}") from None
+        self._kept = set(held)
+        return [describe(pid, held[pid]) for pid in sorted(held)]
+
+    async def _restart(self, deadline: float) -> None:
+        """End the pid namespace, confirm it is empty, start a fresh keeper (with the network of ``_online``)."""
+        loop = asyncio.get_running_loop()
+        pidns = self._pidns
+        await self._end_namespace(max(1.0, deadline - loop.time()))
+        self._kept = set()
+        self._grader_net = "sandbox"
+        while left := self._leftovers(pidns):  # host-side nsenter parents exit right after their children
+            if loop.time() > deadline:
+                raise SandboxError(f"processes survived kill_processes(): host pids {sorted(left)} are still "
+                                   "alive in the sandbox")
+            await asyncio.sleep(0.002)
+        await self._launch(max(1.0, deadline - loop.time()))
+
+    async def set_network(self, policy: NetworkPolicy, *, timeout: float = 60.0) -> None:
+        """Between the agent's phase and grading: ``none`` or ``public`` from now on. With no service kept, the
+        (empty) namespaces restart with that network; with services kept, they keep theirs and the grader's
+        command gets the policy's (run as root: the host's network, or an empty one)."""
+        if policy.mode not in ENFORCED_NETWORK:
+            raise network_refused(policy)
+        online = policy.mode == "public"
+        self._alive()
+        if not self._kept:
+            if online != self._online:
+                await self._close_forwards()
+                async with self._lock:
+                    self._ready.clear()
+                    try:
+                        self._online = online
+                        await self._restart(asyncio.get_running_loop().time() + timeout)
+                    finally:
+                        self._ready.set()
+            return
+        if online == self._online:
+            self._grader_net = "sandbox"
+            return
+        self._grader_net = "host" if online else "empty"
+        self.notes.append(
+            f"local sandbox: grading ran with {'the host' if online else 'no'} network while the services kept from "
+            "the agent's phase stayed in the sandbox's own network namespace; the grader could not reach them there"
+        )
 
     async def stop(self) -> None:
         self._stopped = True
@@ -340,13 +422,14 @@ class LocalSandbox(DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimit
 
     async def restore_image_tools(self, keep: list[str] | None = None) -> list[str]:
         """Nothing to restore: ``/usr`` is the host's, read-only, and ``/`` a read-only tmpfs, so the agent can
-        change no executable or library there (tests/security/test_grading_attacks.py checks it). A tool it
-        planted in a writable root on ``PATH`` is not run by the verifier's commands, whose ``PATH`` is the
-        sandbox's fixed one."""
+        change no executable or library there and add nothing to them (tests/security/test_grading_attacks.py
+        checks it). A tool it planted in a writable root on ``PATH`` is not run by the verifier's commands,
+        whose ``PATH`` is the sandbox's fixed one; the start-up hooks interpreters read from system folders are
+        the host's, and ``run_grader`` starts the grader without the ones in HOME or the environment."""
         return []
 
     async def forward_host_port(self, port: int) -> str:
-        if self.spec.allow_internet:
+        if self._online:
             return f"http://127.0.0.1:{port}"  # the sandbox shares the host's network
         await self._wait_ready(30)
         self._alive()
@@ -354,13 +437,24 @@ class LocalSandbox(DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimit
         return await self._open_forward(self._child_pid, port, enter_user=True)
 
     async def expose(self, port: int) -> str:
-        if not self.spec.allow_internet:
+        if not self._online:
             raise SandboxError(
                 "the local sandbox shares no network with the host unless the task allows it "
                 "([environment] allow_internet = true); talk to servers inside it through exec (stdio) instead"
             )
         return f"http://127.0.0.1:{port}"
 
+
+
+ENFORCED_NETWORK = ("none", "public")
+
+
+def network_refused(policy: NetworkPolicy) -> SandboxError:
+    return SandboxError(
+        f"the local sandbox enforces the network modes 'none' and 'public' only, not {policy.mode!r} (allowed_hosts "
+        f"{list(policy.allowed_hosts)}): it has no egress filter. Use a sandbox that enforces allowlists, or set the "
+        "task's network_mode to 'public' or 'no-network'"
+    )
 
 
 def _quote(s: str) -> str:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tackroom import SandboxError, SandboxPathError, SandboxTimeoutError
+from tackroom import SandboxError, SandboxExhaustedError, SandboxPathError, SandboxTimeoutError, TaskError
 from tackroom_local.view import O_READ, Deadline, Walk
 
 
@@ -119,7 +119,18 @@ class ViewTransfers:
         except (SandboxError, FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise
         except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT) and self.spec.storage_mb is not None:
+                raise self._disk_full(what, exc) from exc
             raise SandboxError(f"{what} failed: {exc}") from exc
+
+    def _disk_full(self, what: str, exc: OSError) -> Exception:
+        """The sandbox's disk (``storage_mb``) is full: after the agent's turn, its doing (reward 0); before it, the
+        task's files do not fit."""
+        if self._agent_done:
+            return SandboxExhaustedError(f"the agent filled the sandbox's disk (storage_mb = {self.spec.storage_mb}), so "
+                                         f"{what} failed ({exc.strerror}); graded 0")
+        return TaskError(f"{what} does not fit in the task's storage_mb = {self.spec.storage_mb} ({exc.strerror}); "
+                         "raise storage_mb in task.toml")
 
     async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
         source = Path(source)

@@ -21,6 +21,8 @@ from tackroom import SandboxError, SandboxPathError
 from tackroom_sandbox_kit import open_host_dir
 
 WRITABLE_ROOTS = ("app", "logs", "tests", "solution", "tmp", "root", "home", "workspace", "data", "output", "srv", "opt")
+GRADER_DIR = "/.tackroom-grader"
+"""An empty folder of bwrap's read-only root, where each grader's private tmpfs is mounted (tackroom_local.grading)."""
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ETC_FILES = (
     "passwd", "group", "hosts", "host.conf", "resolv.conf", "nsswitch.conf", "gai.conf",
@@ -378,9 +380,31 @@ class Walk:
         raise SandboxError(f"{self.path!r} kept changing during the transfer")
 
     def _copy(self, src: int, dst: int) -> None:
-        while chunk := os.read(src, _CHUNK):
+        """Copy a regular file's data; its holes stay holes (a sparse file of any size costs only its data)."""
+        size = os.fstat(src).st_size
+        pos = 0
+        while pos < size:
+            try:
+                start = os.lseek(src, pos, os.SEEK_DATA)
+                end = os.lseek(src, start, os.SEEK_HOLE)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # nothing but a hole after pos
+                    break
+                start, end = pos, size  # no SEEK_DATA here: copy it all
+            os.lseek(src, start, os.SEEK_SET)
+            os.lseek(dst, start, os.SEEK_SET)
+            self._copy_range(src, dst, end - start)
+            pos = end
+        os.ftruncate(dst, size)  # the size read first: a file still growing is copied as it was then
+
+    def _copy_range(self, src: int, dst: int, count: int) -> None:
+        while count > 0:
+            chunk = os.read(src, min(_CHUNK, count))
+            if not chunk:
+                return
             if time.monotonic() > self.deadline:
                 raise Deadline
+            count -= len(chunk)
             view = memoryview(chunk)
             while view:
                 view = view[os.write(dst, view) :]
@@ -456,7 +480,9 @@ class Walk:
         raise SandboxError(f"{self.path!r} kept changing during the transfer")
 
     # -- reading --------------------------------------------------------------------
-    def get_tree(self, src: int, dst: int, depth: int) -> None:
+    def get_tree(self, src: int, dst: int, depth: int, *, links: bool = True) -> None:
+        """Copy the folder ``src`` into the host folder ``dst``: folders and regular files; a link only when
+        ``links`` and it stays inside the copy; never a special file."""
         with os.scandir(src) as it:
             names = sorted(e.name for e in it)
         for name in names:
@@ -473,7 +499,7 @@ class Walk:
                 try:
                     host = open_host_dir(dst, name)
                     try:
-                        self.get_tree(sub, host, depth + 1)
+                        self.get_tree(sub, host, depth + 1, links=links)
                     finally:
                         os.close(host)
                 finally:
@@ -489,7 +515,7 @@ class Walk:
                         self._host_put(fd, got, dst, name)
                 finally:
                     os.close(fd)
-            elif stat.S_ISLNK(st.st_mode):
+            elif stat.S_ISLNK(st.st_mode) and links:
                 target = os.readlink(name, dir_fd=src)
                 if _link_stays_inside(target, depth):
                     tmp = f".tackroom-dl-{secrets.token_hex(6)}"

@@ -1,0 +1,160 @@
+"""Services kept into grading: the processes of a sandbox that hold a listening socket, frozen with SIGSTOP.
+
+``kill_processes(keep_listening=True)`` freezes every process of the sandbox's pid namespace (a stopped
+process cannot fork, write or signal), keeps those holding a listening socket (TCP listen, bound UDP, a
+listening unix stream or seqpacket socket) and SIGKILLs the rest until none is left. Only tackroom sends
+SIGCONT, for the duration of the grader's command (:mod:`tackroom_local.grading`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+_UNIX_LISTENING = 0x10000
+"""``__SO_ACCEPTCON`` in /proc/net/unix's Flags column."""
+_UNIX_TYPES = {1: "unix", 5: "unix-seqpacket"}
+"""SOCK_STREAM and SOCK_SEQPACKET; a listening datagram socket does not exist."""
+
+
+@dataclass(frozen=True)
+class Listener:
+    kind: str
+    address: str
+
+
+def namespace_pids(pidns: int | None, *, skip: set[int]) -> set[int]:
+    """Host pids of the live processes in the pid namespace ``pidns`` (zombies are dead), but ``skip``."""
+    found: set[int] = set()
+    if pidns is None:
+        return found
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in skip:
+            continue
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{entry.name}/ns/pid") == f"pid:[{pidns}]" and state(int(entry.name)) not in "ZX":
+                found.add(int(entry.name))
+    return found
+
+
+def state(pid: int, tid: int | None = None) -> str:
+    """The one-letter state of a process (or one of its threads); ``X`` when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return "X"
+    return raw[raw.rfind(b")") + 2 :][:1].decode() or "X"
+
+
+def stopped(pid: int) -> bool:
+    """Every thread of ``pid`` is stopped (``T``, or ``t`` under a tracer) or dead."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return True
+    return all(state(pid, tid) in "TtZX" for tid in tids)
+
+
+def freeze(pidns: int | None, skip: set[int], deadline: float) -> set[int]:
+    """SIGSTOP every process of the namespace but ``skip`` until all are stopped; returns them.
+
+    A process may fork between the listing and its stop: the listing is taken again until two in a row find
+    the same processes, all stopped (a stopped process forks nothing). A process in the kernel (state D)
+    stops when it returns."""
+    last: set[int] | None = None
+    while True:
+        pids = namespace_pids(pidns, skip=skip)
+        running = [p for p in pids if not stopped(p)]
+        if not running and pids == last:
+            return pids
+        last = pids
+        for pid in running:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"host pids {sorted(running)} did not stop")
+        time.sleep(0.001)
+
+
+def resume(pids: set[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def kill_all_but(pidns: int | None, keep: set[int], deadline: float) -> None:
+    """SIGKILL every process of the namespace but ``keep`` until none is left (they are stopped: none forks)."""
+    while left := namespace_pids(pidns, skip=keep):
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"host pids {sorted(left)} are still alive after SIGKILL")
+        time.sleep(0.001)
+
+
+def listening_sockets(netns_pid: int) -> dict[int, Listener]:
+    """{socket inode: what it listens on} in the network namespace of ``netns_pid``."""
+    found: dict[int, Listener] = {}
+    for proto, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6), ("udp", socket.AF_INET),
+                          ("udp6", socket.AF_INET6)):  # fmt: skip
+        try:
+            lines = Path(f"/proc/{netns_pid}/net/{proto}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10:
+                continue
+            local, st, inode = fields[1], int(fields[3], 16), int(fields[9])
+            host, port = local.split(":")
+            # TCP_LISTEN; a bound, unconnected UDP socket is TCP_CLOSE (7) with a port
+            if (proto.startswith("tcp") and st == 0x0A) or (proto.startswith("udp") and st == 7 and int(port, 16)):
+                found[inode] = Listener(proto.rstrip("6"), f"{_address(host, family)}:{int(port, 16)}")
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{netns_pid}/net/unix").read_text().splitlines()[1:]:
+            fields = line.split()
+            if len(fields) < 7:
+                continue
+            flags, kind, inode = int(fields[3], 16), int(fields[4], 16), int(fields[6])
+            if flags & _UNIX_LISTENING and kind in _UNIX_TYPES:
+                found[inode] = Listener(_UNIX_TYPES[kind], fields[7] if len(fields) > 7 else "(unnamed)")
+    return found
+
+
+def _address(hex_host: str, family: int) -> str:
+    raw = bytes.fromhex(hex_host)
+    # /proc/net prints each 32-bit word in host (little-endian) order
+    raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    return str(ipaddress.ip_address(raw)) if family == socket.AF_INET else f"[{ipaddress.ip_address(raw)}]"
+
+
+def holders(pids: set[int], sockets: dict[int, Listener]) -> dict[int, list[Listener]]:
+    """{pid: the listening sockets it holds} for the processes of ``pids`` that hold one."""
+    held: dict[int, list[Listener]] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if link.startswith("socket:[") and (found := sockets.get(int(link[8:-1]))) is not None:
+                        if found not in held.setdefault(pid, []):
+                            held[pid].append(found)
+    return held
+
+
+def describe(pid: int, listeners: list[Listener]) -> str:
+    """``pid 12 nginx: tcp 0.0.0.0:80`` with the pid as the sandbox sees it."""
+    inner, comm = str(pid), "?"
+    with contextlib.suppress(OSError):
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                inner = line.split()[-1]
+    return f"pid {inner} {comm}: " + ", ".join(f"{x.kind} {x.address}" for x in listeners)

@@ -83,7 +83,22 @@ async def test_grading_switches_to_its_own_network_after_the_agent(tmp_path):
     result = await run(tmp_path / "a", task_of(tmp_path / "a", **toml), SeesItsSpec())
     assert SeesItsSpec.specs[0].network == NetworkPolicy() and SeesItsSpec.switched == [NetworkPolicy(mode="public")]
     assert result.reward == 1.0
-    cannot = await run(tmp_path / "b", task_of(tmp_path / "b", **toml))
+
+    class CannotSwitch(LocalSandboxProvider):
+        """Local sandboxes that say they cannot change their network (the base class's answer)."""
+
+        name = "cannot-switch"
+
+        def create(self, spec):
+            sandbox = super().create(spec)
+
+            async def set_network(policy, *, timeout=60.0):
+                raise NotImplementedError("no network switch here")
+
+            sandbox.set_network = set_network
+            return sandbox
+
+    cannot = await run(tmp_path / "b", task_of(tmp_path / "b", **toml), CannotSwitch())
     assert any("cannot change its network once started, so grading ran with the agent phase's (no network), not "
                "the internet" in n for n in cannot.notes), cannot.notes
 

@@ -314,7 +314,7 @@ class Sandbox(abc.ABC):
         import shlex
 
         q = shlex.quote(path)
-        result = await self.exec(f"rm -rf {q} 2>/dev/null; mkdir -p {q} && [ -d {q} ] && [ ! -L {q} ] && [ -z \"$(ls -A {q})\" ]",
+        result = await self.exec(f"rm -rf {q} 2>/dev/null; mkdir -p {q} && [ -d {q} ] && [ ! -L {q} ] && l=$(ls -A {q}) && [ -z \"$l\" ]",
                                  cwd="/", timeout=timeout)
         if not result.ok:
             raise GradingSabotagedError(f"the agent left {path} so that it cannot be recreated empty (exit "

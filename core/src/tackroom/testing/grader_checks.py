@@ -161,11 +161,16 @@ async def check_startup_hooks(sb: Sandbox, ctx: CheckContext) -> None:
 
 
 async def check_reward_prefill(sb: Sandbox, ctx: CheckContext) -> None:
-    """A reward the agent wrote into /logs/verifier, with the folder and file locked, is never read: the grader's copy
-    holds what its command wrote, or nothing."""
+    """A reward the agent wrote into /logs/verifier, with the folder and file locked (read-only, or search-only so
+    that it cannot even be listed), is never read: the grader's copy holds what its command wrote, or nothing."""
+    for mode in ("555", "111"):
+        await _prefilled_reward_is_never_read(sb, ctx, mode)
+
+
+async def _prefilled_reward_is_never_read(sb: Sandbox, ctx: CheckContext, mode: str) -> None:
     lock = (f"mkdir -p {REWARD_DIR} && echo 1 > {REWARD_DIR}/reward.txt && echo '{{\"reward\": 1}}' > {REWARD_DIR}/reward.json"
             f" && chmod 444 {REWARD_DIR}/reward.txt {REWARD_DIR}/reward.json; "
-            f"chattr +i {REWARD_DIR}/reward.txt {REWARD_DIR}/reward.json 2>/dev/null; chmod 555 {REWARD_DIR}; "
+            f"chattr +i {REWARD_DIR}/reward.txt {REWARD_DIR}/reward.json 2>/dev/null; chmod {mode} {REWARD_DIR}; "
             f"chattr +i {REWARD_DIR} 2>/dev/null; true")
     await sb.exec(lock, timeout=30)
     tests = f"{ctx.root}/prefill-tests"
@@ -175,11 +180,12 @@ async def check_reward_prefill(sb: Sandbox, ctx: CheckContext) -> None:
         except GradingSabotagedError:
             return  # the runtime grades this 0 (the model's): the prefilled reward is never read
         for n, (script, want) in enumerate(((f"echo 0 > {REWARD_DIR}/reward.txt", b"0\n"), ("true", None))):
-            dest = ctx.local / f"prefill-{n}"
+            dest = ctx.local / f"prefill-{mode}-{n}"
             await sb.run_grader(["bash", "-c", script], private=[tests, REWARD_DIR], collect=REWARD_DIR, dest=dest,
                                 timeout=60)
             got = (dest / "reward.txt").read_bytes() if (dest / "reward.txt").is_file() else None
-            assert got == want, f"after `{script}` the grader's copy holds reward.txt = {got!r}, not {want!r}"
+            assert got == want, (f"with the folder at mode {mode}, after `{script}` the grader's copy holds reward.txt = "
+                                 f"{got!r}, not {want!r}")
             assert not (dest / "reward.json").exists(), "the agent's reward.json reached the grader's copy"
             await prepare_grading(sb, [REWARD_DIR, tests], [])
     finally:

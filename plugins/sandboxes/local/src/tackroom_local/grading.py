@@ -57,6 +57,8 @@ G=@GRADER_DIR@
 @NET_UP@
 mount -t tmpfs -o mode=0755,nosuid,nodev tackroom-grader "$G" || exit 120
 mkdir -m 0700 "$G/home" && chown "$uid:$gid" "$G/home" || exit 120
+# the image's /etc/skel (read-only, not the agent's): a login shell a test starts reads .profile -> ~/.bashrc
+@AS_GRADER@ cp -a /etc/skel/. "$G/home/" 2>/dev/null
 i=0
 while [ "$i" -lt "$n" ]; do
     p=$1; shift

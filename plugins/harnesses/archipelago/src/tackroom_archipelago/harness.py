@@ -14,6 +14,7 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import Field
 
 from tackroom import Harness, PluginOptions, Policy, Sandbox, Task, TaskError, Trajectory
+from tackroom_archipelago import ARCHIPELAGO
 from tackroom_archipelago.backends import ChatBackend, CompletionsBackend, Generation
 from tackroom_archipelago.errors import ContextExhaustedError
 from tackroom_archipelago.exec_transport import SandboxExecTransport
@@ -86,12 +87,10 @@ class ArchipelagoOptions(PluginOptions):
     model_timeout_sec: float = Field(default=600.0, gt=0, description="Per model call")
 
 
-class ArchipelagoHarness(Harness):
+class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
     """MCP tool-calling agent over a world's servers; exact token accounting on /v1/completions (Mercor/SkyRL guide)."""
 
-    name = "archipelago"
     Options = ArchipelagoOptions
-    capabilities = frozenset({"token_ids", "needs_policy"})
 
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)

@@ -21,7 +21,7 @@ from tackroom import (
     Task,
     Trajectory,
 )
-from tackroom_terminus import prompts
+from tackroom_terminus import TERMINUS, prompts
 from tackroom_terminus.chat_client import ChatClient, ChatReply, ContextExhaustedError
 from tackroom_terminus.protocol import parse_reply, reply_schema, response_format
 from tackroom_terminus.tmux import Observation, TmuxSession
@@ -97,12 +97,10 @@ class _Episode:
         self.started = time.monotonic()
 
 
-class TerminusHarness(Harness):
+class TerminusHarness(Harness, spec=TERMINUS):
     """Terminus: the model drives a tmux terminal with keystrokes, answering in JSON each turn."""
 
-    name = "terminus"
     Options = TerminusOptions
-    capabilities = frozenset({"chat", "needs_policy"})
 
     options: TerminusOptions
 

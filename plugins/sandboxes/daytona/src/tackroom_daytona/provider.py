@@ -7,6 +7,7 @@ import os
 from typing import Any, ClassVar
 
 from tackroom import SandboxError, SandboxProvider, SandboxSpec
+from tackroom_daytona import DAYTONA
 from tackroom_daytona.calls import bounded
 from tackroom_daytona.options import DaytonaOptions
 from tackroom_daytona.sandbox import DaytonaSandbox
@@ -25,7 +26,7 @@ def have_credentials() -> bool:
     )
 
 
-class DaytonaProvider(SandboxProvider):
+class DaytonaProvider(SandboxProvider, spec=DAYTONA):
     """Daytona sandboxes booted from one image per world.
 
     The image is the task's ``[environment].docker_image`` (``Image.base``: any
@@ -41,9 +42,7 @@ class DaytonaProvider(SandboxProvider):
     credentials, or give fractional CPUs / sub-GiB memory.
     """
 
-    name = "daytona"
     Options: ClassVar[type[DaytonaOptions]] = DaytonaOptions  # type: ignore[assignment]
-    capabilities = frozenset({"dockerfile", "network", "expose"})
     options: DaytonaOptions
 
     def __init__(self, options: DaytonaOptions | dict | None = None) -> None:

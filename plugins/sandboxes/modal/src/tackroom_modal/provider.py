@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tackroom import SandboxBuildError, SandboxError, SandboxProvider, SandboxSpec
+from tackroom_modal import MODAL
 from tackroom_modal.calls import bounded, retried
 from tackroom_modal.options import ModalOptions
 from tackroom_modal.sandbox import ModalSandbox
@@ -26,7 +27,7 @@ def have_credentials() -> bool:
     return Path(os.environ.get("MODAL_CONFIG_PATH") or Path.home() / ".modal.toml").is_file()
 
 
-class ModalProvider(SandboxProvider):
+class ModalProvider(SandboxProvider, spec=MODAL):
     """Modal sandboxes booted from one image per world.
 
     The image is the task's ``[environment].docker_image`` (pulled from a public
@@ -41,9 +42,7 @@ class ModalProvider(SandboxProvider):
     open a tunnel for a port not listed in ``expose_ports`` (tunnels are fixed at create).
     """
 
-    name = "modal"
     Options: ClassVar[type[ModalOptions]] = ModalOptions  # type: ignore[assignment]
-    capabilities = frozenset({"dockerfile", "network", "expose"})
     options: ModalOptions
 
     def __init__(self, options: ModalOptions | dict | None = None) -> None:

@@ -31,8 +31,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tackroom import AGGREGATIONS, ConfigError, PluginSelection
-from tackroom.app import Endpoint, ExecutorName, TaskSelection, read_toml, validate
+from tackroom import AGGREGATIONS, ConfigError
+from tackroom.app import Endpoint, ExecutorName, PluginSelection, TaskSelection, read_toml, validate
 from tackroom_skyrl.arms import ArmSpec, EvalSection, unique_labels
 from tackroom_skyrl.tinker.server import TinkerSettings
 

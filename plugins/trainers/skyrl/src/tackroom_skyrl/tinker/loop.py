@@ -54,7 +54,8 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
-from tackroom import ConfigError, InfraError, get_plugin_manager
+from tackroom import ConfigError, InfraError
+from tackroom.app import get_plugin_manager
 from tackroom_skyrl.arms import EvalRow
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.dataset import prompt_rows

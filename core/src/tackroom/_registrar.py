@@ -135,26 +135,26 @@ class Registrar:
     # -- what plugins call: one method per registration hook ---------------------------------
     def add_harness(self, plugin: type[Plugin] | PluginSpec | str, **declared: Any) -> None:
         """Register a :class:`~tackroom.Harness` subclass or a :class:`~tackroom.PluginSpec` naming one."""
-        self.add("harness", plugin, **declared)
+        self._add("harness", plugin, **declared)
 
     def add_sandbox(self, plugin: type[Plugin] | PluginSpec | str, **declared: Any) -> None:
         """Register a :class:`~tackroom.SandboxProvider` subclass or a :class:`~tackroom.PluginSpec` naming one."""
-        self.add("sandbox", plugin, **declared)
+        self._add("sandbox", plugin, **declared)
 
     def add_verifier(self, plugin: type[Plugin] | PluginSpec | str, **declared: Any) -> None:
         """Register a :class:`~tackroom.Verifier` subclass or a :class:`~tackroom.PluginSpec` naming one."""
-        self.add("verifier", plugin, **declared)
+        self._add("verifier", plugin, **declared)
 
     def add_executor(self, plugin: type[Plugin] | PluginSpec | str, **declared: Any) -> None:
         """Register an :class:`~tackroom.executors.Executor` subclass or a :class:`~tackroom.PluginSpec` naming
         one; the spec carries ``options``, the model of its ``[runtime.<name>]`` table (default: none)."""
-        self.add("executor", plugin, **declared)
+        self._add("executor", plugin, **declared)
 
     def add_loss(self, spec: LossSpec) -> None:
         """Register a :class:`~tackroom.LossSpec` (its ``fn`` may be a lazy ``"module:function"``)."""
-        self.add("loss", spec)
+        self._add("loss", spec)
 
-    def add(self, kind: PluginKind, plugin: Any, *, name: str | None = None, summary: str = "",
+    def _add(self, kind: PluginKind, plugin: Any, *, name: str | None = None, summary: str = "",
             capabilities: frozenset[str] | set[str] = frozenset(), options: type[BaseModel] | None = None) -> None:
         """Register a plugin of ``kind``. A bare ``"module:Class"`` string with ``name=`` (and optionally
         ``summary=``, ``capabilities=``, ``options=``) is short for a :class:`~tackroom.PluginSpec`."""

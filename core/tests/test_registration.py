@@ -272,7 +272,7 @@ def test_a_spec_declares_a_lazy_plugin_once_and_its_class_takes_it(manager, spec
     assert (entry.summary, entry.capabilities, entry.loaded) == ("Declared once", {"expose", "network"}, False)
     assert "spec_impl_plugin" not in sys.modules, "registering a spec imports nothing"
     cls = manager.get("sandbox", "declared")
-    assert (cls.name, cls.capabilities, cls.summary(), cls.spec) == ("declared", spec.capabilities, "Declared once",
+    assert (cls.name, cls.capabilities, cls.summary(), cls.plugin_spec) == ("declared", spec.capabilities, "Declared once",
                                                                      spec)
     assert manager.registrar.executors["slotted"].options is spec_modules.SlotsOptions, "known before the import"
     slotted = manager.get("executor", "slotted")

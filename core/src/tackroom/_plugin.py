@@ -87,7 +87,8 @@ class Plugin(abc.ABC):
     name: ClassVar[str]
     Options: ClassVar[type[PluginOptions]] = PluginOptions
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
-    spec: ClassVar[PluginSpec | None] = None
+    plugin_spec: ClassVar[PluginSpec | None] = None
+    """The spec the class took with ``spec=`` (``None``: it declares itself in its attributes)."""
 
     def __init_subclass__(cls, spec: PluginSpec | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -99,7 +100,7 @@ class Plugin(abc.ABC):
                                         f"{spec.reference}: a spec belongs to the one class it names")
         if spec.options is not None and "Options" in vars(cls):
             raise PluginDefinitionError(f"{here} sets Options and its spec sets options: declare them once")
-        cls.spec, cls.name, cls.capabilities = spec, spec.name, spec.capabilities
+        cls.plugin_spec, cls.name, cls.capabilities = spec, spec.name, spec.capabilities
         if spec.options is not None:
             cls.Options = spec.options  # type: ignore[assignment]
 
@@ -115,7 +116,7 @@ class Plugin(abc.ABC):
     @classmethod
     def summary(cls) -> str:
         """Its spec's summary (a class registered by reference), else the first line of its docstring."""
-        spec = vars(cls).get("spec")
+        spec = vars(cls).get("plugin_spec")
         return spec.summary if spec is not None else first_line(cls.__doc__)
 
 

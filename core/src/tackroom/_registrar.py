@@ -133,22 +133,24 @@ class Registrar:
         return {name: e for (kind, name), e in self.entries.items() if kind == "executor"}
 
     # -- what plugins call: one method per registration hook ---------------------------------
-    def add_harness(self, plugin: type[Plugin] | PluginSpec | str, **declared: Any) -> None:
+    # Each takes a class, a PluginSpec, or a bare "module:Class" with name= (summary=, capabilities=,
+    # options=): the shorthand for a spec, kept for plugins written before specs.
+    def add_harness(self, plugin: type[Plugin] | PluginSpec | str, **shorthand: Any) -> None:
         """Register a :class:`~tackroom.Harness` subclass or a :class:`~tackroom.PluginSpec` naming one."""
-        self._add("harness", plugin, **declared)
+        self._add("harness", plugin, **shorthand)
 
-    def add_sandbox(self, plugin: type[Plugin] | PluginSpec | str, **declared: Any) -> None:
+    def add_sandbox(self, plugin: type[Plugin] | PluginSpec | str, **shorthand: Any) -> None:
         """Register a :class:`~tackroom.SandboxProvider` subclass or a :class:`~tackroom.PluginSpec` naming one."""
-        self._add("sandbox", plugin, **declared)
+        self._add("sandbox", plugin, **shorthand)
 
-    def add_verifier(self, plugin: type[Plugin] | PluginSpec | str, **declared: Any) -> None:
+    def add_verifier(self, plugin: type[Plugin] | PluginSpec | str, **shorthand: Any) -> None:
         """Register a :class:`~tackroom.Verifier` subclass or a :class:`~tackroom.PluginSpec` naming one."""
-        self._add("verifier", plugin, **declared)
+        self._add("verifier", plugin, **shorthand)
 
-    def add_executor(self, plugin: type[Plugin] | PluginSpec | str, **declared: Any) -> None:
+    def add_executor(self, plugin: type[Plugin] | PluginSpec | str, **shorthand: Any) -> None:
         """Register an :class:`~tackroom.executors.Executor` subclass or a :class:`~tackroom.PluginSpec` naming
         one; the spec carries ``options``, the model of its ``[runtime.<name>]`` table (default: none)."""
-        self._add("executor", plugin, **declared)
+        self._add("executor", plugin, **shorthand)
 
     def add_loss(self, spec: LossSpec) -> None:
         """Register a :class:`~tackroom.LossSpec` (its ``fn`` may be a lazy ``"module:function"``)."""

@@ -295,3 +295,21 @@ def test_a_lazy_reference_whose_class_says_other_capabilities_is_refused_on_load
     with pytest.raises(tackroom.PluginDefinitionError, match=r"registered with capabilities \['dockerfile'\] but its "
                                                              r"class says \['expose', 'network'\]: declare them once"):
         manager.get("sandbox", "declared")
+
+
+def test_a_spec_s_own_mistakes_are_refused_with_the_fix(manager, spec_modules, tmp_path):
+    with pytest.raises(tackroom.PluginDefinitionError, match="a loss is a LossSpec"):
+        tackroom.PluginSpec(kind="loss", name="x", reference="m:f", summary="s")
+    (tmp_path / "spec_twice_plugin.py").write_text(
+        "from tackroom.executors import AsyncioExecutor\n"
+        "from spec_decl_plugin import SlotsOptions, EXECUTOR\n"
+        "import dataclasses\n"
+        "SPEC = dataclasses.replace(EXECUTOR, reference='spec_twice_plugin:Twice')\n"
+        "class Twice(AsyncioExecutor, spec=SPEC):\n"
+        "    Options = SlotsOptions\n")
+    with pytest.raises(tackroom.PluginDefinitionError, match="sets Options and its spec sets options: declare them once"):
+        import spec_twice_plugin  # noqa: F401
+    manager.register(plugin_module("p", tackroom_executors=lambda register: register.add_executor(
+        "spec_impl_plugin:Slotted", name="slotted")))  # its class's Options are SlotsOptions, not the default
+    with pytest.raises(tackroom.PluginDefinitionError, match="Slotted.Options is not NoOptions, the options model"):
+        manager.get("executor", "slotted")

@@ -116,10 +116,74 @@ def test_no_plugin_or_package_imports_a_private_tackroom_module():
 
 def test_no_plugin_or_package_test_reaches_a_private_tackroom_module():
     """A plugin's tests are examples of use: they show the public way (``python -m tackroom``, a built-in by name
-    through ``tackroom.instantiate`` or ``PluginManager.get``, the process-wide manager reset, not replaced)."""
+    through ``tackroom.app.instantiate`` or ``PluginManager.get``, the process-wide manager reset, not replaced)."""
     found = [hit for path in TESTS for hit in private_imports(path)]
     assert not found, ("use tackroom / tackroom.app / tackroom.executors / tackroom.testing / python -m tackroom "
                        "instead:\n" + "\n".join(found))
+
+
+FOR_PLUGIN_AUTHORS = {
+    "Plugin", "PluginOptions", "PluginSpec", "Capability", "Harness", "SandboxProvider", "Verifier", "LossSpec",
+    "Aggregation", "AGGREGATIONS", "hookimpl", "Registrar", "Task", "Policy", "Sandbox", "SandboxSpec", "ExecResult",
+    "DEFAULT_EXEC_TIMEOUT", "Trajectory", "TokenTurn", "Reward", "Trial", "TrialResult", "ErrorClass", "TackroomError",
+    "ConfigError", "PluginDefinitionError", "InfraError", "ModelError", "TaskError", "SandboxError",
+    "SandboxBuildError", "SandboxTimeoutError", "SandboxPathError", "GradingSabotagedError", "GraderBrokenError",
+    "check_relative_inside", "openai_error_message", "redact", "redact_url", "register_secret",
+    "register_url_secrets", "cache_root", "load_task", "__version__", "NetworkPolicy", "NetworkMode",
+    "GRADER_SCRUBBED_ENV", "GRADER_CLEAN_ENV", "SandboxExhaustedError", "PolicySession", "LazyExports",
+}
+"""``tackroom``: what a plugin needs to be written, registered, and to fail the way the runtime expects."""
+
+FOR_DRIVERS = {
+    "PluginManager", "PluginEntry", "PluginKind", "PLUGIN_KINDS", "get_plugin_manager", "reset_plugin_manager",
+    "instantiate", "PluginNotFoundError", "PluginConflictError", "PluginIncompatibleError", "RunConfig",
+    "PluginSelection", "RuntimeConfig", "TaskSelection", "ExecutorName", "Endpoint", "load_run_config",
+    "resolve_runtime", "read_toml", "validate", "with_overrides", "format_validation_error", "FieldError",
+    "register_secrets_in", "load_dataset", "Dataset", "TaskLoadFailure", "TrialRuntime", "TrialPlugins",
+    "TrialErrorInfo", "run_config", "policy_routing", "policy_gateway", "gateway_sessions", "wants_gateway",
+    "sandbox_spec", "claim_run_dir", "has_results", "task_changes", "tasks_fingerprint", "unique_trials",
+    "validated_run_id", "slug", "run_to_completion", "print_error", "TERMINATED_EXIT_CODE", "NetworkDefaults",
+}
+"""``tackroom.app``: what an application that runs trials needs beyond ``tackroom`` (whose values it passes on)."""
+
+FOR_EXECUTOR_AUTHORS = {
+    "Executor", "NoOptions", "AsyncioExecutor", "AttemptPlan", "PluginRef", "run_attempt", "import_ref",
+    "make_executor", "ExecutorNotFoundError", "ExecutorUnavailableError",
+}
+"""``tackroom.executors``: the interface, what it runs, and choosing one by name."""
+
+DECLARED = {tackroom: FOR_PLUGIN_AUTHORS, tackroom.app: FOR_DRIVERS, tackroom.executors: FOR_EXECUTOR_AUTHORS}
+PUBLIC_MODULES = {"app", "executors", "testing"}
+
+
+def undeclared(module, declared: set[str]) -> dict[str, set[str]]:
+    """What ``module`` shows that ``declared`` does not list, and what it lists that the module lacks: a public
+    name is one without a leading ``_`` (a public submodule aside), whether ``__all__`` has it or not."""
+    shown = {n for n in vars(module) if not n.startswith("_") and n not in PUBLIC_MODULES} | set(module.__all__)
+    return {"not declared": shown - declared, "declared but missing": declared - shown,
+            "not in __all__": declared - set(module.__all__)}
+
+
+@pytest.mark.parametrize("module", list(DECLARED), ids=lambda m: m.__name__)
+def test_each_public_module_shows_exactly_its_declared_names(module):
+    """A name added to ``tackroom``, ``tackroom.app`` or ``tackroom.executors`` (an import, a helper, a constant)
+    is public API: this fails until it is declared above, or renamed with a leading ``_``."""
+    problems = {k: v for k, v in undeclared(module, DECLARED[module]).items() if v}
+    assert not problems, f"{module.__name__}: {problems}"
+
+
+def test_no_name_is_public_in_two_places():
+    """One door per name: a value passed between plugins and drivers is ``tackroom``'s, not re-exported."""
+    pairs = [(a, b) for a in DECLARED for b in DECLARED if a.__name__ < b.__name__]
+    shared = {f"{a.__name__} & {b.__name__}": DECLARED[a] & DECLARED[b] - {"__version__"} for a, b in pairs}
+    assert not any(shared.values()), shared
+
+
+def test_the_guard_sees_a_name_added_without_being_declared(monkeypatch):
+    monkeypatch.setattr(tackroom.app, "helper_nobody_declared", lambda: None, raising=False)
+    monkeypatch.setattr(tackroom.app, "_private_helper", lambda: None, raising=False)
+    assert undeclared(tackroom.app, FOR_DRIVERS)["not declared"] == {"helper_nobody_declared"}
+    assert undeclared(tackroom, FOR_PLUGIN_AUTHORS | {"Extra"})["declared but missing"] == {"Extra"}
 
 
 @pytest.mark.parametrize("module", [tackroom, tackroom.app, tackroom.executors], ids=lambda m: m.__name__)

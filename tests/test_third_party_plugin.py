@@ -36,8 +36,8 @@ def test_hello_plugin_installs_lists_loads_and_uninstalls(tmp_path):
     config = tmp_path / "run.toml"
     config.write_text('[harness]\nname = "hello"\ngreeting = "hi there"\n')
     load = (
-        "import sys, tackroom; c = tackroom.load_run_config(sys.argv[1]); "
-        "h = tackroom.instantiate('harness', c.harness); print(type(h).__name__, h.options.greeting)"
+        "import sys, tackroom.app; c = tackroom.app.load_run_config(sys.argv[1]); "
+        "h = tackroom.app.instantiate('harness', c.harness); print(type(h).__name__, h.options.greeting)"
     )
     loaded = run(py, "-c", load, str(config))
     assert loaded.returncode == 0, loaded.stderr

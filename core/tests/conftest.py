@@ -1,9 +1,10 @@
 import pytest
 
 import tackroom
+import tackroom.app
 
 
 @pytest.fixture
-def manager() -> tackroom.PluginManager:
+def manager() -> tackroom.app.PluginManager:
     """A plugin manager with no entry points loaded: register test plugins on it directly."""
-    return tackroom.PluginManager(load_entry_points=False)
+    return tackroom.app.PluginManager(load_entry_points=False)

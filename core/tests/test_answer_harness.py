@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 
 import tackroom
-from tackroom import instantiate
+import tackroom.app
 from tackroom._builtins.answer_harness import AnswerEndpointError, AnswerHarness, AnswerModelError
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._sandbox import SandboxSpec
 from tackroom._trial import Trial
+from tackroom.app import instantiate
 from tackroom.testing import (
     HarnessScript,
     RequestForTests,
@@ -70,7 +71,7 @@ class OddAnswers(ScriptedChatServerForTests):
 def test_answer_is_a_registered_builtin_and_speaks_only_chat():
     check_plugin(AnswerHarness)
     check_registered("harness", "answer", distribution="tackroom")
-    entry = tackroom.PluginManager(env={}).entry("harness", "answer")
+    entry = tackroom.app.PluginManager(env={}).entry("harness", "answer")
     assert entry.reference == "tackroom._builtins.answer_harness:AnswerHarness"
     assert AnswerHarness.capabilities == {"needs_policy", "chat"}
     # registered by reference (loading the plugins imports no httpx): what the registration says is the class's
@@ -81,12 +82,12 @@ def test_answer_is_a_registered_builtin_and_speaks_only_chat():
 
 def test_a_wrong_option_name_lists_the_options():
     with pytest.raises(tackroom.ConfigError) as err:
-        instantiate("harness", tackroom.PluginSelection(name="answer", max_token=3))
+        instantiate("harness", tackroom.app.PluginSelection(name="answer", max_token=3))
     message = str(err.value)
     assert "harness.max_token: unknown field" in message
     for option in ("system", "max_tokens", "strip", "answer_path", "timeout_sec"):
         assert option in message
-    built = instantiate("harness", tackroom.PluginSelection(name="answer", system="Be brief.", strip=False))
+    built = instantiate("harness", tackroom.app.PluginSelection(name="answer", system="Be brief.", strip=False))
     assert isinstance(built, AnswerHarness) and built.options.system == "Be brief." and built.options.strip is False
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import tackroom
+import tackroom.app
 import tackroom.testing
 from tackroom import ExecResult, NetworkPolicy, Sandbox, SandboxError, SandboxExhaustedError, SandboxSpec
 from tackroom._builtins.oracle_harness import OracleHarness
@@ -28,7 +29,7 @@ def task_of(root: Path, test_sh: str = REWARD, solve_sh: str = "true", *, agent:
 
 
 async def run(tmp_path: Path, task: tackroom.Task, provider=None, **kw) -> tackroom.TrialResult:
-    rt = TrialRuntime(tmp_path / "run", progress=False, manager=tackroom.PluginManager(), attempts=1, **kw)
+    rt = TrialRuntime(tmp_path / "run", progress=False, manager=tackroom.app.PluginManager(), attempts=1, **kw)
     plugins = TrialPlugins(OracleHarness, OracleHarness.Options(), provider or LocalSandboxProvider(),
                            TestScriptVerifier, TestScriptVerifier.Options())
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox="local", verifier="test-script")

@@ -7,6 +7,7 @@ import sys
 from typer.testing import CliRunner
 
 import tackroom
+import tackroom.app
 from tackroom._cli.main import app
 
 runner = CliRunner()
@@ -24,7 +25,7 @@ def test_plugins_json_lists_builtins_with_required_keys():
     nop = next(r for r in rows if r["name"] == "nop")
     assert nop["kind"] == "harness" and nop["distribution"] == "tackroom" and nop["version"]
     assert all({"name", "kind", "distribution", "version"} <= r.keys() for r in rows)
-    assert all(r["kind"] in (*tackroom.PLUGIN_KINDS, "executor") for r in rows)
+    assert all(r["kind"] in (*tackroom.app.PLUGIN_KINDS, "executor") for r in rows)
     executors = {r["name"]: r for r in rows if r["kind"] == "executor"}
     assert executors["asyncio"]["distribution"] == "tackroom"  # built-ins are plugins too
     assert executors["ray"]["distribution"] == "tackroom-ray" and executors["ray"]["reference"].startswith("tackroom_ray")

@@ -3,13 +3,13 @@
 import pytest
 
 import tackroom
-from tackroom import instantiate
-from tackroom.app import read_toml, validate
+import tackroom.app
+from tackroom.app import instantiate, read_toml, validate
 
 
 def test_unknown_plugin_lists_installed_and_the_catalogue_install_line():
-    with pytest.raises(tackroom.PluginNotFoundError) as err:
-        instantiate("harness", tackroom.PluginSelection(name="hello"), manager=tackroom.PluginManager(env={"TACKROOM_BLOCK_PLUGINS": "tackroom-hello"}))
+    with pytest.raises(tackroom.app.PluginNotFoundError) as err:
+        instantiate("harness", tackroom.app.PluginSelection(name="hello"), manager=tackroom.app.PluginManager(env={"TACKROOM_BLOCK_PLUGINS": "tackroom-hello"}))
     message = str(err.value)
     assert "harness.name: no harness named 'hello' is installed" in message
     assert "nop" in message
@@ -17,21 +17,21 @@ def test_unknown_plugin_lists_installed_and_the_catalogue_install_line():
 
 
 def test_unknown_plugin_not_in_catalogue_still_lists_installed():
-    with pytest.raises(tackroom.PluginNotFoundError, match=r"installed harnesses: .*nop") as err:
+    with pytest.raises(tackroom.app.PluginNotFoundError, match=r"installed harnesses: .*nop") as err:
         instantiate("harness", "nope-nope")
     assert "pip install" not in str(err.value)
 
 
 def test_unknown_option_field_names_the_dotted_path():
     with pytest.raises(tackroom.ConfigError, match=r"harness\.bogus: unknown field"):
-        instantiate("harness", tackroom.PluginSelection(name="nop", bogus=1))
+        instantiate("harness", tackroom.app.PluginSelection(name="nop", bogus=1))
 
 
 def test_unknown_top_level_field_names_the_path_and_lists_valid_fields(tmp_path):
     f = tmp_path / "run.toml"
     f.write_text('taskz = ["x"]\n[runtime]\nattemps = 2\n')
     with pytest.raises(tackroom.ConfigError) as err:
-        tackroom.load_run_config(f)
+        tackroom.app.load_run_config(f)
     message = str(err.value)
     assert "taskz: unknown field" in message and "runtime.attemps: unknown field" in message
     assert "valid fields: " in message and "tasks" in message
@@ -43,7 +43,7 @@ def test_wrong_type_names_the_path(tmp_path):
     f = tmp_path / "run.toml"
     f.write_text("[runtime]\nconcurrency = 0\n")
     with pytest.raises(tackroom.ConfigError, match=r"runtime\.concurrency: Input should be greater than or equal to 1"):
-        tackroom.load_run_config(f)
+        tackroom.app.load_run_config(f)
 
 
 def test_missing_file_and_bad_toml(tmp_path):
@@ -56,13 +56,13 @@ def test_missing_file_and_bad_toml(tmp_path):
 
 
 def test_validate_returns_the_model():
-    cfg = validate(tackroom.RunConfig, {"harness": {"name": "nop"}})
+    cfg = validate(tackroom.app.RunConfig, {"harness": {"name": "nop"}})
     assert cfg.harness.name == "nop" and cfg.harness.options == {}
 
 
 def test_plugin_options_may_sit_in_an_options_table_as_in_the_matrix(tmp_path):
-    from tackroom import ConfigError, PluginSelection
-    from tackroom.app import validate
+    from tackroom import ConfigError
+    from tackroom.app import PluginSelection, validate
 
     flat = validate(PluginSelection, {"name": "terminus", "max_turns": 4})
     table = validate(PluginSelection, {"name": "terminus", "options": {"max_turns": 4}})

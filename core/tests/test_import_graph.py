@@ -1,6 +1,7 @@
 """Core's import graph has no cycle, counting imports inside functions (a lazy import is still an edge;
-only ``if TYPE_CHECKING:`` blocks are left out). A cycle held together by a lazy import means a shared
-thing lives in the wrong module: move it into a leaf module instead."""
+only ``if TYPE_CHECKING:`` blocks are left out) and the ``__init__`` of a subpackage that an import from
+outside it runs (``import tackroom.pkg.mod`` runs ``tackroom/pkg/__init__.py`` first). A cycle held together
+by a lazy import means a shared thing lives in the wrong module: move it into a leaf module instead."""
 
 from __future__ import annotations
 
@@ -24,13 +25,14 @@ def is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def imported(tree: ast.AST, name: str, is_package: bool, modules: set[str]) -> set[str]:
-    """The core modules ``name`` imports anywhere (functions included), outside ``if TYPE_CHECKING:``."""
+def imported(tree: ast.AST, name: str, is_package: bool, modules: set[str], type_checking: bool = False) -> set[str]:
+    """The core modules ``name`` imports anywhere (functions included), outside ``if TYPE_CHECKING:`` unless
+    ``type_checking``."""
     found: set[str] = set()
     package = name if is_package else name.rpartition(".")[0]
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and is_type_checking(node.test):
+        if isinstance(node, ast.If) and is_type_checking(node.test) and not type_checking:
             for child in node.orelse:
                 visit(child)
             return
@@ -52,15 +54,19 @@ def imported(tree: ast.AST, name: str, is_package: bool, modules: set[str]) -> s
             visit(child)
 
     visit(tree)
+    for module in list(found):  # the subpackages an import from outside them initialises on the way
+        parts = module.split(".")
+        found.update(p for p in (".".join(parts[:i]) for i in range(2, len(parts)))
+                     if p in modules and not (name == p or name.startswith(p + ".")))
     found.discard(name)
     return found
 
 
-def import_graph(root: Path) -> dict[str, set[str]]:
+def import_graph(root: Path, type_checking: bool = False) -> dict[str, set[str]]:
     files = {module_name(p, root): p for p in root.rglob("*.py")}
     modules = set(files)
-    return {name: imported(ast.parse(path.read_text(), str(path)), name, path.name == "__init__.py", modules)
-            for name, path in files.items()}
+    return {name: imported(ast.parse(path.read_text(), str(path)), name, path.name == "__init__.py", modules,
+                           type_checking) for name, path in files.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -120,6 +126,42 @@ def test_the_scan_sees_lazy_imports_and_skips_type_checking_ones(tmp_path):
     graph = import_graph(pkg)
     assert graph["pkg.a"] == {"pkg.b"} and graph["pkg.b"] == {"pkg.a"} and graph["pkg.c"] == {"pkg.a"}
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
+    assert import_graph(pkg, type_checking=True)["pkg.a"] == {"pkg.b", "pkg.c"}
+    assert cycles(import_graph(pkg, type_checking=True)) == [["pkg.a", "pkg.b", "pkg.c"]]
+
+
+def test_the_scan_counts_the_init_of_a_subpackage_imported_from_outside(tmp_path):
+    """The cycle the executor base once closed: the registrar imported ``executors.base``, which ran
+    ``executors/__init__``, which reached the plugin manager, which imports the registrar."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "registrar.py").write_text("from pkg.sub.base import Base\n")
+    (pkg / "manager.py").write_text("from pkg.registrar import Base\n")
+    (pkg / "sub" / "__init__.py").write_text("def f():\n    from pkg import manager\n")
+    (pkg / "sub" / "base.py").write_text("from pkg.sub import f\nclass Base: ...\n")
+    graph = import_graph(pkg)
+    assert graph["pkg.registrar"] == {"pkg.sub.base", "pkg.sub"}
+    assert graph["pkg.sub.base"] == {"pkg.sub"}, "inside the subpackage its __init__ is already running"
+    assert cycles(graph) == [["pkg.manager", "pkg.registrar", "pkg.sub", "pkg.sub.base"]]
+
+
+def test_the_executor_is_a_plugin_kind_reached_without_the_public_executors_module():
+    """The registrar knows every kind by its ``kind`` attribute and imports no base class; the executor base
+    is a core module of its own, and the public ``tackroom.executors`` is a door nothing in core goes through."""
+    graph = import_graph(CORE)
+    assert "tackroom._executor" not in graph["tackroom._registrar"] | graph["tackroom._manager"]
+    assert not {m for m, deps in graph.items() if "tackroom.executors" in deps}
+
+
+def test_registration_is_in_no_cycle_even_counting_type_checking_imports():
+    """A loop held together by ``if TYPE_CHECKING:`` is a shared type in the wrong module: the registrar, the
+    manager, the plugin kinds and the executor base annotate with each other's types in one direction only."""
+    registration = {"tackroom._registrar", "tackroom._manager", "tackroom._plugin", "tackroom._capability",
+                    "tackroom._executor", "tackroom._hookspecs", "tackroom._resolve", "tackroom.executors"}
+    graph = import_graph(CORE, type_checking=True)
+    found = [c for c in cycles(graph) if registration & set(c)]
+    assert not found, "\n\n".join(describe(c, graph) for c in found)
 
 
 def outside_imports(root: Path, prefixes: tuple[str, ...]) -> list[str]:

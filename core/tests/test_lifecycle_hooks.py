@@ -3,6 +3,7 @@
 import types
 
 import tackroom
+import tackroom.app
 
 
 def test_tackroom_classify_error_first_result_wins(manager):
@@ -62,7 +63,7 @@ def test_tackroom_commands_adds_a_sub_command(manager):
 def test_tackroom_commands_a_broken_plugin_does_not_take_the_cli_down(monkeypatch):
     from tackroom._cli import main as cli_main
 
-    manager = tackroom.PluginManager(load_entry_points=False)
+    manager = tackroom.app.PluginManager(load_entry_points=False)
 
     def broken(app):
         raise ImportError("no module named heavy_sdk")

@@ -9,6 +9,7 @@ import types
 import pytest
 
 import tackroom
+import tackroom.app
 from tackroom._endpoint import Endpoint
 from tackroom._policy_routing import check_gateway_installed, policy_routing, wants_gateway
 
@@ -29,7 +30,7 @@ class GatewayPlugin:
 
 
 def test_wants_gateway_follows_capability_installation_and_override(manager):
-    with_gateway = tackroom.PluginManager(load_entry_points=False)
+    with_gateway = tackroom.app.PluginManager(load_entry_points=False)
     with_gateway.register(GatewayPlugin(), name="gateway")
     policy = Endpoint(base_url="http://x/v1")
     assert wants_gateway(policy, OneChatHarness, with_gateway) is True

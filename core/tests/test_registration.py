@@ -7,6 +7,7 @@ import pytest
 from pydantic import ConfigDict
 
 import tackroom
+import tackroom.app
 from tackroom.testing import check_plugin
 
 
@@ -14,7 +15,6 @@ class EchoHarness(tackroom.Harness):
     """Echoes the instruction back as the final answer."""
 
     name = "echo"
-    capabilities = frozenset({"example"})
 
     class Options(tackroom.PluginOptions):
         suffix: str = "!"
@@ -113,7 +113,7 @@ def test_two_distributions_claiming_one_name_is_an_error_naming_both(manager):
                      distribution="tackroom-alpha")
     manager.register(plugin_module("b", tackroom_harnesses=lambda register: register.add_harness(EchoHarness)),
                      distribution="tackroom-beta")
-    with pytest.raises(tackroom.PluginConflictError, match="tackroom-alpha.*tackroom-beta"):
+    with pytest.raises(tackroom.app.PluginConflictError, match="tackroom-alpha.*tackroom-beta"):
         manager.entries()
 
 
@@ -153,7 +153,7 @@ def test_wrong_base_class_and_abstract_classes_are_rejected(manager):
 
         name = "half"
 
-    other = tackroom.PluginManager(load_entry_points=False)
+    other = tackroom.app.PluginManager(load_entry_points=False)
     other.register(plugin_module("p", tackroom_harnesses=lambda register: register.add_harness(Half)))
     with pytest.raises(tackroom.PluginDefinitionError, match="does not implement: run"):
         other.entries()
@@ -199,6 +199,117 @@ def test_an_entry_point_plugin_with_an_unknown_hook_is_reported_as_broken(monkey
     module.tackroom_trial_start = tackroom.hookimpl(lambda trial: None)
     monkeypatch.setitem(sys.modules, "tackroom_typo_plugin", module)
     ep = EntryPoint(name="typo", value="tackroom_typo_plugin", group="tackroom")
-    pm = tackroom.PluginManager(load_entry_points=False)
+    pm = tackroom.app.PluginManager(load_entry_points=False)
     pm._load_entry_point(ep)
     assert len(pm.broken) == 1 and "tackroom_trial_start" in pm.broken[0] and "tackroom_trial_started" in pm.broken[0]
+
+
+# -- capabilities: a closed list, each of one kind ------------------------------------------------
+def test_capabilities_are_typed_and_a_wrong_name_lists_those_of_its_kind(manager):
+    chatty = type("Chatty", (EchoHarness,), {"name": "chatty", "capabilities": frozenset({"chat"}), "__doc__": "x"})
+    manager.register(plugin_module("p", tackroom_harnesses=lambda register: register.add_harness(chatty)))
+    assert manager.entry("harness", "chatty").capabilities == {tackroom.Capability.CHAT}
+    assert all(type(c) is tackroom.Capability for c in manager.entry("harness", "chatty").capabilities)
+
+    typo = type("Typo", (EchoHarness,), {"name": "typo", "capabilities": frozenset({"chatt"}), "__doc__": "x"})
+    other = tackroom.app.PluginManager(load_entry_points=False)
+    other.register(plugin_module("p", tackroom_harnesses=lambda register: register.add_harness(typo)))
+    with pytest.raises(tackroom.PluginDefinitionError,
+                       match=r"'chatt' is not a capability; harness capabilities: needs_policy, chat, token_ids"):
+        other.entries()
+
+
+def test_a_capability_of_another_kind_is_refused():
+    with pytest.raises(tackroom.PluginDefinitionError, match="'expose' is a sandbox capability; harness capabilities"):
+        tackroom.PluginSpec(kind="harness", name="x", reference="m:X", summary="s", capabilities={"expose"})
+    with pytest.raises(ValueError, match="'chat' is a harness capability; loss capabilities: old_logprobs"):
+        tackroom.LossSpec(name="ok", fn="math:fsum", capabilities={"chat"})
+    with pytest.raises(tackroom.PluginDefinitionError, match="a set of names, not the string"):
+        tackroom.PluginSpec(kind="sandbox", name="x", reference="m:X", summary="s", capabilities="expose")
+
+
+# -- a plugin registered by reference declares itself once, in a spec its class takes -------------------------
+SPEC_MODULES = {
+    "spec_decl_plugin": (
+        "import tackroom\n"
+        "from pydantic import ConfigDict, BaseModel\n"
+        "SPEC = tackroom.PluginSpec(kind='sandbox', name='declared', reference='spec_impl_plugin:Declared',\n"
+        "                           summary='Declared once', capabilities={'expose', 'network'})\n"
+        "class SlotsOptions(BaseModel):\n"
+        "    model_config = ConfigDict(extra='forbid')\n"
+        "    slots: int = 1\n"
+        "EXECUTOR = tackroom.PluginSpec(kind='executor', name='slotted', reference='spec_impl_plugin:Slotted',\n"
+        "                               summary='Slots of its own', options=SlotsOptions)\n"),
+    "spec_impl_plugin": (
+        "import tackroom\n"
+        "from tackroom.executors import AsyncioExecutor\n"
+        "from spec_decl_plugin import EXECUTOR, SPEC\n"
+        "class Declared(tackroom.SandboxProvider, spec=SPEC):\n"
+        "    '''The docstring is not the summary: the spec is.'''\n"
+        "    def create(self, spec):\n"
+        "        raise NotImplementedError\n"
+        "class Slotted(AsyncioExecutor, spec=EXECUTOR):\n"
+        "    '''In-process, with slots.'''\n"),
+}
+
+
+@pytest.fixture
+def spec_modules(tmp_path, monkeypatch):
+    for name, code in SPEC_MODULES.items():
+        (tmp_path / f"{name}.py").write_text(code)
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import spec_decl_plugin
+
+    return spec_decl_plugin
+
+
+def test_a_spec_declares_a_lazy_plugin_once_and_its_class_takes_it(manager, spec_modules):
+    spec, executor = spec_modules.SPEC, spec_modules.EXECUTOR
+    manager.register(plugin_module("p", tackroom_sandboxes=lambda register: register.add_sandbox(spec),
+                                   tackroom_executors=lambda register: register.add_executor(executor)))
+    entry = manager.entry("sandbox", "declared")
+    assert (entry.summary, entry.capabilities, entry.loaded) == ("Declared once", {"expose", "network"}, False)
+    assert "spec_impl_plugin" not in sys.modules, "registering a spec imports nothing"
+    cls = manager.get("sandbox", "declared")
+    assert (cls.name, cls.capabilities, cls.summary(), cls.plugin_spec) == ("declared", spec.capabilities, "Declared once",
+                                                                     spec)
+    assert manager.registrar.executors["slotted"].options is spec_modules.SlotsOptions, "known before the import"
+    slotted = manager.get("executor", "slotted")
+    assert slotted.Options is spec_modules.SlotsOptions and slotted(slotted.Options(slots=2)).options.slots == 2
+
+
+def test_a_spec_belongs_to_the_one_class_it_names(spec_modules):
+    with pytest.raises(tackroom.PluginDefinitionError, match="a spec belongs to the one class it names"):
+        type("Elsewhere", (tackroom.SandboxProvider,), {"create": lambda self, spec: None}, spec=spec_modules.SPEC)
+    register = tackroom.Registrar()
+    with pytest.raises(tackroom.PluginDefinitionError, match="the sandbox spec 'declared' is registered as a harness"):
+        register.add_harness(spec_modules.SPEC)
+    with pytest.raises(tackroom.PluginDefinitionError, match="a class or a spec declares its own"):
+        register.add_sandbox(spec_modules.SPEC, summary="said twice")
+
+
+def test_a_lazy_reference_whose_class_says_other_capabilities_is_refused_on_load(manager, spec_modules):
+    manager.register(plugin_module("p", tackroom_sandboxes=lambda register: register.add_sandbox(
+        "spec_impl_plugin:Declared", name="declared", capabilities={"dockerfile"})))
+    with pytest.raises(tackroom.PluginDefinitionError, match=r"registered with capabilities \['dockerfile'\] but its "
+                                                             r"class says \['expose', 'network'\]: declare them once"):
+        manager.get("sandbox", "declared")
+
+
+def test_a_spec_s_own_mistakes_are_refused_with_the_fix(manager, spec_modules, tmp_path):
+    with pytest.raises(tackroom.PluginDefinitionError, match="a loss is a LossSpec"):
+        tackroom.PluginSpec(kind="loss", name="x", reference="m:f", summary="s")
+    (tmp_path / "spec_twice_plugin.py").write_text(
+        "from tackroom.executors import AsyncioExecutor\n"
+        "from spec_decl_plugin import SlotsOptions, EXECUTOR\n"
+        "import dataclasses\n"
+        "SPEC = dataclasses.replace(EXECUTOR, reference='spec_twice_plugin:Twice')\n"
+        "class Twice(AsyncioExecutor, spec=SPEC):\n"
+        "    Options = SlotsOptions\n")
+    with pytest.raises(tackroom.PluginDefinitionError, match="sets Options and its spec sets options: declare them once"):
+        import spec_twice_plugin  # noqa: F401
+    manager.register(plugin_module("p", tackroom_executors=lambda register: register.add_executor(
+        "spec_impl_plugin:Slotted", name="slotted")))  # its class's Options are SlotsOptions, not the default
+    with pytest.raises(tackroom.PluginDefinitionError, match="Slotted.Options is not NoOptions, the options model"):
+        manager.get("executor", "slotted")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import tackroom
+import tackroom.app
 import tackroom.testing
 from tackroom._builtins.nop_harness import NopHarness
 from tackroom._builtins.oracle_harness import OracleHarness
@@ -33,7 +34,7 @@ def plugins(harness_cls=OracleHarness, sandbox=None) -> TrialPlugins:
 
 def runtime(tmp_path, manager=None, **kw) -> TrialRuntime:
     kw.setdefault("retry_backoff_sec", 0.01)
-    return TrialRuntime(tmp_path / "run", progress=False, manager=manager or tackroom.PluginManager(), **kw)
+    return TrialRuntime(tmp_path / "run", progress=False, manager=manager or tackroom.app.PluginManager(), **kw)
 
 
 def write_task(root: Path, name: str, test_sh: str, solve_sh: str = "true", toml: str | None = None) -> tackroom.Task:
@@ -43,7 +44,7 @@ def write_task(root: Path, name: str, test_sh: str, solve_sh: str = "true", toml
 
 
 async def test_oracle_scores_one_and_nop_zero_on_every_example(tmp_path):
-    tasks = tackroom.load_dataset(EXAMPLES).tasks
+    tasks = tackroom.app.load_dataset(EXAMPLES).tasks
     rt = runtime(tmp_path, concurrency=5)
     oracle = await rt.run_all([(trial_for(t), t, plugins()) for t in tasks])
     assert {r.task: r.reward for r in oracle} == {t.id: 1.0 for t in tasks}
@@ -136,7 +137,7 @@ async def test_tackroom_classify_error_plugin_answer_wins(tmp_path):
         async def run(self, task, sandbox, policy):
             raise ValueError("bad tool schema")
 
-    manager = tackroom.PluginManager()
+    manager = tackroom.app.PluginManager()
     mod = types.ModuleType("policy_plugin")
     mod.tackroom_classify_error = tackroom.hookimpl(
         lambda error, phase: "task" if isinstance(error, ValueError) and phase == "harness_run" else None)
@@ -190,7 +191,7 @@ async def test_a_hanging_teardown_is_time_limited_and_noted(tmp_path):
 
 async def test_tackroom_trial_started_and_tackroom_trial_finished_hooks_and_resume(tmp_path):
     seen = []
-    manager = tackroom.PluginManager()
+    manager = tackroom.app.PluginManager()
     mod = types.ModuleType("observer")
     mod.tackroom_trial_started = tackroom.hookimpl(lambda trial: seen.append(("start", trial.id)))
     mod.tackroom_trial_finished = tackroom.hookimpl(lambda trial, result: seen.append(("end", result.reward)))

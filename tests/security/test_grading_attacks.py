@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 import tackroom
+import tackroom.app
 import tackroom.testing
 from tackroom._builtins.nop_harness import NopHarness
 from tackroom._builtins.oracle_harness import OracleHarness
@@ -59,7 +60,7 @@ async def trial(tmp_path, sandbox: str, *, test_sh: str = CHECK, solve_sh: str =
                                                           toml=toml, files=files))
     plugins = TrialPlugins(harness, harness.Options(), provider_for(sandbox, tmp_path),
                            TestScriptVerifier, TestScriptVerifier.Options())
-    rt = TrialRuntime(tmp_path / f"run-{name}", progress=False, manager=tackroom.PluginManager(), retry_backoff_sec=0.01,
+    rt = TrialRuntime(tmp_path / f"run-{name}", progress=False, manager=tackroom.app.PluginManager(), retry_backoff_sec=0.01,
                       attempts=1)
     t = Trial(task_id=task.id, task_path=str(task.path), harness=harness.name, sandbox=sandbox, verifier="test-script")
     return await rt.run_trial(t, task, plugins)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tackroom import ConfigError, RunConfig, TaskError, load_dataset, load_run_config, load_task, testing
-from tackroom.app import claim_run_dir, run_config
+from tackroom import ConfigError, TaskError, load_task, testing
+from tackroom.app import RunConfig, claim_run_dir, load_dataset, load_run_config, run_config
 from tackroom_matrix import load_matrix_config, parse_matrix_config, run_matrix
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from tackroom import ConfigError, RunConfig, TaskError, load_dataset, load_task, testing
+from tackroom import ConfigError, TaskError, load_task, testing
 from tackroom._task import task_source_hash
 from tackroom._trial import Trial, label_part
-from tackroom.app import claim_run_dir, run_config
+from tackroom.app import RunConfig, claim_run_dir, load_dataset, run_config
 from tackroom_matrix import parse_matrix_config, run_matrix
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"

@@ -112,9 +112,9 @@ class PluginRef(BaseModel):
             entry = None
         if entry is not None and entry.reference == self.reference:
             return entry.load()
-        from tackroom._registrar import BASES, import_ref
+        from tackroom._import_ref import import_ref
 
-        return check_plugin_class(import_ref(self.reference), self.kind, BASES[self.kind])
+        return check_plugin_class(import_ref(self.reference), self.kind)
 
     def resolve(self, manager: PluginManager) -> tuple[type, Any]:
         """``(class, options model)``, ready to build a harness or verifier."""

@@ -320,7 +320,7 @@ def with_overrides(config: M, overrides: dict[str, Any], *, source: str = "",
 
 
 def parse_run_config(path: str | Path) -> RunConfig:
-    """Read and validate a run config, names not yet resolved (``tackroom.load_run_config`` does both);
+    """Read and validate a run config, names not yet resolved (``tackroom.app.load_run_config`` does both);
     relative task paths resolve against the file's folder."""
     p = Path(path)
     config = validate(RunConfig, read_toml(p), source=str(p))

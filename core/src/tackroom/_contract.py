@@ -79,7 +79,7 @@ CHANGES: tuple[Change, ...] = (
 
 
 BASE_MODULES = frozenset({"tackroom._plugin", "tackroom._harness", "tackroom._sandbox", "tackroom._verifier",
-                          "tackroom.executors.base"})
+                          "tackroom._executor"})
 """Where the base classes live: a method inherited from them is today's contract by construction."""
 
 

@@ -80,3 +80,11 @@ class SandboxPathError(SandboxError, PermissionError):
     """A path escapes the sandbox (``..``, an absolute path outside it, a link escape)."""
 
     error_class = "task"
+
+
+class ExecutorNotFoundError(ConfigError):
+    """``runtime.executor`` names an executor no installed plugin registers."""
+
+
+class ExecutorUnavailableError(ConfigError):
+    """The selected executor's dependency is missing, or its cluster cannot be reached."""

@@ -2,9 +2,10 @@
 
 A plugin is a module (or object) named by an entry point in the group
 ``tackroom``; it implements any of these with ``@tackroom.hookimpl``.
-The registration hooks (four plugin kinds, and executors) receive a
-:class:`~tackroom._registrar.Registrar` and call ``register.add_*``; the
-lifecycle hooks observe or steer trials.
+The registration hooks (one per plugin kind, executors included) receive a
+:class:`~tackroom.Registrar` and call ``register.add_<kind>`` with a class or a
+:class:`~tackroom.PluginSpec` naming one by reference; the lifecycle hooks
+observe or steer trials.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ def tackroom_harnesses(register: Registrar) -> None:
     """Register harness classes.
 
     Called once when the plugin manager loads plugins. Call
-    ``register.add_harness(MyHarness)`` for each :class:`~tackroom._harness.Harness`
-    subclass, or ``register.add_harness("pkg.module:MyHarness", name="mine",
-    summary="…")`` to defer importing a heavy module until the harness is used.
+    ``register.add_harness(MyHarness)`` for each :class:`~tackroom.Harness`
+    subclass, or ``register.add_harness(MINE)`` with a :class:`~tackroom.PluginSpec`
+    (kind, name, summary, capabilities, ``"pkg.module:MyHarness"``) that the class
+    takes too, to defer importing a heavy module until the harness is used.
     """
 
 
@@ -36,8 +38,8 @@ def tackroom_sandboxes(register: Registrar) -> None:
 
     Called once when the plugin manager loads plugins. Call
     ``register.add_sandbox(MyProvider)`` for each
-    :class:`~tackroom._sandbox.SandboxProvider` subclass; pass a
-    ``"module:Class"`` string with ``name=`` to keep a cloud SDK out of
+    :class:`~tackroom.SandboxProvider` subclass; pass a
+    :class:`~tackroom.PluginSpec` to keep a cloud SDK out of
     ``tackroom plugins`` until the sandbox is selected.
     """
 
@@ -48,8 +50,8 @@ def tackroom_verifiers(register: Registrar) -> None:
 
     Called once when the plugin manager loads plugins. Call
     ``register.add_verifier(MyVerifier)`` for each
-    :class:`~tackroom._verifier.Verifier` subclass (or a lazy ``"module:Class"``
-    reference with ``name=``).
+    :class:`~tackroom.Verifier` subclass (or a :class:`~tackroom.PluginSpec`
+    naming one by reference).
     """
 
 
@@ -70,11 +72,11 @@ def tackroom_executors(register: Registrar) -> None:
 
     Called once when the plugin manager loads plugins. Call
     ``register.add_executor(MyExecutor)`` for an
-    :class:`~tackroom.executors.Executor` subclass, or
-    ``register.add_executor("pkg.module:MyExecutor", name="mine",
-    options=MyOptions)`` to import a heavy module (Ray) only when the executor
-    is selected; ``options`` is the pydantic model that validates the
-    ``[runtime.mine]`` table. Core registers ``asyncio`` this way;
+    :class:`~tackroom.executors.Executor` subclass, or a
+    :class:`~tackroom.PluginSpec` with ``options=MyOptions`` to import a heavy
+    module (Ray) only when the executor is selected; ``options`` is the pydantic
+    model that validates the ``[runtime.mine]`` table before that. Core
+    registers ``asyncio`` this way;
     ``tackroom-ray`` registers ``ray``.
     """
 

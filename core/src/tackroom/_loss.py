@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 
+from tackroom._capability import Capability, capabilities_of
 from tackroom._errors import PluginDefinitionError
 from tackroom._import_ref import import_ref
 from tackroom._plugin import PluginOptions, check_name
@@ -31,7 +32,8 @@ class LossSpec(BaseModel):
     aggregation: Aggregation = "token_mean"
     summary: str = ""
     Options: type[PluginOptions] = PluginOptions
-    capabilities: frozenset[str] = frozenset()
+    capabilities: frozenset[Capability] = frozenset()
+    """:class:`~tackroom.Capability` names of kind ``loss`` (``old_logprobs``, ``rollout_logprobs``)."""
     _loaded: Callable[..., Any] | None = PrivateAttr(default=None)
 
     @field_validator("name")
@@ -40,6 +42,14 @@ class LossSpec(BaseModel):
         try:
             return check_name(v, "LossSpec")
         except PluginDefinitionError as exc:  # pydantic reports ValueErrors as validation errors
+            raise ValueError(str(exc)) from None
+
+    @field_validator("capabilities", mode="before")
+    @classmethod
+    def _capabilities(cls, v: Any) -> frozenset[Capability]:
+        try:
+            return capabilities_of("loss", v, "LossSpec")
+        except PluginDefinitionError as exc:
             raise ValueError(str(exc)) from None
 
     @field_validator("fn")

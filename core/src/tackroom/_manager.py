@@ -38,7 +38,12 @@ REGISTRATION_HOOKS: dict[PluginKind, str] = {
     "sandbox": "tackroom_sandboxes",
     "verifier": "tackroom_verifiers",
     "loss": "tackroom_losses",
+    "executor": "tackroom_executors",
 }
+"""The hook each kind is registered through; every kind is recorded as a :class:`PluginEntry`."""
+
+PLURALS: dict[PluginKind, str] = {"harness": "harnesses", "sandbox": "sandboxes", "verifier": "verifiers",
+                                  "loss": "losses", "executor": "executors"}
 
 
 def _names(value: str | None) -> set[str] | None:
@@ -48,7 +53,7 @@ def _names(value: str | None) -> set[str] | None:
 
 
 class PluginManager:
-    """Loads plugins and answers "which harness/sandbox/verifier/loss is called X?"."""
+    """Loads plugins and answers "which harness/sandbox/verifier/loss/executor is called X?"."""
 
     def __init__(self, *, load_entry_points: bool = True, env: dict[str, str] | None = None) -> None:
         env = os.environ if env is None else env
@@ -131,7 +136,7 @@ class PluginManager:
         """Call every registration hook once, implementation by implementation."""
         if self._registrar is None:
             registrar = Registrar()
-            for hook_name in (*REGISTRATION_HOOKS.values(), "tackroom_executors"):
+            for hook_name in REGISTRATION_HOOKS.values():
                 hook = getattr(self.pm.hook, hook_name)
                 for impl in hook.get_hookimpls():  # registration order
                     registrar.source = self._sources.get(id(impl.plugin), ("<local>", ""))
@@ -147,14 +152,12 @@ class PluginManager:
         if id(impl.plugin) not in self._installed:
             impl.function(register=registrar)
             return
-        before, executors = set(registrar.entries), set(registrar.executors)
+        before = set(registrar.entries)
         try:
             impl.function(register=registrar)
         except PluginDefinitionError as exc:
             for key in set(registrar.entries) - before:
                 del registrar.entries[key]
-            for key in set(registrar.executors) - executors:
-                del registrar.executors[key]
             message = f"{impl.plugin_name} failed in {hook_name}: {exc}"
             if message not in self.broken:
                 self.broken.append(message)
@@ -173,21 +176,23 @@ class PluginManager:
         if found is not None:
             return found
         installed = ", ".join(e.name for e in self.entries(kind)) or "(none)"
-        plural = {"harness": "harnesses", "sandbox": "sandboxes", "verifier": "verifiers", "loss": "losses"}[kind]
-        message = f"no {kind} named {name!r} is installed; installed {plural}: {installed}"
+        message = f"no {kind} named {name!r} is installed; installed {PLURALS[kind]}: {installed}"
         from tackroom._catalogue import load_catalogue
 
         known = next((c for c in load_catalogue() if c.kind == kind and c.name == name), None)
         if known is not None:
             message += f". {name!r} is provided by {known.distribution}: {known.install_hint}"
-        if self.skipped:
-            message += f". Skipped plugins: {', '.join(self.skipped)}"
+        raise PluginNotFoundError(message + self.not_loaded())
+
+    def not_loaded(self) -> str:
+        """What a "not installed" message adds: the plugins skipped, and those that failed to import."""
+        message = f". Skipped plugins: {', '.join(self.skipped)}" if self.skipped else ""
         if self.broken:
             message += f". Plugins that failed to import: {'; '.join(self.broken)}"
-        raise PluginNotFoundError(message)
+        return message
 
     def get(self, kind: PluginKind, name: str) -> Any:
-        """The plugin class (or :class:`~tackroom._loss.LossSpec` for losses) called ``name``."""
+        """The plugin class (or :class:`~tackroom.LossSpec` for losses) called ``name``."""
         return self.entry(kind, name).load()
 
     @property

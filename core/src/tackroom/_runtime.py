@@ -36,16 +36,17 @@ from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt, wait_ex
 
 from tackroom._attempt import AttemptDeadlines, AttemptPlan, PluginRef, error_info
 from tackroom._config import NetworkDefaults
+from tackroom._executor import Executor
 from tackroom._harness import Harness
 from tackroom._manager import PluginManager, get_plugin_manager
 from tackroom._policy import Policy, redact
 from tackroom._policy_session import PolicySessions
+from tackroom._resolve import make_executor
 from tackroom._sandbox import SandboxProvider
 from tackroom._task import Task
 from tackroom._trajectory import Trajectory
 from tackroom._trial import AttemptRecord, Trial, TrialResult
 from tackroom._verifier import Verifier
-from tackroom.executors import Executor, make_executor
 
 log = logging.getLogger(__name__)
 

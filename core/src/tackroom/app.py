@@ -1,150 +1,100 @@
-"""The API for applications built on the trial runtime: the matrix, the trainers, your own driver.
+"""For drivers: applications that run trials (the matrix, the trainers, your own driver).
 
-Plugin authors need only :mod:`tackroom` (and :mod:`tackroom.testing` in their
-tests); executor authors :mod:`tackroom.executors`. An application that runs
-trials itself (builds a :class:`TrialRuntime`, claims run folders, routes a
-policy through the gateway, reads run configs) imports from here. Everything
-else under ``tackroom.`` is private: ``tests/test_public_api.py`` fails when a
-plugin or package imports it.
+Plugin authors need only :mod:`tackroom` (and :mod:`tackroom.testing` in their tests); executor
+authors :mod:`tackroom.executors`. A driver finds plugins by name, reads run configs, builds a
+:class:`TrialRuntime`, routes a policy through the gateway and keeps run folders, with what is
+here; the values it passes around (``Task``, ``Trial``, ``TrialResult``, …) and the errors are
+:mod:`tackroom`'s. tests/test_public_api.py holds ``__all__`` to a declared list.
 """
 
-from __future__ import annotations
-
-import asyncio
-import signal
-import threading
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
-
 from tackroom._attempt import sandbox_spec
+from tackroom._command import TERMINATED_EXIT_CODE, print_error, run_to_completion
 from tackroom._config import (
     FieldError,
     NetworkDefaults,
+    PluginSelection,
+    RunConfig,
     RuntimeConfig,
     TaskSelection,
-    check_run_id,
-    dotted,
     format_validation_error,
     read_toml,
     validate,
     with_overrides,
 )
 from tackroom._endpoint import Endpoint
-from tackroom._manager import PluginManager, get_plugin_manager
-from tackroom._plugin import check_plugin_class
+from tackroom._errors import PluginConflictError, PluginIncompatibleError, PluginNotFoundError
+from tackroom._manager import PluginManager, get_plugin_manager, reset_plugin_manager
+from tackroom._plugin import PLUGIN_KINDS, PluginKind
 from tackroom._policy import register_secrets_in
 from tackroom._policy_routing import gateway_sessions, policy_gateway, policy_routing, wants_gateway
-from tackroom._registrar import BASES
-from tackroom._resolve import ExecutorName, resolve_run_config, resolve_runtime
+from tackroom._registrar import PluginEntry
+from tackroom._resolve import ExecutorName, instantiate, load_run_config, resolve_runtime
 from tackroom._run import run_config
 from tackroom._run_dirs import (
     claim_run_dir,
     has_results,
-    new_run_id,
     task_changes,
     tasks_fingerprint,
     unique_trials,
     validated_run_id,
 )
-from tackroom._runtime import TrialOutcome, TrialPlugins, TrialRuntime
-from tackroom._task import TaskLoadFailure
-from tackroom._trial import Trial, TrialErrorInfo, TrialResult, slug
-
-if TYPE_CHECKING:
-    from rich.console import Console
-
-T = TypeVar("T")
-
-TERMINATED_EXIT_CODE = 143
-"""What a command stopped by SIGTERM exits with (128 + 15, as a shell reports it)."""
-
-
-def run_to_completion(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)`` where SIGTERM stops the work the way Ctrl-C does: the main task is cancelled, so
-    every ``finally`` runs (sandboxes torn down, engines and Tinker servers stopped), then the process exits
-    with :data:`TERMINATED_EXIT_CODE`. Plain ``asyncio.run`` dies at once on SIGTERM (a scheduler's stop, a
-    ``timeout``), leaving what the run started behind."""
-    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
-        return asyncio.run(main)
-    terminated = False
-
-    async def guarded() -> T:
-        task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-        assert task is not None
-
-        def on_sigterm() -> None:
-            nonlocal terminated
-            terminated = True
-            task.cancel()
-
-        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-        try:
-            return await main
-        finally:
-            loop.remove_signal_handler(signal.SIGTERM)
-
-    try:
-        result = asyncio.run(guarded())
-    except asyncio.CancelledError:
-        if terminated:
-            raise SystemExit(TERMINATED_EXIT_CODE) from None
-        raise
-    if terminated:  # the work swallowed the cancellation; it was still told to stop
-        raise SystemExit(TERMINATED_EXIT_CODE)
-    return result
-
-
-def print_error(message: object, console: Console | None = None) -> None:
-    """``error: <message>`` on stderr (or ``console``), the message printed as it is: text such as
-    ``[policy]`` or ``[/]`` in a config error is shown, not read as rich markup."""
-    from rich.console import Console
-    from rich.text import Text
-
-    (console or Console(stderr=True)).print(Text("error: ", style="bold red") + Text(str(message)), soft_wrap=True)
+from tackroom._runtime import TrialPlugins, TrialRuntime
+from tackroom._task import Dataset, TaskLoadFailure, load_dataset
+from tackroom._trial import TrialErrorInfo, slug
 
 __all__ = [
-    "TERMINATED_EXIT_CODE",
-    "run_to_completion",
-    "BASES",
-    "ExecutorName",
-    "FieldError",
+    # Plugins by name: the manager, what it records, building one from a config section
     "PluginManager",
     "Endpoint",
     "NetworkDefaults",
+    "PluginEntry",
+    "PluginKind",
+    "PLUGIN_KINDS",
+    "get_plugin_manager",
+    "reset_plugin_manager",
+    "instantiate",
+    "PluginNotFoundError",
+    "PluginConflictError",
+    "PluginIncompatibleError",
+    # Configs: run configs, their sections, and the helpers a driver's own config is built with
+    "RunConfig",
+    "PluginSelection",
     "RuntimeConfig",
     "TaskSelection",
-    "TaskLoadFailure",
-    "Trial",
-    "TrialErrorInfo",
-    "TrialOutcome",
-    "TrialPlugins",
-    "TrialResult",
-    "TrialRuntime",
-    "check_plugin_class",
-    "check_run_id",
-    "claim_run_dir",
-    "dotted",
-    "format_validation_error",
-    "gateway_sessions",
-    "get_plugin_manager",
-    "has_results",
-    "new_run_id",
-    "print_error",
-    "policy_gateway",
-    "policy_routing",
+    "ExecutorName",
+    "Endpoint",
+    "load_run_config",
+    "resolve_runtime",
     "read_toml",
+    "validate",
+    "with_overrides",
+    "format_validation_error",
+    "FieldError",
     "register_secrets_in",
+    # Task sets
+    "load_dataset",
+    "Dataset",
+    "TaskLoadFailure",
+    # Running trials, and reaching the policy (through the gateway for chat-only harnesses)
+    "TrialRuntime",
+    "TrialPlugins",
+    "TrialErrorInfo",
+    "run_config",
+    "policy_routing",
+    "policy_gateway",
+    "gateway_sessions",
+    "wants_gateway",
     "sandbox_spec",
-    "slug",
+    # Run folders: claimed once, resumed only with the same tasks
+    "claim_run_dir",
+    "has_results",
     "task_changes",
     "tasks_fingerprint",
     "unique_trials",
-    "validate",
     "validated_run_id",
-    "wants_gateway",
-    "with_overrides",
-    "resolve_run_config",
-    "resolve_runtime",
-    "run_config",
+    "slug",
+    # A command's process: SIGTERM like Ctrl-C, errors printed as they are
+    "run_to_completion",
+    "print_error",
+    "TERMINATED_EXIT_CODE",
 ]

@@ -13,15 +13,15 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 import tackroom
-from tackroom import load_run_config
+import tackroom.app
+from tackroom._resolve import executor_class
 from tackroom._runtime import TrialRuntime
-from tackroom.app import RuntimeConfig
+from tackroom.app import RuntimeConfig, load_run_config
 from tackroom.executors import (
     AsyncioExecutor,
     Executor,
     ExecutorNotFoundError,
     NoOptions,
-    executor_class,
     make_executor,
 )
 
@@ -50,9 +50,9 @@ class CountingPlugin:
         register.add_executor(CountingExecutor)
 
 
-def core_only() -> tackroom.PluginManager:
+def core_only() -> tackroom.app.PluginManager:
     """Core's built-ins only (asyncio), whatever else is installed."""
-    return tackroom.PluginManager(env={"TACKROOM_LOAD_PLUGINS": ""})
+    return tackroom.app.PluginManager(env={"TACKROOM_LOAD_PLUGINS": ""})
 
 
 def test_core_registers_asyncio_through_tackroom_executors_like_any_plugin():
@@ -61,7 +61,7 @@ def test_core_registers_asyncio_through_tackroom_executors_like_any_plugin():
     assert entry.distribution == "tackroom" and entry.options is NoOptions
     assert executor_class("asyncio", manager) is AsyncioExecutor
     assert isinstance(TrialRuntime(".", manager=manager, progress=False).executor, AsyncioExecutor)
-    bare = tackroom.PluginManager(load_entry_points=False)
+    bare = tackroom.app.PluginManager(load_entry_points=False)
     assert bare.registrar.executors == {}, "nothing is built in by hand: asyncio comes from core's entry point"
 
 
@@ -84,12 +84,12 @@ def test_lazy_executor_registration_is_imported_only_when_built():
     class Lazy:
         @tackroom.hookimpl
         def tackroom_executors(self, register):
-            register.add_executor("tackroom.executors.asyncio:AsyncioExecutor", name="later", options=NoOptions)
+            register.add_executor("tackroom._executor:AsyncioExecutor", name="later", options=NoOptions)
 
-    manager = tackroom.PluginManager(load_entry_points=False)
+    manager = tackroom.app.PluginManager(load_entry_points=False)
     manager.register(Lazy())
     entry = manager.registrar.executors["later"]
-    assert entry._target is None and entry.reference == "tackroom.executors.asyncio:AsyncioExecutor"
+    assert entry._target is None and entry.reference == "tackroom._executor:AsyncioExecutor"
     with pytest.raises(tackroom.PluginDefinitionError, match="not an Executor subclass with that name"):
         entry.load()  # the class there says name = "asyncio"
 
@@ -112,7 +112,7 @@ def test_bad_executor_registrations_are_refused():
     with pytest.raises(tackroom.PluginDefinitionError, match="needs|come with name="):
         register.add_executor("pkg.mod:Cls")
     register.add_executor(AsyncioExecutor)
-    with pytest.raises(tackroom.PluginConflictError, match="two plugins register the executor 'asyncio'"):
+    with pytest.raises(tackroom.app.PluginConflictError, match="two plugins register the executor 'asyncio'"):
         register.add_executor(AsyncioExecutor)
 
 

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 import tackroom
+import tackroom.app
 from tackroom_engine import engine, install
 
 
@@ -254,7 +255,7 @@ def test_the_engine_is_a_plugin_that_adds_the_model_commands():
 
     (ep,) = [ep for ep in entry_points(group="tackroom") if ep.dist is not None and ep.dist.name == "tackroom-engine"]
     assert ep.value == "tackroom_engine"
-    impls = tackroom.PluginManager(env={}).hook.tackroom_commands.get_hookimpls()
+    impls = tackroom.app.PluginManager(env={}).hook.tackroom_commands.get_hookimpls()
     assert "tackroom-engine:engine" in [impl.plugin_name for impl in impls]
     app = typer.Typer()
     tackroom_engine.tackroom_commands(app=app)

@@ -8,9 +8,9 @@ import httpx
 import pytest
 
 import tackroom
+import tackroom.app
 import tackroom_gateway
-from tackroom import RunConfig
-from tackroom.app import policy_gateway, run_config
+from tackroom.app import RunConfig, policy_gateway, run_config
 from tackroom_gateway import GatewaySessions, PolicyGateway
 
 
@@ -33,13 +33,13 @@ class OneChatHarness(tackroom.Harness):
 @pytest.fixture
 def manager_with_one_chat():
     """The process-wide manager (what ``run_config`` resolves names with), with one more harness registered."""
-    tackroom.reset_plugin_manager()
-    manager = tackroom.get_plugin_manager()
+    tackroom.app.reset_plugin_manager()
+    manager = tackroom.app.get_plugin_manager()
     mod = types.ModuleType("one_chat_plugin")
     mod.tackroom_harnesses = tackroom.hookimpl(lambda register: register.add_harness(OneChatHarness))
     manager.register(mod)
     yield manager
-    tackroom.reset_plugin_manager()
+    tackroom.app.reset_plugin_manager()
 
 
 def task_dir(tmp_path):
@@ -52,7 +52,7 @@ def task_dir(tmp_path):
 
 
 def test_the_installed_gateway_implements_tackroom_policy_gateway():
-    manager = tackroom.PluginManager(env={})
+    manager = tackroom.app.PluginManager(env={})
     impls = manager.hook.tackroom_policy_gateway.get_hookimpls()
     assert "tackroom-gateway:gateway" in [impl.plugin_name for impl in impls]
     gateway = policy_gateway(base_url="http://127.0.0.1:9/v1", model="default", api_key="k", tokenizer="smollm2",

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 import tackroom
+import tackroom.app
 import tackroom.testing
 from tackroom import TrialResult
 from tackroom.app import TrialErrorInfo
@@ -74,9 +75,9 @@ class ChatOncePlugin:
 
 
 @pytest.fixture
-def matrix_manager() -> tackroom.PluginManager:
+def matrix_manager() -> tackroom.app.PluginManager:
     """Installed plugins (built-ins included) plus the chat-once test harness."""
-    manager = tackroom.PluginManager()
+    manager = tackroom.app.PluginManager()
     manager.register(ChatOncePlugin(), name="test:chat-once")
     return manager
 
@@ -113,8 +114,8 @@ def sample_outcome(tmp_path: Path, *, with_transfer: bool = True) -> MatrixOutco
     })
     rows = [ResolvedRow(index=i, row=h, cls=cls, options=cls.Options(**h.options))
             for i, (h, cls) in enumerate(zip(config.harnesses, [
-                tackroom.get_plugin_manager().get("harness", "oracle"),
-                tackroom.get_plugin_manager().get("harness", "nop"), ChatOnceHarness, ChatOnceHarness], strict=True))]
+                tackroom.app.get_plugin_manager().get("harness", "oracle"),
+                tackroom.app.get_plugin_manager().get("harness", "nop"), ChatOnceHarness, ChatOnceHarness], strict=True))]
     domains = ["finance", "finance", "shell", "shell", "reporting", "reporting"]
     tasks = []
     for i, d in enumerate(domains):

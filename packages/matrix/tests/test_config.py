@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 import tackroom
-from tackroom import ConfigError, PluginNotFoundError, load_run_config
-from tackroom.app import Endpoint
+import tackroom.app
+from tackroom import ConfigError
+from tackroom.app import Endpoint, PluginNotFoundError, load_run_config
 from tackroom_matrix.config import load_matrix_config, resolve_plugins
 
 from .conftest import EXAMPLES
@@ -93,7 +94,7 @@ def test_if_installed_rows_are_skipped_with_a_notice(tmp_path, matrix_manager):
 def test_the_demo_config_is_valid():
     config = load_matrix_config(EXAMPLES / "matrix" / "demo.toml")
     assert config.models[0].label == "smollm2" and config.models[0].endpoint == "http://127.0.0.1:8011/v1"
-    rows, *_ = resolve_plugins(config, tackroom.PluginManager())
+    rows, *_ = resolve_plugins(config, tackroom.app.PluginManager())
     assert {"oracle", "nop"} <= {r.label for r in rows}
 
 
@@ -125,8 +126,8 @@ def test_a_harness_written_for_an_older_plugin_contract_is_refused_before_any_ce
         def tackroom_harnesses(self, register):
             register.add_harness(Greeter)
 
-    manager = tackroom.PluginManager()
+    manager = tackroom.app.PluginManager()
     manager.register(GreeterPlugin(), name="tackroom-greeter", distribution="tackroom-greeter")
     config = load_matrix_config(write(tmp_path, '[[harnesses]]\nname = "greeter"\n[[harnesses]]\nname = "oracle"\n'))
-    with pytest.raises(tackroom.PluginIncompatibleError, match=r"harness 'greeter' from tackroom-greeter .*Harness\.run"):
+    with pytest.raises(tackroom.app.PluginIncompatibleError, match=r"harness 'greeter' from tackroom-greeter .*Harness\.run"):
         resolve_plugins(config, manager)

@@ -7,20 +7,20 @@ import sys
 import pytest
 
 import tackroom
-from tackroom import load_run_config
-from tackroom.app import TrialPlugins, TrialRuntime
+import tackroom.app
+from tackroom.app import TrialPlugins, TrialRuntime, load_run_config
 from tackroom.executors import AsyncioExecutor, ExecutorUnavailableError, PluginRef, make_executor
 from tackroom_local import LocalSandboxProvider
 from tackroom_ray import PluginNotShippableError, RayOptions
 from tackroom_ray.executor import RayExecutor
 from tackroom_ray.shipping import check_shippable
 
-OracleHarness = tackroom.get_plugin_manager().get("harness", "oracle")  # built-ins, by name
-TestScriptVerifier = tackroom.get_plugin_manager().get("verifier", "test-script")
+OracleHarness = tackroom.app.get_plugin_manager().get("harness", "oracle")  # built-ins, by name
+TestScriptVerifier = tackroom.app.get_plugin_manager().get("verifier", "test-script")
 
 
 def test_tackroom_ray_registers_ray_lazily_through_tackroom_executors():
-    entry = tackroom.PluginManager().registrar.executors["ray"]
+    entry = tackroom.app.PluginManager().registrar.executors["ray"]
     assert (entry.distribution, entry.reference, entry.options) == (
         "tackroom-ray", "tackroom_ray.executor:RayExecutor", RayOptions)
     assert entry.load() is RayExecutor
@@ -107,7 +107,7 @@ def test_built_in_plugins_ship_by_reference_and_come_back_equal(manager, tmp_pat
     assert (shipped.attempt, shipped.deadlines.setup_timeout_sec, shipped.deadlines.teardown_timeout_sec) == (2, 7, 9)
     assert shipped.harness.reference == f"{OracleHarness.__module__}:{OracleHarness.__qualname__}"
     assert shipped.sandbox.name == "local" and shipped.sandbox.options["output_limit_bytes"] == 4096
-    full = tackroom.PluginManager()
+    full = tackroom.app.PluginManager()
     for ref, cls, options in ((shipped.harness, OracleHarness, plugins.harness_options),
                               (shipped.sandbox, LocalSandboxProvider, provider.options),
                               (shipped.verifier, TestScriptVerifier, plugins.verifier_options)):

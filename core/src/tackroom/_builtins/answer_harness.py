@@ -32,6 +32,7 @@ import httpx
 from pydantic import Field
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from tackroom._builtins.answer_registration import ANSWER
 from tackroom._errors import InfraError, ModelError
 from tackroom._harness import Harness
 from tackroom._openai_errors import error_message as _error_message
@@ -73,12 +74,10 @@ class AnswerOptions(PluginOptions):
         default=3, ge=1, le=10, description="Tries of the request on connection errors, timeouts, 5xx and 429")
 
 
-class AnswerHarness(Harness):
+class AnswerHarness(Harness, spec=ANSWER):
     """Asks the model once (chat completions, no tools) and writes its reply to a file in the sandbox."""
 
-    name = "answer"
     Options = AnswerOptions
-    capabilities = frozenset({"needs_policy", "chat"})
 
     retry_backoff_sec: float = 0.5
     """Base of the exponential backoff between tries (0.5 s, 1 s, 2 s …, at most 4 s)."""

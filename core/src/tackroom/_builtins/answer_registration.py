@@ -1,17 +1,28 @@
-"""The ``answer`` harness's registration, by reference: its module imports httpx (~0.4 s of CPU here), and every
-``tackroom`` command loads every plugin's registration, so a command that runs another harness (or none) never
-imports it; the class loads when a config names ``answer``."""
+"""The ``answer`` harness's registration, by reference: its module imports httpx, and every ``tackroom`` command
+loads every plugin's registration, so a command that runs another harness (or none) never imports it; the class
+loads when a config names ``answer``. The spec below is the one declaration of its name, summary and capabilities:
+the class takes it."""
 
 from __future__ import annotations
 
-from tackroom._markers import hookimpl
+from typing import TYPE_CHECKING
 
-HARNESS_REF = "tackroom._builtins.answer_harness:AnswerHarness"
-SUMMARY = "Asks the model once (chat completions, no tools) and writes its reply to a file in the sandbox."
-CAPABILITIES = frozenset({"needs_policy", "chat"})
-"""What the class declares; core/tests/test_answer_harness.py holds the registration and the class together."""
+from tackroom._capability import Capability
+from tackroom._markers import hookimpl
+from tackroom._plugin import PluginSpec
+
+if TYPE_CHECKING:
+    from tackroom._registrar import Registrar
+
+ANSWER = PluginSpec(
+    kind="harness",
+    name="answer",
+    reference="tackroom._builtins.answer_harness:AnswerHarness",
+    summary="Asks the model once (chat completions, no tools) and writes its reply to a file in the sandbox.",
+    capabilities=frozenset({Capability.NEEDS_POLICY, Capability.CHAT}),
+)
 
 
 @hookimpl
-def tackroom_harnesses(register) -> None:
-    register.add_harness(HARNESS_REF, name="answer", summary=SUMMARY, capabilities=CAPABILITIES)
+def tackroom_harnesses(register: Registrar) -> None:
+    register.add_harness(ANSWER)

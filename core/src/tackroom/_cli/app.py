@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-from tackroom.app import print_error
+from tackroom._command import print_error
 
 app = typer.Typer(
     name="tackroom",

@@ -18,7 +18,6 @@ from tackroom._manager import get_plugin_manager
 def plugin_rows(include_catalogue: bool) -> list[dict[str, Any]]:
     manager = get_plugin_manager()
     rows = [dict(e.as_dict(), installed=True) for e in manager.entries()]
-    rows += [dict(e.as_dict(), installed=True) for e in sorted(manager.registrar.executors.values(), key=lambda e: e.name)]
     if include_catalogue:
         have = {(r["kind"], r["name"]) for r in rows}
         for c in load_catalogue():

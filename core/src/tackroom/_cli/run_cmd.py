@@ -18,11 +18,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from tackroom._cli.app import app, console, err_console, fail
+from tackroom._command import run_to_completion
 from tackroom._config import PluginSelection, RunConfig, with_overrides
 from tackroom._policy import redact
 from tackroom._resolve import load_run_config, resolve_run_config
 from tackroom._run import run_config
-from tackroom.app import run_to_completion
 
 RUN_FLAGS = {
     "runtime.attempts": "--attempts", "runtime.concurrency": "--concurrency", "runtime.out": "--out",

@@ -9,16 +9,15 @@ from pydantic import BaseModel, ValidationError
 from tackroom._errors import PluginDefinitionError
 from tackroom._loss import AGGREGATIONS, LossSpec
 from tackroom._manager import PluginManager
-from tackroom._plugin import NAME_PATTERN, Plugin, PluginKind, check_plugin_class
-from tackroom._registrar import BASES
+from tackroom._plugin import NAME_PATTERN, PLUGIN_KINDS, Plugin, PluginKind, check_plugin_class
 
 
 def check_plugin(cls: type[Plugin]) -> None:
-    """A plugin class has a valid name, a strict ``Options`` model, capabilities and a docstring."""
+    """A plugin class has a valid name, a strict ``Options`` model, known capabilities and a docstring."""
     kind: PluginKind | None = getattr(cls, "kind", None)
-    assert kind in BASES, f"{cls!r} has no plugin kind; subclass Harness, SandboxProvider or Verifier"
+    assert kind in PLUGIN_KINDS, f"{cls!r} has no plugin kind; subclass Harness, SandboxProvider, Verifier or Executor"
     try:
-        check_plugin_class(cls, kind, BASES[kind])
+        check_plugin_class(cls, kind)
     except PluginDefinitionError as exc:
         raise AssertionError(str(exc)) from exc
     assert cls.summary(), f"{cls.__qualname__} needs a docstring; its first line is the summary `tackroom plugins` shows"

@@ -47,15 +47,12 @@ from pydantic import (
     model_validator,
 )
 
-from tackroom import (
-    ConfigError,
-    PluginNotFoundError,
-    PluginSelection,
-    redact,
-)
+from tackroom import ConfigError, redact
 from tackroom.app import (
     Endpoint,
     FieldError,
+    PluginNotFoundError,
+    PluginSelection,
     RuntimeConfig,
     TaskSelection,
     format_validation_error,
@@ -251,7 +248,7 @@ def resolve_plugins(config: MatrixConfig, manager: Any = None) -> tuple[list[Res
     Returns (rows, sandbox provider, verifier, notices); rows marked
     ``if_installed`` whose harness is missing are left out with a notice.
     """
-    from tackroom import get_plugin_manager, instantiate
+    from tackroom.app import get_plugin_manager, instantiate
 
     manager = manager or get_plugin_manager()
     rows: list[ResolvedRow] = []

@@ -24,8 +24,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tackroom import ConfigError, PluginManager, Task, Trial, TrialResult, get_plugin_manager, load_dataset, redact
-from tackroom.app import Endpoint, TaskLoadFailure, TrialPlugins, TrialRuntime, policy_routing
+from tackroom import ConfigError, Task, Trial, TrialResult, redact
+from tackroom.app import (
+    Endpoint,
+    PluginManager,
+    TaskLoadFailure,
+    TrialPlugins,
+    TrialRuntime,
+    get_plugin_manager,
+    load_dataset,
+    policy_routing,
+)
 from tackroom_matrix.config import MatrixConfig, ResolvedRow, resolve_plugins
 from tackroom_matrix.endpoints import EndpointStatus, EndpointUnreachableError, probe_all
 from tackroom_matrix.stats import CellStats, cell_stats
@@ -258,8 +267,7 @@ async def run_matrix(
 
     ``force_new``: never resume; when the run folder already holds a run, use a new one beside it.
     """
-    from tackroom import claim_run_dir
-    from tackroom.app import resolve_runtime, unique_trials, validated_run_id, with_overrides
+    from tackroom.app import claim_run_dir, resolve_runtime, unique_trials, validated_run_id, with_overrides
 
     config = with_overrides(config, {}, source="matrix config")  # values set in code get the file's checks too
     if run_id is not None:

@@ -29,12 +29,13 @@ from typing import TYPE_CHECKING, Any
 from tackroom import Trajectory, TrialResult
 from tackroom.app import TrialErrorInfo
 from tackroom.executors import AttemptPlan, Executor, ExecutorUnavailableError, run_attempt
+from tackroom_ray import RAY
 from tackroom_ray.errors import AttemptDeadlineError, WorkerLostError
 from tackroom_ray.options import RayOptions
 from tackroom_ray.shipping import check_plans
 
 if TYPE_CHECKING:
-    from tackroom import PluginManager
+    from tackroom.app import PluginManager
 
 log = logging.getLogger(__name__)
 
@@ -182,11 +183,9 @@ def run_attempt_task(plan: AttemptPlan) -> Iterator[dict[str, Any]]:
     yield _run_with_heartbeat(plan)
 
 
-class RayExecutor(Executor):
+class RayExecutor(Executor, spec=RAY):
     """Each attempt as a Ray task in its own worker process, on a local or an existing Ray cluster."""
 
-    name = "ray"
-    Options = RayOptions
     options: RayOptions
 
     def __init__(self, options: RayOptions | None = None) -> None:

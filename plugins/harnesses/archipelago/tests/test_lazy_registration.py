@@ -7,12 +7,13 @@ import subprocess
 import sys
 
 import tackroom
+import tackroom.app
 
 
 def test_registration_matches_the_class() -> None:
     from tackroom_archipelago.harness import ArchipelagoHarness
 
-    entry = tackroom.PluginManager().entry("harness", "archipelago")
+    entry = tackroom.app.PluginManager().entry("harness", "archipelago")
     assert entry.reference == "tackroom_archipelago.harness:ArchipelagoHarness"
     assert entry.summary == ArchipelagoHarness.summary()
     assert entry.capabilities == ArchipelagoHarness.capabilities
@@ -20,8 +21,8 @@ def test_registration_matches_the_class() -> None:
 
 
 def test_loading_every_plugin_does_not_import_mcp() -> None:
-    code = ("import sys, tackroom\n"
-            "m = tackroom.PluginManager()\n"
+    code = ("import sys, tackroom.app\n"
+            "m = tackroom.app.PluginManager()\n"
             "assert 'archipelago' in {e.name for e in m.entries('harness')}\n"
             "print(sorted(n for n in sys.modules if n == 'mcp' or n.startswith(('mcp.', 'tackroom_archipelago.'))))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

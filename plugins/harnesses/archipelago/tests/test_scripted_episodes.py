@@ -6,6 +6,7 @@ import pytest
 from archipelago_scripted_engine import FILL, ScriptedEngine, call
 
 import tackroom
+import tackroom.app
 from tackroom import Policy
 from tackroom_archipelago import ArchipelagoHarness
 from tackroom_archipelago.errors import ContextExhaustedError
@@ -36,7 +37,7 @@ async def test_scripted_policy_solves_a_world_task(world_task, sandbox):
         assert cur.prompt_ids[: len(prev.prompt_ids) + len(prev.completion_ids)] == prev.prompt_ids + prev.completion_ids
     assert sum(traj.loss_mask) == sum(len(t.completion_ids) for t in traj.turns)
     # The task's own deterministic check grades what the MCP tools wrote.
-    reward = await tackroom.instantiate("verifier", "test-script").verify(world_task, sandbox, traj)
+    reward = await tackroom.app.instantiate("verifier", "test-script").verify(world_task, sandbox, traj)
     assert reward.score == 1.0, reward.details
 
 

@@ -8,8 +8,7 @@ import pytest
 from opencode_scripted_engine import ScriptedEngineForTests, serve, tool_call
 
 from conftest import EXAMPLES
-from tackroom import RunConfig
-from tackroom.app import run_config
+from tackroom.app import RunConfig, run_config
 
 SOLVE_HELLO = tool_call("bash", command="printf 'Hello, tackroom!\\n' > /app/greeting.txt", description="write the greeting")
 

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tackroom import RunConfig
-from tackroom.app import run_config
+from tackroom.app import RunConfig, run_config
 from tackroom_terminus.protocol import parse_reply
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "tasks"

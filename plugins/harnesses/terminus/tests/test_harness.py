@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import tackroom
-from tackroom import RunConfig, SandboxSpec, TaskError
-from tackroom.app import run_config
+from tackroom import SandboxSpec, TaskError
+from tackroom.app import RunConfig, run_config
 from tackroom.testing import ScriptedChatServerForTests, ScriptedReply, write_kit_task
 from tackroom_terminus import TerminusHarness
 from tackroom_terminus.chat_client import ContextExhaustedError

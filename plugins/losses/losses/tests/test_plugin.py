@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import tackroom
+import tackroom.app
 import tackroom_losses
 from tackroom.testing import check_registered
 
@@ -27,8 +28,8 @@ def test_conforms(name):
 
 def test_listing_the_losses_does_not_import_torch():
     code = (
-        "import sys, tackroom\n"
-        "m = tackroom.PluginManager(env={})\n"
+        "import sys, tackroom.app\n"
+        "m = tackroom.app.PluginManager(env={})\n"
         "names = sorted(e.name for e in m.entries('loss'))\n"
         "print(names, 'torch' in sys.modules)\n"
     )
@@ -48,7 +49,7 @@ def test_tackroom_plugins_lists_them_without_importing_torch():
 
 
 def test_selected_by_name_with_validated_options():
-    spec, options = tackroom.instantiate("loss", tackroom.PluginSelection(name="dppo", divergence="binary_kl",
+    spec, options = tackroom.app.instantiate("loss", tackroom.app.PluginSelection(name="dppo", divergence="binary_kl",
                                                                          delta_high=0.2, aggregation="prompt_mean"))
     assert spec.name == "dppo"
     assert isinstance(options, tackroom_losses.DppoOptions)
@@ -58,12 +59,12 @@ def test_selected_by_name_with_validated_options():
 
 def test_a_misspelt_option_names_its_path():
     with pytest.raises(tackroom.ConfigError, match="loss.delta_hgih: unknown field"):
-        tackroom.instantiate("loss", tackroom.PluginSelection(name="dppo", delta_hgih=0.2))
+        tackroom.app.instantiate("loss", tackroom.app.PluginSelection(name="dppo", delta_hgih=0.2))
 
 
 def test_a_misspelt_aggregation_is_refused():
     with pytest.raises(tackroom.ConfigError, match="loss.aggregation"):
-        tackroom.instantiate("loss", tackroom.PluginSelection(name="glm5", aggregation="prompt_means"))
+        tackroom.app.instantiate("loss", tackroom.app.PluginSelection(name="glm5", aggregation="prompt_means"))
 
 
 def test_catalogue_lists_every_loss_as_registered():

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 import tackroom
+import tackroom.app
 from tackroom import Trial
 from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom_local import LocalSandbox, LocalSandboxProvider
@@ -586,7 +587,7 @@ async def test_a_real_trial_whose_agent_plants_links_forks_writers_and_remounts_
         exit 0
         """))
     task = tackroom.load_task(task_dir)
-    manager = tackroom.PluginManager()
+    manager = tackroom.app.PluginManager()
     OracleHarness, TestScriptVerifier = manager.get("harness", "oracle"), manager.get("verifier", "test-script")
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox="local", verifier="test-script")
     plugins = TrialPlugins(OracleHarness, OracleHarness.Options(), LocalSandboxProvider({"root_dir": str(tmp_path / "roots")}),

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import tackroom
+import tackroom.app
 from tackroom import Trial
 from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom_local import LocalSandbox, LocalSandboxProvider, services
@@ -44,7 +45,7 @@ async def run_task(tmp_path: Path, solve: str, test_sh: str, toml: str = "") -> 
     (task_dir / "tests" / "test.sh").write_text(textwrap.dedent(test_sh))
     (task_dir / "solution" / "solve.sh").write_text(textwrap.dedent(solve))
     task = tackroom.load_task(task_dir)
-    manager = tackroom.PluginManager()
+    manager = tackroom.app.PluginManager()
     oracle, verifier = manager.get("harness", "oracle"), manager.get("verifier", "test-script")
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox="local", verifier="test-script")
     plugins = TrialPlugins(oracle, oracle.Options(), LocalSandboxProvider({"root_dir": str(tmp_path / "roots")}),

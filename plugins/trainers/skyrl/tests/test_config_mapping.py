@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tackroom import ConfigError, PluginNotFoundError
+from tackroom import ConfigError
+from tackroom.app import PluginNotFoundError
 from tackroom_skyrl.ceilings import derive_ceilings
 from tackroom_skyrl.config import load_train_config
 from tackroom_skyrl.preflight import GpuRequirementError, Machine, check_machine

@@ -4,7 +4,7 @@ import torch
 from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
 from skyrl.train.config.config import AlgorithmConfig
 
-from tackroom import get_plugin_manager
+from tackroom.app import get_plugin_manager
 from tackroom_skyrl.losses import register_losses
 
 

@@ -27,7 +27,7 @@ from types import SimpleNamespace
 import pytest
 from skyrl.train.generators.base import TrajectoryID
 
-from tackroom import PluginSelection
+from tackroom.app import PluginSelection
 from tackroom_gateway import EngineClient, EngineRequestError, EngineSettings, load_tokenizer
 from tackroom_skyrl.config import TrainConfig, load_train_config
 from tackroom_skyrl.generator import TackroomGenerator

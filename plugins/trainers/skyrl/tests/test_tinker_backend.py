@@ -16,7 +16,8 @@ import httpx
 import pytest
 import torch
 
-from tackroom import ConfigError, get_plugin_manager
+from tackroom import ConfigError
+from tackroom.app import get_plugin_manager
 from tackroom_gateway import (
     ContextLengthExceededError,
     EngineClient,

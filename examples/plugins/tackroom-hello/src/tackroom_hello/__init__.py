@@ -11,7 +11,6 @@ class HelloHarness(tackroom.Harness):
     """Writes a greeting into the sandbox and says it did."""
 
     name = "hello"
-    capabilities = frozenset({"example"})
 
     class Options(tackroom.PluginOptions):
         greeting: str = Field(default="hello from tackroom-hello", description="Text to write")

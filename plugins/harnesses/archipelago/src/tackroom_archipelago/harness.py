@@ -26,6 +26,7 @@ from tackroom_archipelago.observations import (
     nudge_text,
     truncate,
 )
+from tackroom_archipelago.spec import ARCHIPELAGO
 from tackroom_archipelago.tools import FINAL_ANSWER_TOOL, call_arguments, final_answer_tool, openai_tools
 from tackroom_archipelago.world import (
     GatewayHandle,
@@ -93,12 +94,10 @@ class ArchipelagoOptions(PluginOptions):
     model_timeout_sec: float = Field(default=600.0, gt=0, description="Per model call")
 
 
-class ArchipelagoHarness(Harness):
+class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
     """MCP tool-calling agent over a world's servers; exact token accounting on /v1/completions (Mercor/SkyRL guide)."""
 
-    name = "archipelago"
     Options = ArchipelagoOptions
-    capabilities = frozenset({"token_ids", "needs_policy"})
 
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+import tackroom_terminus.prompts as prompts
 from tackroom import (
     ConfigError,
     Harness,
@@ -21,9 +22,9 @@ from tackroom import (
     Task,
     Trajectory,
 )
-from tackroom_terminus import prompts
 from tackroom_terminus.chat_client import ChatClient, ChatReply, ContextExhaustedError
 from tackroom_terminus.protocol import parse_reply, reply_schema, response_format
+from tackroom_terminus.spec import TERMINUS
 from tackroom_terminus.tmux import Observation, TmuxSession
 from tackroom_terminus.tmux_install import ensure_tmux
 
@@ -97,12 +98,10 @@ class _Episode:
         self.started = time.monotonic()
 
 
-class TerminusHarness(Harness):
+class TerminusHarness(Harness, spec=TERMINUS):
     """Terminus: the model drives a tmux terminal with keystrokes, answering in JSON each turn."""
 
-    name = "terminus"
     Options = TerminusOptions
-    capabilities = frozenset({"chat", "needs_policy"})
 
     options: TerminusOptions
 

@@ -7,6 +7,7 @@ import asyncio
 from typing import ClassVar
 
 from tackroom import SandboxProvider, SandboxSpec
+from tackroom_daytona import DAYTONA
 from tackroom_daytona.account import CREDENTIAL_HELP, DaytonaAccount, have_credentials
 from tackroom_daytona.calls import bounded
 from tackroom_daytona.options import DaytonaOptions
@@ -15,7 +16,7 @@ from tackroom_daytona.sandbox import DaytonaSandbox
 __all__ = ["CREDENTIAL_HELP", "DaytonaProvider", "have_credentials"]
 
 
-class DaytonaProvider(SandboxProvider):
+class DaytonaProvider(SandboxProvider, spec=DAYTONA):
     """Daytona sandboxes booted from one image per world.
 
     The image is the task's ``[environment].docker_image`` (``Image.base``: any
@@ -31,9 +32,7 @@ class DaytonaProvider(SandboxProvider):
     credentials, or give fractional CPUs / sub-GiB memory.
     """
 
-    name = "daytona"
     Options: ClassVar[type[DaytonaOptions]] = DaytonaOptions  # type: ignore[assignment]
-    capabilities = frozenset({"dockerfile", "network", "expose"})
     options: DaytonaOptions
 
     def __init__(self, options: DaytonaOptions | dict | None = None) -> None:

@@ -6,6 +6,7 @@ import asyncio
 from typing import ClassVar
 
 from tackroom import SandboxProvider, SandboxSpec
+from tackroom_modal import MODAL
 from tackroom_modal.account import CREDENTIAL_HELP, ModalAccount, have_credentials
 from tackroom_modal.calls import bounded
 from tackroom_modal.options import ModalOptions
@@ -14,7 +15,7 @@ from tackroom_modal.sandbox import ModalSandbox
 __all__ = ["CREDENTIAL_HELP", "ModalProvider", "have_credentials"]
 
 
-class ModalProvider(SandboxProvider):
+class ModalProvider(SandboxProvider, spec=MODAL):
     """Modal sandboxes booted from one image per world.
 
     The image is the task's ``[environment].docker_image`` (pulled from a public
@@ -29,9 +30,7 @@ class ModalProvider(SandboxProvider):
     open a tunnel for a port not listed in ``expose_ports`` (tunnels are fixed at create).
     """
 
-    name = "modal"
     Options: ClassVar[type[ModalOptions]] = ModalOptions  # type: ignore[assignment]
-    capabilities = frozenset({"dockerfile", "network", "expose"})
     options: ModalOptions
 
     def __init__(self, options: ModalOptions | dict | None = None) -> None:

@@ -66,8 +66,7 @@ def _nudge_value(arm: ArmSpec, where: str, config: TrainConfig, options_cls: typ
 
 def arm_overrides(config: TrainConfig, index: int, arm: ArmSpec, manager: Any = None) -> dict[str, Any]:
     """The dotted paths (``loss.name``, ``harness.<option>`` …) this arm sets, checked against the plugins."""
-    from tackroom import PluginNotFoundError, get_plugin_manager
-    from tackroom.app import validate
+    from tackroom.app import PluginNotFoundError, get_plugin_manager, validate
 
     manager = manager or get_plugin_manager()
     where = f"arms[{index}] ({arm.label})"

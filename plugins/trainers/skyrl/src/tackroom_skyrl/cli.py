@@ -33,7 +33,7 @@ def add_train_command(app: Any) -> None:
             config = load_train_config(config_file)
             if backend:
                 config.backend = backend  # type: ignore[assignment]
-            from tackroom import claim_run_dir
+            from tackroom.app import claim_run_dir
 
             # a plain --run-id (no path, no ..); a generated one has a random suffix, so two trains started
             # in the same second never share a folder

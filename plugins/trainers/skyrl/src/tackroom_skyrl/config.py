@@ -31,8 +31,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tackroom import AGGREGATIONS, ConfigError, PluginSelection
-from tackroom.app import Endpoint, ExecutorName, NetworkDefaults, TaskSelection, read_toml, validate
+from tackroom import AGGREGATIONS, ConfigError
+from tackroom.app import Endpoint, ExecutorName, NetworkDefaults, PluginSelection, TaskSelection, read_toml, validate
 from tackroom_skyrl.config_arms import ArmSpec, EvalSection, unique_labels
 from tackroom_skyrl.config_tinker import TinkerSettings
 

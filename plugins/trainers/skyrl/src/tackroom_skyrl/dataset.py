@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tackroom import ConfigError, load_dataset
+from tackroom import ConfigError
+from tackroom.app import load_dataset
 from tackroom_skyrl.skyrl_config import ENV_CLASS
 
 

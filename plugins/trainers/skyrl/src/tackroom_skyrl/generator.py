@@ -22,8 +22,8 @@ from typing import Any
 
 from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, GeneratorOutput, TrajectoryID
 
-from tackroom import ConfigError, Policy, Task, Trajectory, Trial, TrialResult, instantiate, load_task
-from tackroom.app import TrialPlugins, TrialRuntime, gateway_sessions, policy_gateway, wants_gateway
+from tackroom import ConfigError, Policy, Task, Trajectory, Trial, TrialResult, load_task
+from tackroom.app import TrialPlugins, TrialRuntime, gateway_sessions, instantiate, policy_gateway, wants_gateway
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.masking import RowOutcome, decide_group
 

@@ -14,7 +14,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from tackroom import LossSpec, get_plugin_manager
+from tackroom import LossSpec
+from tackroom.app import get_plugin_manager
 from tackroom_skyrl.skyrl_config import LOSS_PREFIX
 
 

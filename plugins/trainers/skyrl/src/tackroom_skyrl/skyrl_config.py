@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tackroom import ConfigError, PluginSelection, instantiate
+from tackroom import ConfigError
+from tackroom.app import PluginSelection, instantiate
 from tackroom_skyrl.ceilings import Ceilings, derive_ceilings
 from tackroom_skyrl.config import TrainConfig
 

@@ -1,7 +1,8 @@
 """Entry point of tackroom-rubric-judge: registers the ``rubric-judge`` verifier, by reference.
 
 Every ``tackroom`` command loads every installed plugin's registration; the verifier's module imports the judge
-client and httpx, so it loads only when a config names ``rubric-judge``.
+client and httpx, so it loads only when a config names ``rubric-judge``. :data:`RUBRIC_JUDGE` is the one
+declaration of its name, summary and capabilities: the class takes it.
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ import tackroom
 tackroom_contract = 2
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 
-VERIFIER_REF = "tackroom_rubric_judge.verifier:RubricJudgeVerifier"
-SUMMARY = "Asks an LLM judge for a {rationale, passed} verdict per rubric criterion; reward = mean or all_pass."
-CAPABILITIES = frozenset({"llm_judge", "changes_report"})
-"""What the class declares; tests/test_scoring.py holds the registration and the class together."""
+RUBRIC_JUDGE = tackroom.PluginSpec(
+    kind="verifier",
+    name="rubric-judge",
+    reference="tackroom_rubric_judge.verifier:RubricJudgeVerifier",
+    summary="Asks an LLM judge for a {rationale, passed} verdict per rubric criterion; reward = mean or all_pass.",
+    capabilities=frozenset({tackroom.Capability.LLM_JUDGE, tackroom.Capability.CHANGES_REPORT}),
+)
 
 
 @tackroom.hookimpl
 def tackroom_verifiers(register: tackroom.Registrar) -> None:
-    register.add_verifier(VERIFIER_REF, name="rubric-judge", summary=SUMMARY, capabilities=CAPABILITIES)
+    register.add_verifier(RUBRIC_JUDGE)

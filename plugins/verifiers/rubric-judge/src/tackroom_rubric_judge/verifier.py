@@ -13,6 +13,7 @@ from tackroom import register_secret, register_url_secrets
 from tackroom_file_diff import ChangesReport, FileChangeTracker, ReportLimits, expected_files, expected_outputs
 from tackroom_rubric_judge.client import JudgeClient, JudgeEndpoint, RetryPolicy, shared_client
 from tackroom_rubric_judge.errors import JudgeAuthError, JudgeContextTooLongError
+from tackroom_rubric_judge.plugin import RUBRIC_JUDGE
 from tackroom_rubric_judge.prompt import build_messages, final_answer
 from tackroom_rubric_judge.scoring import Criterion, CriterionResult, rubric_criteria, score
 from tackroom_rubric_judge.transport import ChatRequest
@@ -82,7 +83,7 @@ class RubricJudgeOptions(tackroom.PluginOptions):
         return self
 
 
-class RubricJudgeVerifier(tackroom.Verifier):
+class RubricJudgeVerifier(tackroom.Verifier, spec=RUBRIC_JUDGE):
     """Asks an LLM judge for a {rationale, passed} verdict per rubric criterion; reward = mean or all_pass.
 
     Components: ``criterion:<id>`` (1 when it holds), ``penalty:<id>`` (1 when
@@ -91,9 +92,7 @@ class RubricJudgeVerifier(tackroom.Verifier):
     error: the trial is retried, never scored 0).
     """
 
-    name = "rubric-judge"
     Options = RubricJudgeOptions
-    capabilities = frozenset({"llm_judge", "changes_report"})
 
     _tracker: FileChangeTracker | None = None
 

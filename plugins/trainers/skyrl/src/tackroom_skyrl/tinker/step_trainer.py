@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any, Protocol
 
-from tackroom import ConfigError, get_plugin_manager
+from tackroom import ConfigError
+from tackroom.app import get_plugin_manager
 from tackroom_skyrl.config import TrainConfig, TrainKnobs
 from tackroom_skyrl.tinker.client import TrainingClient
 from tackroom_skyrl.tinker.datums import (

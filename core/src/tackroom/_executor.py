@@ -1,4 +1,4 @@
-"""The executor interface: where one trial attempt runs."""
+"""The executor interface: where one trial attempt runs (a plugin kind, like harnesses and sandboxes)."""
 
 from __future__ import annotations
 
@@ -6,22 +6,16 @@ import abc
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from tackroom._attempt import AttemptPlan, run_attempt
+from tackroom._plugin import NoOptions, Plugin, PluginKind, PluginOptions
 
 if TYPE_CHECKING:
-    from tackroom._attempt import AttemptPlan
     from tackroom._manager import PluginManager
     from tackroom._trajectory import Trajectory
     from tackroom._trial import TrialResult
 
 
-class NoOptions(BaseModel):
-    """An executor without settings."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class Executor(abc.ABC):
+class Executor(Plugin):
     """Runs trial attempts, each given as an :class:`~tackroom.executors.AttemptPlan`.
 
     The runtime keeps everything that must behave the same whatever the
@@ -37,11 +31,8 @@ class Executor(abc.ABC):
     attempt; it returns a result whose ``error`` is classified.
     """
 
-    name: ClassVar[str]
-    Options: ClassVar[type[BaseModel]] = NoOptions
-
-    def __init__(self, options: BaseModel | None = None) -> None:
-        self.options = options if options is not None else self.Options()
+    kind: ClassVar[PluginKind] = "executor"
+    Options: ClassVar[type[PluginOptions]] = NoOptions
 
     async def start(self, plans: list[AttemptPlan]) -> None:
         """Called by ``run_all`` before the first trial with every trial's first attempt: connect, and
@@ -63,3 +54,13 @@ class Executor(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """What a run records about its executor."""
         return {"name": self.name, **self.options.model_dump(mode="json")}
+
+
+class AsyncioExecutor(Executor):
+    """In-process: every attempt shares this Python process; the cheapest way to run up to a few dozen trials."""
+
+    name = "asyncio"
+
+    async def run(self, plan: AttemptPlan, *, manager: PluginManager,
+                  on_started: Callable[[], None]) -> tuple[TrialResult, Trajectory]:
+        return await run_attempt(plan, manager=manager, on_started=on_started)

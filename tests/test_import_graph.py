@@ -108,9 +108,6 @@ def describe(component: list[str], graph: dict[str, set[str]]) -> str:
 
 
 PENDING = {
-    "tackroom": "core's registration loop (_registrar -> executors.base -> _attempt/_manager) closes when the executor "
-                "becomes a plugin kind; tackroom.testing's grading_checks needs sandbox_checks' CheckContext, which "
-                "belongs in a leaf module both import",
     "tackroom_docker": "sandbox <-> tools: the tools module needs DockerSandbox only as a type; move what both share "
                        "into a leaf module",
 }

@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import shlex
 import time
-from typing import TYPE_CHECKING
 
 from tackroom._grading import prepare_grading
 from tackroom._sandbox import GradingSabotagedError, Sandbox
+from tackroom.testing._context import CheckContext
 from tackroom.testing._report import SkipCheck
-
-if TYPE_CHECKING:
-    from tackroom.testing.sandbox_checks import CheckContext
 
 FAKE_GREP = "#!/bin/sh\nexit 0\n"
 TAMPER = r"""

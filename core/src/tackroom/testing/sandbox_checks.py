@@ -51,6 +51,7 @@ from tackroom._sandbox import (
     SandboxSpec,
     SandboxTimeoutError,
 )
+from tackroom.testing._context import CheckContext
 from tackroom.testing._report import CheckReport, CheckResult, SkipCheck, known_skips, timed_check
 from tackroom.testing.grader_checks import GRADER_CHECKS
 from tackroom.testing.grading_checks import GRADING_CHECKS
@@ -72,19 +73,6 @@ class SandboxCheckReport(CheckReport):
 
 
 Check = Callable[[Sandbox, "CheckContext"], Awaitable[None]]
-
-
-class CheckContext:
-    """Per-run scratch: a unique sandbox directory, a local temp dir, the spec used, the report's timings."""
-
-    def __init__(self, spec: SandboxSpec, local: Path, timings: dict[str, float] | None = None,
-                 provider: SandboxProvider | None = None) -> None:
-        self.spec = spec
-        self.provider = provider
-        """The provider under test (checks that need a sandbox of their own, e.g. ``disk_fill``, start one)."""
-        self.local = local
-        self.root = f"/tmp/tackroom-check-{secrets.token_hex(4)}"
-        self.timings = timings if timings is not None else {}
 
 
 def _default_spec() -> SandboxSpec:

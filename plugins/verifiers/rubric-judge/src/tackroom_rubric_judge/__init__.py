@@ -8,7 +8,7 @@
 
 The entry point (:mod:`tackroom_rubric_judge.plugin`) registers the verifier by reference and this package
 imports its modules on first access: every ``tackroom`` command loads every installed plugin's registration,
-and the judge's client imports httpx (~0.4 s of CPU here).
+and the judge's client imports httpx, which a command that never grades with a judge should not pay for.
 """
 
 from __future__ import annotations

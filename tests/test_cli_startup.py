@@ -1,6 +1,6 @@
 """Every `tackroom` command loads every installed plugin's registration before it runs (the suite starts it as a
 subprocess in ~40 places). That registration must not import the heavy libraries a plugin uses only when it runs:
-each one costs every command its import (httpx ~0.4 s of CPU on the project's 2-core machine, the MCP SDK ~2 s)."""
+each one costs every command its import (httpx, the MCP SDK, torch: each costs every command noticeable CPU)."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def _free_port() -> int:
 
 
 # Slow by cost: a `tackroom gateway` process that serves loads the tokenizer (transformers and, where installed,
-# torch: ~30 s of CPU here). The one that finds no engine stops before that and stays in the inner loop.
+# torch, a heavy import). The one that finds no engine stops before that and stays in the inner loop.
 @pytest.mark.slow
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 async def test_gateway_command_serves_until_signalled(smollm2_tokenizer, stop_signal):

@@ -9,7 +9,7 @@ import pytest
 
 
 # Slow by cost, not by need: three fresh interpreters (the race is in the *first* import of transformers), each
-# importing transformers and, in this workspace where torch is installed, torch (~30 s of CPU apiece here).
+# importing transformers and, in this workspace where torch is installed, torch, each a heavy import.
 @pytest.mark.slow
 def test_first_tokenizer_loads_race_free_across_threads():
     # A fresh interpreter, so transformers is imported for the first time by eight threads at once.

@@ -27,7 +27,7 @@ async def conforms(tokenizer, provider) -> None:
         ("plugin", "solves_task", "max_turns", "malformed_reply", "agent_timeout", "engine_errors"))
 
 
-@pytest.mark.slow  # by cost: six checks, each a trial of the real OpenCode (~90 s of CPU here)
+@pytest.mark.slow  # by cost: six checks, each a trial of the real OpenCode
 async def test_conformance_on_local(smollm2_tokenizer, opencode_install):
     from tackroom_local import LocalSandboxProvider
 

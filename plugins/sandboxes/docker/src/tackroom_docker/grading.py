@@ -18,7 +18,14 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tackroom import ExecResult, GradingSabotagedError, SandboxError, SandboxTimeoutError
+from tackroom import (
+    GRADER_CLEAN_ENV,
+    GRADER_SCRUBBED_ENV,
+    ExecResult,
+    GradingSabotagedError,
+    SandboxError,
+    SandboxTimeoutError,
+)
 from tackroom_docker.engine import run_host
 from tackroom_docker.toolset import BIN, STAGE
 from tackroom_sandbox_kit import extract_tar
@@ -28,10 +35,6 @@ if TYPE_CHECKING:
 
 ENTRY = Path(__file__).with_name("grader_entry.py")
 
-# Variables an agent could use to load its code into the grader's interpreters; only the caller's `env` sets them.
-UNSAFE_ENV = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT", "PERL5LIB", "PERL5OPT",
-              "PERLLIB", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH", "BASH_ENV", "ENV", "LD_PRELOAD",
-              "LD_LIBRARY_PATH", "LD_AUDIT")
 
 # Args: the network ("container" | "host" | "isolated"), the tmpfs size in MB, then the private folders.
 # Runs with full capabilities in the grader's own mount namespace, before anything of the agent runs again.
@@ -64,10 +67,10 @@ def clean_env(image_env: list[str], spec_env: dict[str, str], extra: dict[str, s
         key, _, value = item.partition("=")
         env[key] = value
     env.update(spec_env)
-    for key in UNSAFE_ENV:
+    for key in GRADER_SCRUBBED_ENV:
         env.pop(key, None)
     env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-    env.update({"HOME": f"{STAGE}/home", "PYTHONNOUSERSITE": "1"})
+    env.update({"HOME": f"{STAGE}/home", **GRADER_CLEAN_ENV})
     env.update(extra or {})
     return env
 

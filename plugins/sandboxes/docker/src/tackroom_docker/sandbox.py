@@ -17,6 +17,8 @@ from tackroom import (
     DEFAULT_EXEC_TIMEOUT,
     ConfigError,
     ExecResult,
+    GradingSabotagedError,
+    NetworkPolicy,
     Sandbox,
     SandboxError,
     SandboxPathError,
@@ -49,6 +51,17 @@ EXEC_MARKER_ENV = "TACKROOM_EXEC_ID"
 KEEPALIVE = 'trap "" INT TERM HUP QUIT; while :; do sleep 86400 & wait $!; done'
 
 
+# fresh_folder(): $1 removed (a link at its place, not its target) and made again, empty; a link above it is refused.
+FRESH_FOLDER = r"""
+p=$1; cur=; rest=${p#/}
+while [ -n "$rest" ]; do
+    case $rest in */*) c=${rest%%/*}; rest=${rest#*/} ;; *) break ;; esac
+    cur=$cur/$c
+    if [ -L "$cur" ]; then echo "$cur is a link"; exit 3; fi
+done
+rm -rf "$p" 2>/dev/null; mkdir -p "$p" && [ -d "$p" ] && [ ! -L "$p" ] && [ -z "$(ls -A "$p")" ]
+"""
+
 # snapshot(): a tar of the paths that exist and do not go through a link, on stdout.
 SNAPSHOT = r"""
 for p in "$@"; do
@@ -61,6 +74,11 @@ for p in "$@"; do
     if [ -n "$ok" ] && { [ -e "$p" ] || [ -L "$p" ]; }; then printf '%s\0' "$p"; fi
 done | tar --null -cf - -T - 2>/dev/null
 """
+
+NETWORK_MODES_ERROR = (
+    "the docker sandbox cannot enforce network mode {mode!r}: its engine offers 'none' (--network none, loopback "
+    "only) and 'public' (the host's network) and no per-host filter; declare network_mode 'none' or 'public'"
+)
 
 DAEMON_ERROR = re.compile(r"^(Error response from daemon|Error: No such container|Error: container)", re.IGNORECASE)
 
@@ -80,7 +98,7 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         self.cli = cli
         self.name = container_name(spec)
         self.image: ResolvedImage | None = None
-        self.network = options.network_mode or ("host" if spec.allow_internet else "none")
+        self.network = options.network_mode or ("host" if spec.network.online else "none")
         self.timings: dict[str, float] = {}
         self.workdir = spec.workdir
         """The container's working directory (the Dockerfile's WORKDIR unless the spec sets one)."""
@@ -104,6 +122,8 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             return
         if self._stopped:
             raise SandboxError(f"sandbox {self.name} was stopped; create a new one")
+        if self.spec.network.mode == "allowlist" and self.options.network_mode is None:
+            raise SandboxError(NETWORK_MODES_ERROR.format(mode="allowlist"))
         t0 = time.monotonic()
         self.image = await ImageResolver(self.cli, self.options).resolve(self.spec)
         self.timings["image_s"] = time.monotonic() - t0
@@ -363,16 +383,15 @@ class DockerSandbox(NamespaceForwards, Sandbox):
 
         return await run_grader(self, cmd, private=private, collect=collect, dest=dest, cwd=cwd, env=env, timeout=timeout)
 
-    async def set_network(self, policy: Any, *, timeout: float = 60.0) -> None:
+    async def set_network(self, policy: NetworkPolicy, *, timeout: float = 60.0) -> None:
         """Grading's network: a container started offline grades online by running the grader's command in the
         host's network namespace (the container's own stays offline: kept services and other commands are not
         reachable from the network, and test.sh reaches kept services only through the host's ports); a
         container on the host network grades offline in a fresh namespace with loopback only. Docker here
         has networks "none" and "host" only, so "allowlist" cannot be enforced: SandboxError."""
-        mode = getattr(policy, "mode", policy)
+        mode = policy.mode
         if mode not in ("none", "public"):
-            raise SandboxError(f"the docker sandbox cannot enforce network mode {mode!r}: it enforces 'none' "
-                               "(--network none) and 'public' (the host's network); declare one of those for grading")
+            raise SandboxError(NETWORK_MODES_ERROR.format(mode=mode))
         online = self.network == "host"
         if (mode == "public") == online:
             self._grading_net = "container"
@@ -518,6 +537,16 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             if not result.ok:
                 raise SandboxError(f"snapshot of {paths} failed in {self.name}: {result.describe()}")
             return archive.read_bytes()
+
+    async def fresh_folder(self, path: str, *, timeout: float = 60.0) -> None:
+        """``path`` made an empty folder by the toolset (never the agent's ``rm``, ``mkdir`` or shell)."""
+        full = self._resolve(path)
+        self._require_started()
+        result = await self._root_exec(FRESH_FOLDER, full, timeout=min(timeout, self.options.cli_timeout_sec))
+        if not result.ok:
+            await self._raise_if_gone(result)
+            raise GradingSabotagedError(f"the agent left {path} so that it cannot be recreated empty (exit "
+                                        f"{result.returncode}: {(result.err or result.out).strip()[:300]}); graded 0")
 
     async def _raise_if_gone_or(self, failed: CallResult, message: str) -> None:
         await self._raise_if_gone(failed)

@@ -27,6 +27,7 @@ from tackroom import (
     SandboxTimeoutError,
 )
 from tackroom_docker.engine import run_host
+from tackroom_docker.tools import tool_roots
 from tackroom_docker.toolset import BIN, STAGE
 from tackroom_sandbox_kit import extract_tar
 
@@ -73,6 +74,15 @@ def clean_env(image_env: list[str], spec_env: dict[str, str], extra: dict[str, s
     env.update({"HOME": f"{STAGE}/home", **GRADER_CLEAN_ENV})
     env.update(extra or {})
     return env
+
+
+def guarded_roots(sb: DockerSandbox) -> list[str]:
+    """The folders kept services find read-only while the grader's command runs: the image's tool roots (as
+    restore sees them, less the working directory and ``grading_paths``) and the interpreters' config folders."""
+    image_env = (sb.image.record.get("Config") or {}).get("Env") or [] if sb.image is not None else []
+    path_env = next((e[5:] for e in image_env if e.startswith("PATH=")), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    roots = [r for r in tool_roots(path_env, [sb.workdir, *sb._keep]) if not r.startswith("/etc/ld.so")]
+    return [*sorted(roots), "/etc/perl", "/etc/python*"]
 
 
 def cgroup_procs(pid: int) -> list[str]:
@@ -131,6 +141,8 @@ async def run_grader(
             "setup_script": SETUP,
             "setup_args": [sb._grading_net, str(sb.spec.storage_mb or 2048), *folders],
             "kept": sb._kept,
+            "readonly": guarded_roots(sb),
+            "readonly_files": ["/etc/ld.so.preload"],
             "cwd": sb._resolve(cwd) if cwd is not None else sb.workdir,
             "env": clean_env(image_env, sb.spec.env, env),
             "cmd": list(cmd),

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tackroom import SandboxError
+from tackroom_docker.engine import CallResult
 from tackroom_docker.toolset import BIN, MOUNT, find_busybox, mount_args, toolset_dir
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ TOOL_NAMES = ("*.so", "*.so.*", "*.py", "*.pyc", "*.pm", "*.pl", "*.rb", "*.js",
 HOOKS = ("/etc/ld.so.preload", "*/sitecustomize.py", "*/usercustomize.py", "*/sitecustomize.pl", "*.pth",
          "*/python[0-9]*.zip", "/etc/perl/*.pm", "/etc/perl/*/*.pm")
 """Files an interpreter or the loader runs at start when they exist: removed wherever the agent added them."""
+MODULE_SUFFIXES = (".pm", ".py", ".pyc", ".so")
+"""Added files judged against the image's perl @INC and python sys.path (:data:`INTERPRETER_SHADOWS`)."""
 
 # Args: the image's PATH. Stdin: added paths, one a line. Prints each one it removed. Runs with the toolset.
 REMOVE_SHADOWS = r"""
@@ -92,14 +95,52 @@ done
 exit 0
 """.replace("%LIBS%", " ".join(LIB_DIRS)).replace("%HOOKS%", "|".join(HOOKS))
 
+# Stdin: paths, one a line. Removes each (a link, not its target) and prints it.
+REMOVE_LISTED = r"""
+while IFS= read -r p; do [ -n "$p" ] && rm -f "$p" && echo "$p"; done; exit 0
+"""
+
 # Stdin: changed paths, one a line. Prints those that are regular files, links or other non-directories now.
 NOT_DIRS = r"""
 while IFS= read -r p; do if [ -L "$p" ] || [ ! -d "$p" ]; then echo "$p"; fi; done
 """
 
+# In a container of the untouched image, with the image's PATH in $1. Stdin: added module files, one a line.
+# Prints each that comes earlier on the image's perl @INC or python sys.path than a module of the same name the
+# image has (a file, or for python a package folder or extension), so that it would load instead.
+INTERPRETER_SHADOWS = r"""
+export PATH="$PATH:$1"
+nl='
+'
+inc=; for d in $(perl -e 'print join("\n", @INC)' 2>/dev/null); do r=$(realpath "$d" 2>/dev/null) || r=$d; inc="$inc$r$nl"; done
+pys=; for py in python3 python; do
+    command -v "$py" >/dev/null 2>&1 || continue
+    for d in $("$py" -c 'import sys; print("\n".join(p for p in sys.path if p))' 2>/dev/null); do
+        r=$(realpath "$d" 2>/dev/null) || r=$d; pys="$pys$r$nl"
+    done
+done
+IFS=$nl
+while read -r p; do
+    found=
+    case $p in *.pm) for d in $inc; do
+        if [ -z "$found" ]; then case $p in "$d"/*) found=1; rel=${p#"$d"/} ;; esac; continue; fi
+        if [ -e "$d/$rel" ]; then echo "$p"; break; fi
+    done ;; esac
+    found=
+    for d in $pys; do
+        if [ -z "$found" ]; then
+            case $p in "$d"/*) found=1; top=${p#"$d"/}; top=${top%%/*}; top=${top%%.*} ;; esac
+            continue
+        fi
+        if [ -e "$d/$top.py" ] || [ -e "$d/$top.pyc" ] || [ -d "$d/$top" ] || ls "$d/$top".*.so >/dev/null 2>&1; then echo "$p"; break; fi
+    done
+done
+exit 0
+"""
+
 # In a container of the untouched image. Stdin: "R path" (restore what the image has there: a file, link or
-# folder) or "T path" (only a grader tool: an executable regular file or a TOOL_NAMES file; in a folder, each
-# one it holds). Writes a tar of them to stdout.
+# folder), "F path" (only if it is a grader tool: an executable regular file or a TOOL_NAMES file) or "T path"
+# (as F, and for a folder each grader tool it holds). Writes a tar of them to stdout.
 IMAGE_FILES = r"""
 set --
 tool() { [ -f "$1" ] && [ ! -L "$1" ] && { [ -x "$1" ] || case ${1##*/} in %TOOLS%) true ;; *) false ;; esac; }; }
@@ -107,7 +148,7 @@ while IFS= read -r line; do
     k=${line%% *}; p=${line#* }
     [ -e "$p" ] || [ -L "$p" ] || continue
     if [ "$k" = R ]; then set -- "$@" "$p"
-    elif [ -d "$p" ] && [ ! -L "$p" ]; then
+    elif [ "$k" = T ] && [ -d "$p" ] && [ ! -L "$p" ]; then
         for f in $(find "$p" -type f 2>/dev/null); do tool "$f" && set -- "$@" "$f"; done
     elif tool "$p"; then set -- "$@" "$p"
     fi
@@ -152,7 +193,7 @@ async def restore_image_tools(sandbox: DockerSandbox, keep: list[str]) -> list[s
     changed: list[str] = []
     deleted: list[str] = []
     added: list[str] = []
-    elsewhere: list[str] = []  # changed or deleted outside the tool roots: restored when the image's is a tool
+    elsewhere: list[str] = []  # changed ("F") or deleted ("T") outside the tool roots: back when the image's is a tool
     for line in lines:
         kind, _, path = line.partition(" ")
         if under(path, keep) or under(path, NEVER_RESTORED):
@@ -162,7 +203,7 @@ async def restore_image_tools(sandbox: DockerSandbox, keep: list[str]) -> list[s
         elif kind == "A" and any(fnmatch.fnmatchcase(path, h) for h in HOOKS):
             added.append(path)
         elif kind in ("C", "D"):
-            elsewhere.append(path)
+            elsewhere.append(f"{'F' if kind == 'C' else 'T'} {path}")
     if not (changed or deleted or added or elsewhere):
         return []
     done: list[str] = []
@@ -171,16 +212,33 @@ async def restore_image_tools(sandbox: DockerSandbox, keep: list[str]) -> list[s
         changed = [p for p in files.out.splitlines() if p]
     deleted = [p for p in deleted if not under(posixpath.dirname(p), deleted)]  # a deleted folder comes back whole
     if image is not None and (changed or deleted or elsewhere):
-        wanted = [f"R {p}" for p in changed + deleted] + [f"T {p}" for p in elsewhere]
+        wanted = [f"R {p}" for p in changed + deleted] + elsewhere
         done += await copy_from_image(sandbox, image.ref, wanted)
     if added:
         removed = await sandbox._root_exec(REMOVE_SHADOWS, path_env, timeout=timeout, stdin=_lines(added))
         done += [p for p in removed.out.splitlines() if p]
+    modules = [p for p in added if p not in done and p.endswith(MODULE_SUFFIXES)]
+    if modules and image is not None:
+        shadows = await run_in_image(sandbox, image.ref, INTERPRETER_SHADOWS, path_env, stdin=_lines(modules))
+        if shadows.out.strip():
+            removed = await sandbox._root_exec(REMOVE_LISTED, timeout=timeout, stdin=shadows.stdout)
+            done += [p for p in removed.out.splitlines() if p]
     return done
 
 
 def _lines(paths: list[str]) -> bytes:
     return "".join(f"{p}\n" for p in paths if "\n" not in p).encode(errors="surrogateescape")
+
+
+async def run_in_image(sandbox: DockerSandbox, ref: str, script: str, *args: str, stdin: bytes,
+                       stdout_path: Path | None = None) -> CallResult:
+    """Run ``script`` with the toolset in a throwaway container of image ``ref`` (offline, as root): the image's
+    own files, whatever the agent did to the trial's container."""
+    toolset = await asyncio.to_thread(toolset_dir, find_busybox(sandbox.options.toolset_busybox))
+    return await sandbox.cli.run(
+        ["run", "--rm", "-i", "--network", "none", "-u", "0", "--label", "tackroom.managed=1", *mount_args(toolset),
+         "--entrypoint", f"{BIN}/sh", "-e", f"PATH={BIN}", ref, "-c", script, "tackroom", *args],
+        stdin=stdin, stdout_path=stdout_path, timeout=sandbox.options.cli_timeout_sec * 2)
 
 
 async def copy_from_image(sandbox: DockerSandbox, ref: str, wanted: list[str]) -> list[str]:
@@ -189,10 +247,7 @@ async def copy_from_image(sandbox: DockerSandbox, ref: str, wanted: list[str]) -
     cli, timeout = sandbox.cli, sandbox.options.cli_timeout_sec
     with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
         archive = Path(tmp) / "image-files.tar"
-        toolset = await asyncio.to_thread(toolset_dir, find_busybox(sandbox.options.toolset_busybox))
-        read = await cli.run(["run", "--rm", "-i", "--network", "none", "-u", "0", "--label", "tackroom.managed=1",
-                              *mount_args(toolset), "--entrypoint", f"{BIN}/sh", "-e", f"PATH={BIN}", ref,
-                              "-c", IMAGE_FILES], stdin=_lines(wanted), stdout_path=archive, timeout=timeout * 2)
+        read = await run_in_image(sandbox, ref, IMAGE_FILES, stdin=_lines(wanted), stdout_path=archive)
         if not read.ok:
             raise SandboxError(f"could not read the image's tools from {ref} to restore them: {read.describe()}")
         if archive.stat().st_size == 0:

@@ -61,6 +61,19 @@ exit 0
 """.replace("%STAGE%", STAGE)
 
 
+# Args: the guarded folders' patterns. After a grader command that was killed before it could take its read-only
+# bind mounts off again (see grader_entry): each one comes off here, in the container's mount namespace.
+UNGUARD = r"""
+for pat; do
+    for p in $pat; do
+        while awk -v p="$p" '$5 == p { f = 1 } END { exit !f }' /proc/self/mountinfo; do umount -l "$p" || break; done
+    done
+done
+if [ -f /etc/ld.so.preload ] && [ ! -s /etc/ld.so.preload ]; then rm -f /etc/ld.so.preload; fi
+exit 0
+"""
+
+
 def clean_env(image_env: list[str], spec_env: dict[str, str], extra: dict[str, str] | None) -> dict[str, str]:
     """What ``docker exec`` would give the command, less every start-up variable, plus a fresh HOME; ``extra`` wins."""
     env: dict[str, str] = {}
@@ -154,6 +167,7 @@ async def run_grader(
                                     env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
         except SandboxTimeoutError:
             await sb._freeze_all()
+            await sb._root_exec(UNGUARD, *cfg["readonly"], "/etc/ld.so.preload", timeout=sb.options.cli_timeout_sec)
             raise SandboxTimeoutError(f"the grader's command exceeded its {timeout:g}s timeout and was killed: "
                                       f"{' '.join(cmd)[:120]}") from None
         try:
@@ -163,6 +177,7 @@ async def run_grader(
         if status.get("step") != "done":
             await sb._raise_if_gone(None)
             await sb._freeze_all()
+            await sb._root_exec(UNGUARD, *cfg["readonly"], "/etc/ld.so.preload", timeout=sb.options.cli_timeout_sec)
             stderr = result.err[-1500:]
             if status.get("step") == "setup" and status.get("exit") == 3:
                 raise GradingSabotagedError(f"the agent left a folder the grader needs unusable ({stderr.strip()}); graded 0")

@@ -608,16 +608,6 @@ def _missing_workdir(result: CallResult) -> bool:
 
 
 
-# How `docker exec` fails while a fork bomb holds every pid of the container's limit: the fork itself, or runc's
-# init process, which dies before it reports back (seen under the full suite: "read init-p: connection reset by peer")
-RESOURCE_ERRORS = ("resource temporarily unavailable", "cannot allocate memory", "unable to start container process")
-
-
-def _resource_error(result: CallResult) -> bool:
-    text = (result.err + result.out).lower()
-    return any(phrase in text for phrase in RESOURCE_ERRORS)
-
-
 def _short(cmd: str | list[str]) -> str:
     text = cmd if isinstance(cmd, str) else shlex.join(cmd)
     return text if len(text) <= 120 else text[:117] + "..."

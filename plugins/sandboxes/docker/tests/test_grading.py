@@ -103,8 +103,9 @@ async def test_a_kept_service_cannot_write_the_reward_or_the_tests_while_grading
     assert result.exit_code == 0, result.stderr
     assert (dest / "reward.txt").read_text() == "0\n"
     assert (dest / "seen").read_text() == "task\n", "the service changed the tests the grader ran"
-    assert await sh(sandbox, "cat /var/tmp/ran") == "yes\n", "the service did not run during grading"
-    assert await sh(sandbox, "cat /logs/verifier/reward.txt") == "1\n", "(its writes went to the container's own folder)"
+    # (frozen again at any point of its loop: a file it was rewriting may be empty)
+    assert (await sandbox.exec("test -e /var/tmp/ran")).ok, "the service did not run during grading"
+    assert (await sandbox.exec("test -e /logs/verifier/reward.txt")).ok, "(its writes went to the container's own folder)"
 
 
 @docker

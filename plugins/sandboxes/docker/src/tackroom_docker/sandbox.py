@@ -64,15 +64,20 @@ rm -rf "$p" 2>/dev/null; mkdir -p "$p" && [ -d "$p" ] && [ ! -L "$p" ] && [ -z "
 
 # snapshot(): a tar of the paths that exist and do not go through a link, on stdout.
 SNAPSHOT = r"""
-for p in "$@"; do
+n=$#
+while [ "$n" -gt 0 ]; do
+    n=$((n - 1)); p=$1
     ok=1; cur=; rest=${p#/}
     while [ -n "$rest" ]; do
         case $rest in */*) c=${rest%%/*}; rest=${rest#*/} ;; *) c=$rest; rest= ;; esac
         cur=$cur/$c
         if [ -n "$rest" ] && { [ -L "$cur" ] || [ ! -d "$cur" ]; }; then ok=; break; fi
     done
-    if [ -n "$ok" ] && { [ -e "$p" ] || [ -L "$p" ]; }; then printf '%s\0' "$p"; fi
-done | tar --null -cf - -T - 2>/dev/null
+    if [ -n "$ok" ] && { [ -e "$p" ] || [ -L "$p" ]; }; then set -- "$@" "$p"; fi
+    shift
+done
+if [ "$#" -eq 0 ]; then exec dd if=/dev/zero bs=512 count=2 2>/dev/null; fi  # an empty archive
+exec tar -cf - "$@" 2>/dev/null
 """
 
 NETWORK_MODES_ERROR = (
@@ -133,6 +138,8 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         self.timings["image_s"] = time.monotonic() - t0
         if self.image.how in ("built", "cached"):
             self.notes.append(f"image {self.image.ref} ({self.image.how} from {self.spec.environment_dir})")
+        if self.image.note:
+            self.notes.append(self.image.note)
         argv = await self._run_argv(self.image)
         if self._stopped:
             raise SandboxError(f"sandbox {self.name} was stopped while it was starting")
@@ -164,7 +171,7 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             # The tmpfs volume hides what the image put in the working directory: copied in from the image.
             from tackroom_docker.tools import copy_from_image
 
-            await copy_from_image(self, self.image.ref, [self.workdir])
+            await copy_from_image(self, self.image.ref, [f"R {self.workdir}"])
 
     async def _run_argv(self, image: ResolvedImage) -> list[str]:
         info = await self.cli.info(timeout=self.options.cli_timeout_sec)

@@ -200,7 +200,10 @@ async def test_grading_online_after_an_offline_agent_phase(sandbox, tmp_path):
     code, files = await grade(sandbox, f"{reach} > /logs/verifier/got", tmp_path)
     assert files.get("got") == "from the host\n", files
     assert any("host's network" in n for n in sandbox.notes)
-    assert not (await sandbox.exec(reach, timeout=10)).ok, "other commands stay offline"
+    threading.Thread(target=answer, daemon=True).start()
+    assert (await sandbox.exec(reach, timeout=10)).stdout == "from the host\n", "a command after set_network is offline"
+    await sandbox.set_network(NetworkPolicy(mode="none"))
+    assert not (await sandbox.exec(reach, timeout=10)).ok, "set_network(none) left the network on"
     server.close()
 
 

@@ -290,6 +290,8 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         stdin: str | bytes | None = None,
     ) -> ExecResult:
         self._require_started()
+        if self._grading_net != "container":
+            return await self._exec_on_grading_network(cmd, cwd=cwd, env=env, timeout=timeout, stdin=stdin)
         marker = f"{EXEC_MARKER_ENV}={secrets.token_hex(8)}"
         argv = ["exec", "-e", marker]
         if stdin is not None:
@@ -332,6 +334,20 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             truncated=result.truncated,
             duration_s=result.duration_s,
         )
+
+    async def _exec_on_grading_network(self, cmd: str | list[str], *, cwd: str | None, env: dict[str, str] | None,
+                                       timeout: float, stdin: str | bytes | None) -> ExecResult:
+        """After ``set_network`` changed the network: the command enters the container's namespaces from the host
+        but the grading network's (see :func:`tackroom_docker.grading.exec_in_namespaces`)."""
+        from tackroom_docker.grading import exec_in_namespaces
+
+        command = [self._shell, "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        try:
+            return await exec_in_namespaces(self, command, cwd=self._resolve(cwd) if cwd is not None else self.workdir,
+                                            env=env or {}, timeout=timeout, stdin=data)
+        except SandboxTimeoutError:
+            raise SandboxTimeoutError(f"command exceeded its {timeout:g}s timeout and was killed: {_short(cmd)}") from None
 
     async def _kill_marked(self, marker: str) -> None:
         """Kill, inside the container, every process carrying the exec's marker variable."""
@@ -408,8 +424,9 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             self._grading_net = "container"
         elif mode == "public":
             self._grading_net = "host"
-            self.notes.append("grading ran on the host's network (the agent's container was offline); services the "
-                              "agent left listening stay in the container's own network")
+            self.notes.append("grading ran on the host's network (the agent's container was offline): the grader's "
+                              "commands enter the container from the host; services the agent left listening stay in "
+                              "the container's own network")
         else:
             self._grading_net = "isolated"
             self.notes.append("grading ran with loopback only (the agent's container was on the host network)")

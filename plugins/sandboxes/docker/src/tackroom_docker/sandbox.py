@@ -21,6 +21,7 @@ from tackroom import (
     NetworkPolicy,
     Sandbox,
     SandboxError,
+    SandboxExhaustedError,
     SandboxPathError,
     SandboxSpec,
     SandboxTimeoutError,
@@ -79,6 +80,9 @@ done
 if [ "$#" -eq 0 ]; then exec dd if=/dev/zero bs=512 count=2 2>/dev/null; fi  # an empty archive
 exec tar -cf - "$@" 2>/dev/null
 """
+
+DOWNLOAD_LIMIT_MB = 10240
+"""The most a download may hold (apparent size) for a task without ``storage_mb``."""
 
 NETWORK_MODES_ERROR = (
     "the docker sandbox cannot enforce network mode {mode!r}: its engine offers 'none' (--network none, loopback "
@@ -529,6 +533,7 @@ class DockerSandbox(NamespaceForwards, Sandbox):
 
         full = self._resolve(source)
         self._require_started()
+        await self._check_download_size(full, timeout)
         with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
             archive = Path(tmp) / "download.tar"
             # No -L: a link at `source` comes as a link (and is refused), never as what it points to.
@@ -551,6 +556,18 @@ class DockerSandbox(NamespaceForwards, Sandbox):
                     raise FileNotFoundError(f"{full} does not exist in the sandbox")
                 await self._raise_if_gone_or(result, f"download of {full} failed")
             await asyncio.to_thread(unpack_download, archive, Path(dest))
+
+    async def _check_download_size(self, full: str, timeout: float) -> None:
+        """``docker cp`` sends a sparse file's holes as zeros: a file the agent made with ``truncate -s 1T`` would
+        land on the host whole. Its apparent size is measured first (the toolset's ``du -sb``, links not followed);
+        more than the task's storage (``storage_mb``, else 10 GiB) is the agent's doing, the model's 0."""
+        limit_mb = self.spec.storage_mb or DOWNLOAD_LIMIT_MB
+        result = await self._root_exec('du -sb "$1" 2>/dev/null', full, timeout=min(timeout, self.options.cli_timeout_sec))
+        size = result.out.split()[0] if result.out.split() else ""
+        if size.isdigit() and int(size) > limit_mb * 1024 * 1024:
+            raise SandboxExhaustedError(
+                f"{full} holds {int(size) // 1024 // 1024} MB counting holes (sparse files expand when copied out), more "
+                f"than the task's storage ({limit_mb} MB); it is not downloaded, graded 0")
 
     async def snapshot(self, paths: list[str], *, timeout: float = 120.0) -> bytes:
         """A tar of ``paths``, streamed out of the container (no file inside it that the agent could have planted).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import posixpath
 import re
 import secrets
@@ -179,6 +180,11 @@ class DockerSandbox(NamespaceForwards, Sandbox):
 
     async def _run_argv(self, image: ResolvedImage) -> list[str]:
         info = await self.cli.info(timeout=self.options.cli_timeout_sec)
+        if not info.local or os.geteuid() != 0:
+            raise ConfigError(
+                "the docker sandbox runs its root helpers (kill, restore, transfer checks, grading) from the host with "
+                "nsenter into the container, so it needs a local engine and tackroom running as root"
+                + ("" if info.local else f" (DOCKER_HOST is {os.environ.get('DOCKER_HOST')})"))
         spec = self.spec
         cpus = spec.cpus
         if cpus > info.ncpu:
@@ -491,10 +497,12 @@ class DockerSandbox(NamespaceForwards, Sandbox):
 
     async def _made_during_trial(self, path: str) -> bool:
         """Whether ``docker container diff`` lists ``path`` as added or changed since the container was created."""
-        result = await self.cli.run(["container", "diff", self.name], timeout=self.options.cli_timeout_sec)
-        return result.ok and any(
-            line[:1] in ("A", "C") and line[2:] == path for line in result.out.splitlines()
-        )
+        with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
+            listing = Path(tmp) / "diff"
+            result = await self.cli.run(["container", "diff", self.name], timeout=self.options.cli_timeout_sec,
+                                        stdout_path=listing)
+            lines = listing.read_text(errors="replace").splitlines() if result.ok else []
+        return any(line[:1] in ("A", "C") and line[2:] == path for line in lines)
 
     async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
         """Copy a local file or directory to ``dest``; a link or special file at ``dest`` is replaced.

@@ -14,6 +14,7 @@ import pytest
 
 from tackroom import GradingSabotagedError, NetworkPolicy, SandboxError, SandboxSpec
 from tackroom_docker import DockerProvider
+from tackroom_docker.grading import pids_exhausted
 from tackroom_docker.sandbox import DockerSandbox
 
 docker = pytest.mark.docker
@@ -173,7 +174,9 @@ async def test_kill_processes_with_the_pids_limit_exhausted_keeps_the_service_an
         await sh(sb, f"{SERVICE} sleep 1")
         await sb.exec("(bomb() { bomb | bomb & }; setsid bash -c \"$(declare -f bomb); bomb\" &) >/dev/null 2>&1; sleep 3",
                       timeout=30)
+        assert pids_exhausted(sb._pid), "the bomb did not fill the pids limit"  # the evidence for the model's 0
         kept = await sb.kill_processes(keep_listening=True, timeout=20)
+        assert not pids_exhausted(sb._pid)
         assert [k.split(" ", 2)[2] for k in kept] == ["perl: tcp 0.0.0.0:8080"], kept
         code, files = await grade(sb, f"{READ_SERVICE} > /logs/verifier/got", tmp_path)
         assert files.get("got") == "served\n", files

@@ -152,6 +152,21 @@ def cgroup_procs(pid: int) -> list[str]:
     return found
 
 
+def pids_exhausted(pid: int) -> bool:
+    """Whether the container of process ``pid`` holds every pid its limit allows (``pids.current`` >= ``pids.max``)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers and "pids" not in controllers.split(","):
+            continue
+        base = Path("/sys/fs/cgroup") / ("pids" if controllers else "") / path.lstrip("/")
+        try:
+            limit = (base / "pids.max").read_text().strip()
+            return limit != "max" and int((base / "pids.current").read_text()) >= int(limit)
+        except (OSError, ValueError):
+            continue
+    return False
+
+
 def capability_bounding_set(pid: int) -> str:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("CapBnd:"):

@@ -398,9 +398,13 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         confirm_s = str(max(1, int(timeout) - 1))
         result = await self._root_exec(KILL_ALL, mode, confirm_s, "1" if keep_listening else "0", timeout=timeout)
         if result.returncode != 0:
-            raise SandboxError(
-                f"processes survived kill_processes() in {self.name}: {(result.out + result.err).strip()[:500]}"
-            )
+            from tackroom_docker.grading import pids_exhausted
+
+            said = (result.out + result.err).strip()[:500]
+            if await asyncio.to_thread(pids_exhausted, self._pid):
+                raise SandboxExhaustedError(f"the agent holds every pid the container allows, so its processes could not "
+                                            f"all be killed in {self.name} ({said}); graded 0")
+            raise SandboxError(f"processes survived kill_processes() in {self.name}: {said}")
         kept = [line.removeprefix("kept ") for line in result.out.splitlines() if line.startswith("kept ")]
         self._kept = [int(line.split()[0]) for line in kept]
         return [f"pid {line}" for line in kept]

@@ -133,8 +133,9 @@ async def test_the_grader_starts_clean_whatever_the_task_env_and_the_agents_home
     await sb.start()
     try:
         await sh(sb, "echo 'echo HOOKED' > /root/.hook; mkdir -p /root/.local/lib; echo 'echo HOOKED' >> /root/.bashrc")
-        code, files = await grade(sb, "env > /logs/verifier/env; echo 1 > /logs/verifier/reward.txt", tmp_path,
-                                  env={"EXTRA": "1"})
+        code, files = await grade(sb, "env > /logs/verifier/env; ls -A $HOME > /logs/verifier/home; "
+                                      "echo 1 > /logs/verifier/reward.txt", tmp_path, env={"EXTRA": "1"})
+        assert set(files["home"].split()) == {".bashrc", ".profile"}, "HOME is not the image's /etc/skel"
         env = dict(line.split("=", 1) for line in files["env"].splitlines() if "=" in line)
         assert "HOOKED" not in files["(output)"]
         assert "BASH_ENV" not in env and "PERL5OPT" not in env, env

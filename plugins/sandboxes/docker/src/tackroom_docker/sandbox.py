@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import posixpath
 import re
 import secrets
@@ -17,8 +18,11 @@ from tackroom import (
     DEFAULT_EXEC_TIMEOUT,
     ConfigError,
     ExecResult,
+    GradingSabotagedError,
+    NetworkPolicy,
     Sandbox,
     SandboxError,
+    SandboxExhaustedError,
     SandboxPathError,
     SandboxSpec,
     SandboxTimeoutError,
@@ -28,6 +32,8 @@ from tackroom_docker.engine import CallResult, DockerCLI, EngineInfo
 from tackroom_docker.images import ImageResolver, ResolvedImage
 from tackroom_docker.options import DockerOptions
 from tackroom_docker.ownership import owner_label
+from tackroom_docker.processes import FREEZE_ALL, KILL_ALL, KILL_MARKED
+from tackroom_docker.toolset import BIN, find_busybox, mount_args, run_in_container, toolset_dir
 from tackroom_sandbox_kit import (
     CHECK_TRANSFER_PATH,
     NamespaceForwards,
@@ -47,77 +53,41 @@ EXEC_MARKER_ENV = "TACKROOM_EXEC_ID"
 KEEPALIVE = 'trap "" INT TERM HUP QUIT; while :; do sleep 86400 & wait $!; done'
 
 
-# kill_processes(): args: "init" when PID 1 is docker-init (the keeper is then its oldest child), or "keeper";
-# then the seconds to keep confirming. Builtins only until the kill, so it works with the pids limit exhausted.
-# kill(-1) signals every process but PID 1 and the caller at once, also those in the middle of a fork.
-KILL_ALL = r"""
-mode=$1; wait_cs=$(($2 * 100)); me=$$; keeper=
-now() {  # hundredths of a second since boot, without leading zeros (sh arithmetic reads those as octal)
-    read -r u _ < /proc/uptime; now_cs=${u%.*}${u#*.}
-    while [ "${#now_cs}" -gt 1 ] && [ "${now_cs#0}" != "$now_cs" ]; do now_cs=${now_cs#0}; done
-}
-if [ "$mode" = init ]; then
-    kill -STOP -1 2>/dev/null
-    best=
-    for d in /proc/[0-9]*; do
-        { read -r line < "$d/stat"; } 2>/dev/null || continue
-        set -- ${line##*) }
-        [ "$2" = 1 ] || continue
-        if [ -z "$best" ] || [ "${20}" -lt "$beststart" ]; then best=${d#/proc/}; beststart=${20}; fi
-    done
-    keeper=$best
-fi
-before=" "
-for d in /proc/[0-9]*; do
-    p=${d#/proc/}
-    case $p in 1|"$me"|"$keeper") continue ;; esac
-    before="$before$p "
+# fresh_folder(): $1 removed (a link at its place, not its target) and made again, empty; a link above it is refused.
+FRESH_FOLDER = r"""
+p=$1; cur=; rest=${p#/}
+while [ -n "$rest" ]; do
+    case $rest in */*) c=${rest%%/*}; rest=${rest#*/} ;; *) break ;; esac
+    cur=$cur/$c
+    if [ -L "$cur" ]; then echo "$cur is a link"; exit 3; fi
 done
-if [ -n "$keeper" ]; then
-    for p in $before; do kill -9 "$p" 2>/dev/null; done
-    kill -CONT "$keeper" 2>/dev/null
-else
-    kill -9 -1 2>/dev/null
-fi
-now; deadline=$((now_cs + wait_cs))
-while :; do
-    left=
-    for d in /proc/[0-9]*; do
-        p=${d#/proc/}
-        case $p in 1|"$me"|"$keeper") continue ;; esac
-        { read -r line < "$d/stat"; } 2>/dev/null || continue
-        comm=${line#*(}; comm=${comm%)*}
-        set -- ${line##*) }
-        case $1 in Z|X|x) continue ;; esac
-        if [ "$2" = "${keeper:-1}" ] && [ "$comm" = sleep ]; then
-            case $before in *" $p "*) ;; *) continue ;; esac
-        fi
-        left="$left $p"
-    done
-    [ -z "$left" ] && exit 0
-    now; if [ "$now_cs" -ge "$deadline" ]; then echo "still alive after SIGKILL:$left"; exit 1; fi
-    for p in $left; do kill -9 "$p" 2>/dev/null; done
-    sleep 0.01 2>/dev/null || :
-done
+rm -rf "$p" 2>/dev/null; mkdir -p "$p" && [ -d "$p" ] && [ ! -L "$p" ] && [ -z "$(ls -A "$p")" ]
 """
 
 # snapshot(): a tar of the paths that exist and do not go through a link, on stdout.
 SNAPSHOT = r"""
-for p in "$@"; do
+n=$#
+while [ "$n" -gt 0 ]; do
+    n=$((n - 1)); p=$1
     ok=1; cur=; rest=${p#/}
     while [ -n "$rest" ]; do
         case $rest in */*) c=${rest%%/*}; rest=${rest#*/} ;; *) c=$rest; rest= ;; esac
         cur=$cur/$c
         if [ -n "$rest" ] && { [ -L "$cur" ] || [ ! -d "$cur" ]; }; then ok=; break; fi
     done
-    if [ -n "$ok" ] && { [ -e "$p" ] || [ -L "$p" ]; }; then printf '%s\0' "$p"; fi
-done | tar --null -cf - -T - 2>/dev/null
+    if [ -n "$ok" ] && { [ -e "$p" ] || [ -L "$p" ]; }; then set -- "$@" "$p"; fi
+    shift
+done
+if [ "$#" -eq 0 ]; then exec dd if=/dev/zero bs=512 count=2 2>/dev/null; fi  # an empty archive
+exec tar -cf - "$@" 2>/dev/null
 """
 
-# Kills every process of one exec: they all inherit its marker variable, also across setsid/daemonising.
-KILL_MARKED = (
-    'for pass in 1 2; do for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$$" ] && continue; '
-    'if tr "\\000" "\\n" < "$d/environ" 2>/dev/null | grep -qx "$1"; then kill -9 "$p" 2>/dev/null; fi; done; done'
+DOWNLOAD_LIMIT_MB = 10240
+"""The most a download may hold (apparent size) for a task without ``storage_mb``."""
+
+NETWORK_MODES_ERROR = (
+    "the docker sandbox cannot enforce network mode {mode!r}: its engine offers 'none' (--network none, loopback "
+    "only) and 'public' (the host's network) and no per-host filter; declare network_mode 'none' or 'public'"
 )
 
 DAEMON_ERROR = re.compile(r"^(Error response from daemon|Error: No such container|Error: container)", re.IGNORECASE)
@@ -138,11 +108,21 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         self.cli = cli
         self.name = container_name(spec)
         self.image: ResolvedImage | None = None
-        self.network = options.network_mode or ("host" if spec.allow_internet else "none")
+        self.network = options.network_mode or ("host" if spec.network.online else "none")
         self.timings: dict[str, float] = {}
         self.workdir = spec.workdir
         """The container's working directory (the Dockerfile's WORKDIR unless the spec sets one)."""
         self._shell = "bash"
+        self._pid = 0
+        """The host pid of the container's PID 1: root helpers enter its namespaces."""
+        self._kept: list[int] = []
+        """Processes kill_processes(keep_listening=True) kept (pids in the container), frozen between grader commands."""
+        self._keep: list[str] = []
+        """The task's grading_paths (restore_image_tools' ``keep``): the agent's to change, also while grading."""
+        self._keep: list[str] = []
+        """The task's grading_paths (restore_image_tools' ``keep``): the agent's to change, also while grading."""
+        self._grading_net = "container"
+        """The network run_grader's command gets: the container's, the host's ("host"), or loopback only ("isolated")."""
         self._tmpfs_workdir = False
         self._run_attempted = False
         self._started = False
@@ -156,11 +136,15 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             return
         if self._stopped:
             raise SandboxError(f"sandbox {self.name} was stopped; create a new one")
+        if self.spec.network.mode == "allowlist" and self.options.network_mode is None:
+            raise SandboxError(NETWORK_MODES_ERROR.format(mode="allowlist"))
         t0 = time.monotonic()
         self.image = await ImageResolver(self.cli, self.options).resolve(self.spec)
         self.timings["image_s"] = time.monotonic() - t0
         if self.image.how in ("built", "cached"):
             self.notes.append(f"image {self.image.ref} ({self.image.how} from {self.spec.environment_dir})")
+        if self.image.note:
+            self.notes.append(self.image.note)
         argv = await self._run_argv(self.image)
         if self._stopped:
             raise SandboxError(f"sandbox {self.name} was stopped while it was starting")
@@ -184,14 +168,23 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             raise SandboxError(f"could not start a container from {self.image.ref}: {result.describe()}")
         self.timings["run_s"] = time.monotonic() - t1
         self._started = True
+        pid = await self.cli.run(["inspect", "--format", "{{.State.Pid}}", self.name], timeout=self.options.cli_timeout_sec)
+        if not pid.ok or not pid.out.strip().isdigit() or pid.out.strip() == "0":
+            raise SandboxError(f"could not find the process of container {self.name}: {pid.describe()}")
+        self._pid = int(pid.out.strip())
         if self._tmpfs_workdir:
             # The tmpfs volume hides what the image put in the working directory: copied in from the image.
             from tackroom_docker.tools import copy_from_image
 
-            await copy_from_image(self, self.image.ref, [self.workdir])
+            await copy_from_image(self, self.image.ref, [f"R {self.workdir}"])
 
     async def _run_argv(self, image: ResolvedImage) -> list[str]:
         info = await self.cli.info(timeout=self.options.cli_timeout_sec)
+        if not info.local or os.geteuid() != 0:
+            raise ConfigError(
+                "the docker sandbox runs its root helpers (kill, restore, transfer checks, grading) from the host with "
+                "nsenter into the container, so it needs a local engine and tackroom running as root"
+                + ("" if info.local else f" (DOCKER_HOST is {os.environ.get('DOCKER_HOST')})"))
         spec = self.spec
         cpus = spec.cpus
         if cpus > info.ncpu:
@@ -227,11 +220,12 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             argv += ["-e", f"{key}={value}"]
         if spec.storage_mb is not None:
             argv += self._storage_args(info, spec.storage_mb)
+        argv += mount_args(await asyncio.to_thread(toolset_dir, find_busybox(self.options.toolset_busybox)))
         argv += self.options.extra_run_args
         if self.options.keep_entrypoint:
-            argv += [image.ref, "sh", "-c", KEEPALIVE]
+            argv += [image.ref, f"{BIN}/sh", "-c", KEEPALIVE]
         else:
-            argv += ["--entrypoint", "sh", image.ref, "-c", KEEPALIVE]
+            argv += ["--entrypoint", f"{BIN}/sh", image.ref, "-c", KEEPALIVE]
         return argv
 
     def _storage_args(self, info: EngineInfo, size_mb: int) -> list[str]:
@@ -306,6 +300,8 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         stdin: str | bytes | None = None,
     ) -> ExecResult:
         self._require_started()
+        if self._grading_net != "container":
+            return await self._exec_on_grading_network(cmd, cwd=cwd, env=env, timeout=timeout, stdin=stdin)
         marker = f"{EXEC_MARKER_ENV}={secrets.token_hex(8)}"
         argv = ["exec", "-e", marker]
         if stdin is not None:
@@ -349,58 +345,105 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             duration_s=result.duration_s,
         )
 
+    async def _exec_on_grading_network(self, cmd: str | list[str], *, cwd: str | None, env: dict[str, str] | None,
+                                       timeout: float, stdin: str | bytes | None) -> ExecResult:
+        """After ``set_network`` changed the network: the command enters the container's namespaces from the host
+        but the grading network's (see :func:`tackroom_docker.grading.exec_in_namespaces`)."""
+        from tackroom_docker.grading import exec_in_namespaces
+
+        command = [self._shell, "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        try:
+            return await exec_in_namespaces(self, command, cwd=self._resolve(cwd) if cwd is not None else self.workdir,
+                                            env=env or {}, timeout=timeout, stdin=data)
+        except SandboxTimeoutError:
+            raise SandboxTimeoutError(f"command exceeded its {timeout:g}s timeout and was killed: {_short(cmd)}") from None
+
     async def _kill_marked(self, marker: str) -> None:
         """Kill, inside the container, every process carrying the exec's marker variable."""
         try:
-            await self.cli.run(
-                ["exec", "-u", "0", "-w", "/", self.name, "sh", "-c", KILL_MARKED, "tackroom-kill", marker],
-                timeout=min(self.options.cli_timeout_sec, 15.0),
-            )
+            await self._root_exec(KILL_MARKED, marker, timeout=min(self.options.cli_timeout_sec, 15.0))
         except SandboxError:
             pass  # the container is gone or wedged; stop() removes it either way
 
     async def _root_exec(
         self, script: str, *args: str, timeout: float, stdout_path: Path | None = None, stdin: bytes | None = None
     ) -> CallResult:
-        """Run one of this module's sh scripts as root from ``/`` (the agent may have removed the working directory)."""
-        interactive = ["-i"] if stdin is not None else []
-        result = await self.cli.run(
-            ["exec", *interactive, "-u", "0", "-w", "/", self.name, "sh", "-c", script, "tackroom", *args],
-            timeout=timeout,
-            stdout_path=stdout_path,
-            stdin=stdin,
-        )
-        if result.returncode != 0 and DAEMON_ERROR.match(result.err):
+        """Run one of this plugin's sh scripts as root from ``/`` with the toolset (:mod:`tackroom_docker.toolset`):
+        nothing of the agent's PATH, shell or /etc/passwd is used, and the pids limit does not apply."""
+        result = await run_in_container(self._pid, script, *args, timeout=timeout, stdin=stdin, stdout_path=stdout_path)
+        if result.returncode != 0 and "nsenter:" in result.err:
             await self._raise_if_gone(result)
+            raise SandboxError(f"could not enter the namespaces of container {self.name}: {result.describe()}")
         return result
 
-    async def kill_processes(self, *, timeout: float = 10.0) -> None:
+    async def kill_processes(self, *, timeout: float = 10.0, keep_listening: bool = False) -> list[str]:
         """Kill every process in the container but its keeper, and wait until they are gone.
 
-        One ``kill -9 -1`` from inside does it: the kernel signals every process of the container's pid
-        namespace except PID 1 (the keeper, see ``KEEPALIVE``) and the caller at once, including processes in
-        the middle of a fork, so background jobs, ``setsid``/double-forked daemons and tmux servers all go. It
-        needs no fork, so it works with the pids limit exhausted by a fork bomb. The script then reads
-        ``/proc`` until nothing but PID 1, the keeper's fresh ``sleep`` and zombies (reaped by PID 1) is left.
-        With ``init = true`` PID 1 is docker-init, whose oldest child is the keeper: everything else is
-        stopped with ``kill -STOP -1`` first, then killed one by one.
+        One ``kill -9 -1`` does it: the kernel signals every process of the container's pid namespace except
+        PID 1 (the keeper, see ``KEEPALIVE``) and the caller at once, including processes in the middle of a
+        fork, so background jobs, ``setsid``/double-forked daemons and tmux servers all go. The script runs from
+        the host in the container's namespaces but outside its cgroup, so a fork bomb that holds the whole pids
+        limit cannot stop it. It then reads ``/proc`` until nothing but PID 1, the keeper's fresh ``sleep`` and
+        zombies (reaped by PID 1) is left. With ``init = true`` PID 1 is docker-init, whose oldest child is the
+        keeper: everything else is stopped with ``kill -STOP -1`` first, then killed one by one.
+
+        ``keep_listening``: everything is stopped first; each process holding a listening socket (TCP listen,
+        bound UDP, a listening unix stream/seqpacket socket) stays, frozen, until :meth:`run_grader` resumes it
+        for the grader's command; every other process is killed. Returns one line per kept process.
         """
         self._require_started()
         await self._close_forwards()
         mode = "init" if self.options.init else "keeper"
         confirm_s = str(max(1, int(timeout) - 1))
-        deadline = time.monotonic() + timeout
-        while True:
-            result = await self._root_exec(KILL_ALL, mode, confirm_s, timeout=max(deadline - time.monotonic(), 0.5))
-            # `docker exec` itself can fail for a moment while a fork bomb holds every pid of the limit.
-            if result.returncode in (126, 127) and _resource_error(result) and time.monotonic() < deadline - 0.5:
-                await asyncio.sleep(0.1)
-                continue
-            break
+        result = await self._root_exec(KILL_ALL, mode, confirm_s, "1" if keep_listening else "0", timeout=timeout)
         if result.returncode != 0:
-            raise SandboxError(
-                f"processes survived kill_processes() in {self.name}: {(result.out + result.err).strip()[:500]}"
-            )
+            from tackroom_docker.grading import pids_exhausted
+
+            said = (result.out + result.err).strip()[:500]
+            if await asyncio.to_thread(pids_exhausted, self._pid):
+                raise SandboxExhaustedError(f"the agent holds every pid the container allows, so its processes could not "
+                                            f"all be killed in {self.name} ({said}); graded 0")
+            raise SandboxError(f"processes survived kill_processes() in {self.name}: {said}")
+        kept = [line.removeprefix("kept ") for line in result.out.splitlines() if line.startswith("kept ")]
+        self._kept = [int(line.split()[0]) for line in kept]
+        return [f"pid {line}" for line in kept]
+
+    async def _freeze_all(self) -> None:
+        """Stop every process but PID 1 (after a grader command that did not end on its own)."""
+        try:
+            await self._root_exec(FREEZE_ALL, timeout=self.options.cli_timeout_sec)
+        except SandboxError:
+            pass  # the container is gone: nothing runs
+
+    async def run_grader(self, cmd: list[str], *, private: list[str], collect: str, dest: Path,
+                         cwd: str | None = None, env: dict[str, str] | None = None,
+                         timeout: float = DEFAULT_EXEC_TIMEOUT) -> ExecResult:
+        """The grader's command in a private view kept services cannot steer (see :mod:`tackroom_docker.grading`)."""
+        from tackroom_docker.grading import run_grader
+
+        return await run_grader(self, cmd, private=private, collect=collect, dest=dest, cwd=cwd, env=env, timeout=timeout)
+
+    async def set_network(self, policy: NetworkPolicy, *, timeout: float = 60.0) -> None:
+        """Grading's network: a container started offline grades online by running the grader's command in the
+        host's network namespace (the container's own stays offline: kept services and other commands are not
+        reachable from the network, and test.sh reaches kept services only through the host's ports); a
+        container on the host network grades offline in a fresh namespace with loopback only. Docker here
+        has networks "none" and "host" only, so "allowlist" cannot be enforced: SandboxError."""
+        mode = policy.mode
+        if mode not in ("none", "public"):
+            raise SandboxError(NETWORK_MODES_ERROR.format(mode=mode))
+        online = self.network == "host"
+        if (mode == "public") == online:
+            self._grading_net = "container"
+        elif mode == "public":
+            self._grading_net = "host"
+            self.notes.append("grading ran on the host's network (the agent's container was offline): the grader's "
+                              "commands enter the container from the host; services the agent left listening stay in "
+                              "the container's own network")
+        else:
+            self._grading_net = "isolated"
+            self.notes.append("grading ran with loopback only (the agent's container was on the host network)")
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -458,10 +501,12 @@ class DockerSandbox(NamespaceForwards, Sandbox):
 
     async def _made_during_trial(self, path: str) -> bool:
         """Whether ``docker container diff`` lists ``path`` as added or changed since the container was created."""
-        result = await self.cli.run(["container", "diff", self.name], timeout=self.options.cli_timeout_sec)
-        return result.ok and any(
-            line[:1] in ("A", "C") and line[2:] == path for line in result.out.splitlines()
-        )
+        with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
+            listing = Path(tmp) / "diff"
+            result = await self.cli.run(["container", "diff", self.name], timeout=self.options.cli_timeout_sec,
+                                        stdout_path=listing)
+            lines = listing.read_text(errors="replace").splitlines() if result.ok else []
+        return any(line[:1] in ("A", "C") and line[2:] == path for line in lines)
 
     async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
         """Copy a local file or directory to ``dest``; a link or special file at ``dest`` is replaced.
@@ -500,6 +545,7 @@ class DockerSandbox(NamespaceForwards, Sandbox):
 
         full = self._resolve(source)
         self._require_started()
+        await self._check_download_size(full, timeout)
         with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
             archive = Path(tmp) / "download.tar"
             # No -L: a link at `source` comes as a link (and is refused), never as what it points to.
@@ -523,6 +569,18 @@ class DockerSandbox(NamespaceForwards, Sandbox):
                 await self._raise_if_gone_or(result, f"download of {full} failed")
             await asyncio.to_thread(unpack_download, archive, Path(dest))
 
+    async def _check_download_size(self, full: str, timeout: float) -> None:
+        """``docker cp`` sends a sparse file's holes as zeros: a file the agent made with ``truncate -s 1T`` would
+        land on the host whole. Its apparent size is measured first (the toolset's ``du -sb``, links not followed);
+        more than the task's storage (``storage_mb``, else 10 GiB) is the agent's doing, the model's 0."""
+        limit_mb = self.spec.storage_mb or DOWNLOAD_LIMIT_MB
+        result = await self._root_exec('du -sb "$1" 2>/dev/null', full, timeout=min(timeout, self.options.cli_timeout_sec))
+        size = result.out.split()[0] if result.out.split() else ""
+        if size.isdigit() and int(size) > limit_mb * 1024 * 1024:
+            raise SandboxExhaustedError(
+                f"{full} holds {int(size) // 1024 // 1024} MB counting holes (sparse files expand when copied out), more "
+                f"than the task's storage ({limit_mb} MB); it is not downloaded, graded 0")
+
     async def snapshot(self, paths: list[str], *, timeout: float = 120.0) -> bytes:
         """A tar of ``paths``, streamed out of the container (no file inside it that the agent could have planted).
 
@@ -537,6 +595,16 @@ class DockerSandbox(NamespaceForwards, Sandbox):
                 raise SandboxError(f"snapshot of {paths} failed in {self.name}: {result.describe()}")
             return archive.read_bytes()
 
+    async def fresh_folder(self, path: str, *, timeout: float = 60.0) -> None:
+        """``path`` made an empty folder by the toolset (never the agent's ``rm``, ``mkdir`` or shell)."""
+        full = self._resolve(path)
+        self._require_started()
+        result = await self._root_exec(FRESH_FOLDER, full, timeout=min(timeout, self.options.cli_timeout_sec))
+        if not result.ok:
+            await self._raise_if_gone(result)
+            raise GradingSabotagedError(f"the agent left {path} so that it cannot be recreated empty (exit "
+                                        f"{result.returncode}: {(result.err or result.out).strip()[:300]}); graded 0")
+
     async def _raise_if_gone_or(self, failed: CallResult, message: str) -> None:
         await self._raise_if_gone(failed)
         raise SandboxError(f"{message}: {failed.describe()}")
@@ -546,7 +614,8 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         from tackroom_docker.tools import restore_image_tools
 
         self._require_started()
-        return await restore_image_tools(self, [self.workdir, *(keep or [])])
+        self._keep = [self._resolve(k) for k in keep or []]
+        return await restore_image_tools(self, [self.workdir, *self._keep])
 
     async def forward_host_port(self, port: int) -> str:
         """The host network shares the port as it is; under ``--network none`` a forward opened in the
@@ -590,16 +659,6 @@ def _missing_workdir(result: CallResult) -> bool:
     text = result.err + result.out
     return "chdir to cwd" in text and "no such file or directory" in text.lower()
 
-
-
-# How `docker exec` fails while a fork bomb holds every pid of the container's limit: the fork itself, or runc's
-# init process, which dies before it reports back (seen under the full suite: "read init-p: connection reset by peer")
-RESOURCE_ERRORS = ("resource temporarily unavailable", "cannot allocate memory", "unable to start container process")
-
-
-def _resource_error(result: CallResult) -> bool:
-    text = (result.err + result.out).lower()
-    return any(phrase in text for phrase in RESOURCE_ERRORS)
 
 
 def _short(cmd: str | list[str]) -> str:

@@ -72,6 +72,11 @@ async def check_shadowed_shell(sb: Sandbox, ctx: CheckContext) -> None:
     if len(lines) < 2:
         raise SkipCheck("no PATH folder is writable here: the agent cannot shadow the shell")
     bash, first = lines[0], lines[1]
+    # Only a name the image also has later on PATH is a shadow; the others are tools the agent added, which stay.
+    later = await sb.exec([bash, "-c", f'IFS=:; seen=; for d in $PATH; do if [ "$d" = {shlex.quote(first)} ]; then seen=1; '
+                           f'continue; fi; [ -n "$seen" ] || continue; for n in {" ".join(SHADOWED)}; do '
+                           '[ -x "$d/$n" ] && [ ! -e "' + first + '/$n" ] && echo "$n"; done; done; true'], timeout=30)
+    shadows = set(later.stdout.split())
     log = f"{ctx.root}/shadow.log"
     fake = "#!/bin/sh\nexit 0\n"
     plant = " ; ".join(f"printf %s {shlex.quote(fake)} > {first}/{name} && chmod 755 {first}/{name}" for name in SHADOWED)
@@ -90,6 +95,7 @@ async def check_shadowed_shell(sb: Sandbox, ctx: CheckContext) -> None:
         restored = await _restore(sb)
         left = (await sb.exec([bash, "-c", f"for n in {' '.join(SHADOWED)}; do [ -e {first}/$n ] && echo $n; done; true"],
                               timeout=30)).stdout.split()
+        left = sorted(set(left) & shadows)
         assert not left, f"restore_image_tools left the agent's shadows in {first}: {left} (restored: {restored[:10]})"
     finally:
         await sb.exec([bash, "-c", f"for n in {' '.join(SHADOWED)}; do if [ -e {first}/$n ] && "

@@ -18,14 +18,12 @@ def test_docker_is_registered_through_the_entry_point_group():
 
 @pytest.mark.docker
 async def test_docker_sandbox_passes_the_self_check(provider):
-    # (and in the tests below) shadowed_shell also wants kill, ps, pkill and busybox gone from the first PATH folder, but debian:bookworm-slim
-    # has none of them: there they shadow nothing, they are tools the agent added, and added tools stay
-    # (added_tools_survive); the check's sh, bash, dash, rm, ... are removed and its kill part holds.
-    report = await sandbox_self_check(provider, skip={"shadowed_shell"})
+    report = await sandbox_self_check(provider)
     assert {r.name for r in report.results} >= {"exec_timeout", "large_output", "path_traversal", "no_network"}
     isolation = {r.name: (r.passed, r.message) for r in report.results if r.name in
-                 ("added_tools_survive", "startup_hooks", "reward_prefill", "kept_services", "set_network")}
-    assert isolation == dict.fromkeys(isolation, (True, "")) and len(isolation) == 5, isolation  # held, not skipped
+                 ("added_tools_survive", "shadowed_shell", "startup_hooks", "reward_prefill", "kept_services",
+                                     "set_network")}
+    assert isolation == dict.fromkeys(isolation, (True, "")) and len(isolation) == 6, isolation  # held, not skipped
     grading = {r.name: (r.passed, r.message) for r in report.results
                if r.name in ("planted_test_files", "fifo_at_read_path", "tampered_tools", "disk_fill")}
     assert grading == dict.fromkeys(grading, (True, "")) and len(grading) == 4, grading  # held, not skipped

@@ -21,6 +21,8 @@ from tackroom._errors import (
     InfraError,
     ModelError,
     PluginDefinitionError,
+    SandboxBuildError,
+    SandboxTimeoutError,
     TackroomError,
     TaskError,
 )
@@ -44,13 +46,11 @@ from tackroom._sandbox import (
     NetworkMode,
     NetworkPolicy,
     Sandbox,
-    SandboxBuildError,
     SandboxError,
     SandboxExhaustedError,
     SandboxPathError,
     SandboxProvider,
     SandboxSpec,
-    SandboxTimeoutError,
     check_relative_inside,
 )
 from tackroom._task import Task, load_task

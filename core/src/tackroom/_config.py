@@ -58,7 +58,7 @@ def check_run_id(value: str, *, what: str = "run id") -> str:
 RunId = Annotated[str, AfterValidator(check_run_id)]
 
 
-def _finite_positive(value: float) -> float:
+def finite_positive(value: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"must be a positive, finite number, got {value!r}")
     return value
@@ -228,7 +228,7 @@ class RuntimeConfig(BaseModel):
     executor: str = "asyncio"
     """Where attempts run: ``asyncio`` (in this process), ``ray`` (tackroom-ray), or any registered executor
     (checked after parsing, by :func:`tackroom._resolve.resolve_runtime`)."""
-    teardown_timeout_sec: Annotated[float, AfterValidator(_finite_positive)] = 60.0
+    teardown_timeout_sec: Annotated[float, AfterValidator(finite_positive)] = 60.0
     retry_backoff_sec: Annotated[float, AfterValidator(_finite_non_negative)] = 1.0
     network: NetworkDefaults = NetworkDefaults()
     """The network of tasks that declare none (see :class:`NetworkDefaults`; ``--allow-internet``)."""

@@ -1,11 +1,5 @@
-"""One model endpoint, as configured: ``[policy]`` of a run or a training run, each ``[[models]]`` of a matrix.
-
-:class:`Endpoint` is what a user writes; :meth:`Endpoint.policy` turns it into the
-:class:`~tackroom.Policy` a harness receives (the key resolved and in plain text,
-never dumped). An endpoint is any OpenAI-compatible base URL ending in ``/v1`` (the
-vLLM that ``tackroom model up`` starts, a Tinker sampling server, a hosted API), or a
-LiteLLM model name reached through a LiteLLM proxy.
-"""
+"""One model endpoint, as configured: ``[policy]`` of a run or a training run, each ``[[models]]`` of a matrix;
+:meth:`Endpoint.policy` turns it into the :class:`~tackroom.Policy` a harness receives."""
 
 from __future__ import annotations
 

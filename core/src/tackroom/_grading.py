@@ -1,14 +1,7 @@
-"""What keeps grading out of the agent's reach (docs/threat-model.md, "Grading").
-
-- :func:`prepare_grading`: a FIFO, socket or device (or a link to one) where the verifier reads is
-  sabotage: it would hang or steer test.sh. Found before the tests run, it is the model's failure.
-- :func:`regrade_untouched`: when grading ends in a ``task`` error (a timeout, an unreadable reward), the
-  runtime grades a fresh sandbox of the same task that no agent touched. Grading that works there failed
-  because of what the agent did (:class:`GradingSabotagedError`, ``model``, reward 0); grading that fails
-  there too is the task's own fault (:class:`GraderBrokenError`, ``task``).
-- :func:`grade_separately`: ``[verifier] grading = "separate"``: the agent's files under
-  ``grading_paths`` are copied into a fresh sandbox of the same image, and grading runs there, with the
-  image's own tools and nothing the agent left running or installed.
+"""What keeps grading out of the agent's reach (docs/threat-model.md, "Grading"): special files where the
+verifier reads are the model's failure (:func:`prepare_grading`); ``grading = "separate"`` copies the agent's
+files into a fresh sandbox (:func:`copy_paths`). The regrade of an untouched environment is the attempt's
+(:meth:`tackroom._attempt.Attempt.regrade_untouched`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""Policy routing: which harnesses reach their model through the policy gateway, and the gateway that does it.
+"""Policy routing: whether a harness reaches its model through the policy gateway, and the gateway that does it.
 
-A harness that speaks only chat (capability ``chat``) goes through a policy
-gateway when one is installed, which renders, tokenizes and records exact
-tokens; with core alone it chats straight to the endpoint (no token ids). One
-with its own token accounting calls the engine directly. ``[policy] gateway =
-true`` asks for exact token ids (the gateway must be installed), ``false``
-never routes. `tackroom run` (one gateway per run), the matrix (one per
-cell) and the trainer (one per training run) all decide it here. The gateway
-itself comes from a plugin, through the ``tackroom_policy_gateway`` hook
-(tackroom-gateway provides it): core never imports it.
+A chat-only harness (capability ``chat``) goes through a gateway when one is installed (exact token ids),
+else straight to the endpoint; ``[policy] gateway`` decides when set. `tackroom run`, the matrix and the
+trainer all decide it here; the gateway comes from the ``tackroom_policy_gateway`` hook (core imports none).
 """
 
 from __future__ import annotations

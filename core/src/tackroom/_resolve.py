@@ -1,10 +1,7 @@
 """Names in a parsed config, resolved against the plugin registry: plugins, executors, their options.
 
-Executors are looked up in the process-wide plugin manager unless one is passed; a class registered
-by reference is imported only when its executor is built, so ``import tackroom`` never imports Ray.
-
-Parsing (:mod:`tackroom._config`) checks a file's shape and never asks the registry; this module does
-the asking, after parsing, so a config model stays importable by everything the registry imports.
+Parsing (:mod:`tackroom._config`) never asks the registry, so config models stay importable by everything the
+registry imports; this module asks, after parsing. A class registered by reference is imported when built.
 """
 
 from __future__ import annotations

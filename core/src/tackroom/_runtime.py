@@ -1,22 +1,6 @@
-"""The trial runtime: runs trials into a run directory, each attempt planned here and run by an executor.
-
-One attempt (``_attempt.run_attempt``) is sandbox start → setup → the agent's run →
-stop → grade → teardown. Every phase has a timeout; teardown always runs (also on
-cancellation) and is itself time-limited. Failures are classified by the ``tackroom_classify_error``
-hook (then by built-in rules) into ``infra`` (retried with backoff), ``model``
-(counts: the verifier still grades what the agent left, as Harbor does after an
-agent timeout) and ``task`` (not retried).
-
-Between the agent's turn and grading, every process in the sandbox is killed and
-confirmed gone (``Sandbox.kill_processes``), but the services a task keeps (frozen,
-resumed only inside the grader's command), so nothing the agent started can change
-what is graded. A reward outside the task's ``reward_range`` (default
-[0, 1]) or not finite is a ``task`` error.
-
-When more than one thing fails, the trial's ``error`` is decided in this order:
-``task`` > ``infra`` > ``model``. A model failure in the agent's turn (say an agent
-timeout) followed by a task or infra failure while grading keeps the later one as
-``error`` (the reward cannot be trusted) and the agent's in ``other_errors``.
+"""The trial runtime: runs trials into a run directory, each attempt planned here (:class:`AttemptPlan`) and run by
+an executor; :mod:`tackroom._attempt` holds its phases and the one place that picks a trial's error. ``infra``
+failures are retried with backoff, ``model`` ones count (what the agent left is graded), ``task`` ones are final.
 """
 
 from __future__ import annotations

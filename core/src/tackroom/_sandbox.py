@@ -20,18 +20,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tackroom._errors import (
-    ModelError,
-    SandboxBuildError,
-    SandboxError,
-    SandboxPathError,
-    SandboxTimeoutError,
-    TaskError,
-)
+from tackroom._errors import ModelError, SandboxError, SandboxPathError, TaskError
 from tackroom._plugin import Plugin, PluginKind
 
 DEFAULT_EXEC_TIMEOUT = 600.0
-DEFAULT_OUTPUT_LIMIT = 1_000_000
 
 
 class GradingSabotagedError(ModelError):
@@ -450,8 +442,3 @@ def check_relative_inside(path: str, root: str = "/") -> str:
         raise SandboxPathError(f"path {path!r} contains '..'; use a path without parent references")
     return full
 
-
-__all__ = ["DEFAULT_EXEC_TIMEOUT", "DEFAULT_OUTPUT_LIMIT", "GRADER_CLEAN_ENV", "GRADER_SCRUBBED_ENV", "ExecResult",
-           "GraderBrokenError", "GradingSabotagedError", "NetworkMode", "NetworkPolicy", "Sandbox", "SandboxBuildError",
-           "SandboxError", "SandboxExhaustedError", "SandboxPathError", "SandboxProvider", "SandboxSpec",
-           "SandboxTimeoutError", "TaskError", "check_relative_inside"]

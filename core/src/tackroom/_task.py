@@ -33,7 +33,7 @@ from pydantic import (
     model_validator,
 )
 
-from tackroom._config import NetworkDefaults, format_validation_error
+from tackroom._config import NetworkDefaults, finite_positive, format_validation_error
 from tackroom._errors import TaskError
 from tackroom._sandbox import NetworkPolicy
 
@@ -56,16 +56,9 @@ def _seconds(value: float) -> float:
     return value
 
 
-def _positive(value: float) -> float:
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"must be a positive, finite number, got {value!r}")
-    return value
-
-
 Seconds = Annotated[float, BeforeValidator(_not_bool), AfterValidator(_seconds)]
 """A timeout: positive, finite, at most :data:`MAX_TIMEOUT_SEC` (0, -5, nan and inf are rejected)."""
-PositiveFloat = Annotated[float, BeforeValidator(_not_bool), AfterValidator(_positive)]
-PositiveInt = Annotated[int, BeforeValidator(_not_bool), AfterValidator(_positive)]
+PositiveFloat = Annotated[float, BeforeValidator(_not_bool), AfterValidator(finite_positive)]
 
 
 class _Section(BaseModel):
@@ -87,7 +80,7 @@ def _size_mb(value: Any) -> Any:
     return max(int(number * (scale or 1)), 1)
 
 
-SizeMb = Annotated[int, BeforeValidator(_size_mb), BeforeValidator(_not_bool), AfterValidator(_positive)]
+SizeMb = Annotated[int, BeforeValidator(_size_mb), BeforeValidator(_not_bool), AfterValidator(finite_positive)]
 NetworkModeKey = Literal["none", "no-network", "public", "allowlist"]
 
 
@@ -434,7 +427,7 @@ def load_task(path: str | Path, task_id: str | None = None) -> Task:
     try:
         config = TaskConfig.model_validate(raw)
     except ValidationError as exc:
-        raise TaskError(f"{toml_file}: {_describe(exc)}") from exc
+        raise TaskError(f"{toml_file}: {format_validation_error(exc, sep='; ')}") from exc
     task = Task(id=task_id or root.name, path=root, instruction=instruction, config=config)
     world = raw.get("world")
     if isinstance(world, dict) and isinstance(world.get("path"), str) and world["path"] and _world_path(root) is None:
@@ -444,10 +437,6 @@ def load_task(path: str | Path, task_id: str | None = None) -> Task:
     for warning in task.warnings:  # once per load, where every command that loads tasks shows it (stderr)
         log.warning("%s: %s", root, warning)
     return task
-
-
-def _describe(exc: ValidationError) -> str:
-    return format_validation_error(exc, sep="; ")
 
 
 class TaskLoadFailure(BaseModel):
@@ -477,15 +466,9 @@ def load_dataset(
 ) -> Dataset:
     """Load tasks from task directories and/or dataset directories (directories of tasks).
 
-    ``include``/``exclude`` are shell-style patterns matched against task ids
-    (a qualified id or the plain directory name). A source that does not exist
-    is an error of its own (a typo should not silently shrink a run).
-
-    A task's id is its directory name; when two sources hold tasks of the same
-    name (``a/t1`` and ``b/t1``), both ids are qualified by as many parent
-    folders as it takes to tell them apart (``a/t1``, ``b/t1``), so they are two
-    tasks in every result and report. A directory reached twice (also through a
-    symlink) is loaded once.
+    ``include``/``exclude``: shell-style patterns over task ids (qualified, or the plain directory name). A
+    source that does not exist is an error (a typo must not shrink a run); a directory reached twice (also
+    through a link) loads once; same-named tasks of two sources get ids qualified by parent folders (:func:`task_ids`).
     """
     from fnmatch import fnmatch
 

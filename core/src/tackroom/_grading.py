@@ -70,12 +70,9 @@ DEFAULT_COPY_BUDGET_MB = 10240
 
 async def copy_paths(source: Sandbox, dest: Sandbox, paths: list[str], *, timeout: float = 300.0,
                      budget_mb: int | None = None) -> list[str]:
-    """Copy each of ``paths`` that exists in ``source`` to the same place in ``dest`` (through the host);
-    returns the paths copied. Transfers never follow a link the agent planted (the sandbox contract).
-
-    The copy holds at most ``budget_mb`` (the task's ``storage_mb``), counting each file's apparent size (a
-    sparse file counts whole, as it would once expanded): more is the agent's doing, the model's 0
-    (:class:`SandboxExhaustedError`), never a full host disk."""
+    """Copy each of ``paths`` that exists in ``source`` to the same place in ``dest`` (through the host, never
+    following a planted link); returns the paths copied. More than ``budget_mb`` (the task's ``storage_mb``),
+    sparse files counted whole, is the agent's doing: :class:`SandboxExhaustedError`, never a full host disk."""
     budget = (budget_mb or DEFAULT_COPY_BUDGET_MB) * 1024 * 1024
     used = 0
     copied: list[str] = []

@@ -108,11 +108,8 @@ class PluginManager:
                  version: str = "", contract: int | None = CONTRACT_VERSION) -> None:
         """Register a plugin object directly (tests, notebooks); same rules as entry points.
 
-        ``contract`` is the plugin contract it was written for; a ``tackroom_contract`` attribute on the
-        plugin wins over it. Code registering a plugin in-process is taken to be written for the
-        contract of the tackroom it runs with; entry points are read from their module (none: 1).
-        A ``@hookimpl`` whose name matches no tackroom hook (a typo that would otherwise never be called)
-        raises :class:`PluginDefinitionError` naming it and the hooks that exist.
+        ``contract`` (default: this tackroom's) is what it was written for; a ``tackroom_contract`` attribute on
+        the plugin wins. A ``@hookimpl`` named for no tackroom hook raises :class:`PluginDefinitionError`.
         """
         self.pm.register(plugin, name=name)
         unknown = sorted(

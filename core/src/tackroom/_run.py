@@ -1,12 +1,8 @@
 """A run of one :class:`RunConfig`: tasks × one harness × one sandbox × one verifier, into a run directory.
 
-A run directory (``<out>/<run-id>/``) holds one folder per trial and ``run.json``:
-the run's config (credentials masked) and its **fingerprint** — every task's
-content hash, the harness/sandbox/verifier names and options, the model. Naming
-an existing run resumes it only when the fingerprint matches (new tasks may
-join); anything else is refused with what changed. ``tackroom run`` is this
-module behind flags (``_cli/run_cmd.py``); applications call :func:`run_config`
-through :mod:`tackroom.app`.
+``<out>/<run-id>/`` holds a folder per trial and ``run.json``: the config (credentials masked) and its
+fingerprint (each task's content hash, the plugins and their options, the model). An existing run resumes only
+when the fingerprint matches (new tasks may join); otherwise it is refused with what changed.
 """
 
 from __future__ import annotations

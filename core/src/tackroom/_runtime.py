@@ -99,26 +99,19 @@ class TrialRuntime:
         self.run_dir = Path(run_dir)
         self.attempts = attempts
         self.concurrency = concurrency
-        self.setup_timeout_sec = setup_timeout_sec
-        self.start_timeout_sec = start_timeout_sec
-        self.teardown_timeout_sec = teardown_timeout_sec
+        self.deadlines = AttemptDeadlines(setup_timeout_sec=setup_timeout_sec, start_timeout_sec=start_timeout_sec,
+                                          teardown_timeout_sec=teardown_timeout_sec)
         self.retry_backoff_sec = retry_backoff_sec
         self.manager = manager or get_plugin_manager()
         self.progress = progress
         self.console = console or Console(stderr=True)
         self.executor = make_executor(executor, executor_options)
-        """Where attempts run: a registered executor (``asyncio``, in-process; ``ray`` from tackroom-ray); see
-        tackroom.executors."""
+        """Where attempts run: a registered executor (``asyncio``, in-process; ``ray`` from tackroom-ray)."""
         self.network = network or NetworkDefaults()
         """Each phase's network for tasks that declare none (``[runtime] network``)."""
         self.force_build = force_build
 
     # -- one attempt ----------------------------------------------------------------
-    @property
-    def deadlines(self) -> AttemptDeadlines:
-        return AttemptDeadlines(setup_timeout_sec=self.setup_timeout_sec, start_timeout_sec=self.start_timeout_sec,
-                                teardown_timeout_sec=self.teardown_timeout_sec)
-
     def plan(self, trial: Trial, task: Task, plugins: TrialPlugins, attempt: int,
              policy: Policy | None = None) -> AttemptPlan:
         """What one attempt of ``trial`` runs: plugins by reference (the live objects ride along in this process)."""

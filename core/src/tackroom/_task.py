@@ -1,11 +1,8 @@
 """Harbor-compatible tasks: a directory with instruction.md, task.toml, environment/, tests/, solution/.
 
-Core reads the sections every trial needs (``[agent]``, ``[verifier]``, ``[environment]``,
-``[metadata]``). Every other table of task.toml (a rubric, a world reference, expected outputs, a
-plugin's own settings) is kept as it was written and read by the plugin that owns it, with its own
-model, through :meth:`Task.section`. One exception: a world task's ``[world] path`` names a directory
-outside the task, and :func:`task_source_hash` covers it, so a task whose world is missing is refused
-at load.
+Core reads ``[agent]``, ``[verifier]``, ``[environment]`` and ``[metadata]``; every other table is kept as
+written and read by the plugin that owns it, with its own model (:meth:`Task.section`). One exception: a world
+task's ``[world] path`` lies outside the task and :func:`task_source_hash` covers it (a missing world is refused).
 """
 
 from __future__ import annotations
@@ -113,18 +110,16 @@ class VerifierSection(_PhaseNetwork):
     reward_range: tuple[float, float] = (0.0, 1.0)
     """The range every reward and named sub-score must fall in; anything outside (or not finite) is a task error."""
     grading: Literal["shared", "separate"] = "shared"
-    """Where grading runs. ``shared``: in the agent's sandbox, after its processes are killed, with the image's
-    executables and libraries restored where the sandbox can (:meth:`Sandbox.restore_image_tools`); tests that
-    need what the agent set up outside ``grading_paths`` (a database it filled, a service's state) need it.
-    ``separate``: in a fresh sandbox of the same image, into which only ``grading_paths`` (default: the working
-    directory) are copied; nothing else the agent changed reaches the grader, at the cost of a second start."""
+    """Where grading runs. ``shared``: in the agent's sandbox once its processes are killed, the image's tools
+    restored where the sandbox can (for tests that need state outside ``grading_paths``, a database it filled).
+    ``separate``: in a fresh sandbox of the same image holding only a copy of ``grading_paths`` and the working
+    directory; nothing else the agent changed reaches the grader, at the cost of a second start."""
     grading_paths: list[str] = Field(default_factory=list)
     """Absolute sandbox paths the grader reads besides the working directory: checked for planted FIFOs and
     devices before grading, and what ``grading = "separate"`` copies (with the working directory)."""
     keep_services: bool = True
-    """Processes the agent left listening on a socket (a server its solution started) stay, frozen, into
-    grading and run only while test.sh does (Harbor grades the live environment). ``false``: every agent
-    process is killed before grading."""
+    """Processes the agent left listening (a server its solution started) stay, frozen, into grading and run only
+    while test.sh does, as Harbor grades the live environment; ``false``: every agent process is killed first."""
 
     @field_validator("grading_paths")
     @classmethod

@@ -40,10 +40,7 @@ REGISTRATION_HOOKS: dict[PluginKind, str] = {
     "loss": "tackroom_losses",
     "executor": "tackroom_executors",
 }
-"""The hook each kind is registered through; every kind is recorded as a :class:`PluginEntry`."""
-
-PLURALS: dict[PluginKind, str] = {"harness": "harnesses", "sandbox": "sandboxes", "verifier": "verifiers",
-                                  "loss": "losses", "executor": "executors"}
+"""The hook each kind is registered through (``tackroom_`` + the kind's plural); each is a :class:`PluginEntry`."""
 
 
 def _names(value: str | None) -> set[str] | None:
@@ -173,7 +170,7 @@ class PluginManager:
         if found is not None:
             return found
         installed = ", ".join(e.name for e in self.entries(kind)) or "(none)"
-        message = f"no {kind} named {name!r} is installed; installed {PLURALS[kind]}: {installed}"
+        message = f"no {kind} named {name!r} is installed; installed {REGISTRATION_HOOKS[kind].removeprefix('tackroom_')}: {installed}"
         from tackroom._catalogue import load_catalogue
 
         known = next((c for c in load_catalogue() if c.kind == kind and c.name == name), None)

@@ -22,7 +22,7 @@ from tackroom._config import (
 from tackroom._errors import ConfigError, ExecutorNotFoundError, PluginNotFoundError
 from tackroom._executor import Executor
 from tackroom._manager import PluginManager, get_plugin_manager
-from tackroom._plugin import Plugin, PluginKind
+from tackroom._plugin import PluginKind
 from tackroom._registrar import PluginEntry
 
 
@@ -44,12 +44,8 @@ def instantiate(kind: PluginKind, selection: PluginSelection | str, *, where: st
         cls = manager.get(kind, selection.name)
     except PluginNotFoundError as exc:
         raise PluginNotFoundError(f"{where}.name: {exc}") from None
-    if kind == "loss":
-        options = validate(cls.Options, selection.options, prefix=where)
-        return cls, options
-    assert issubclass(cls, Plugin)
     options = validate(cls.Options, selection.options, prefix=where)
-    return cls(options)
+    return (cls, options) if kind == "loss" else cls(options)  # a loss is a LossSpec, not a class to build
 
 
 INSTALL_HINTS = {"ray": "pip install tackroom-ray (or pip install ./packages/ray from a checkout of the tackroom "

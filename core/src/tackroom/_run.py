@@ -25,7 +25,7 @@ from tackroom._run_dirs import (
     unique_trials,
     validated_run_id,
 )
-from tackroom._runtime import TrialPlugins, TrialRuntime
+from tackroom._runtime import TrialPlugins, TrialRuntime, atomic_write
 from tackroom._task import load_dataset
 from tackroom._trial import Trial
 
@@ -85,9 +85,7 @@ def check_and_record(run_dir: Path, config: RunConfig, fingerprint: dict[str, An
             raise refuse_changed(run_dir, problems)
         fingerprint = {**fingerprint, "tasks": {**(old.get("tasks") or {}), **fingerprint["tasks"]}}
     record = {**redact(config.model_dump(mode="json")), "run_id": run_dir.name, "fingerprint": fingerprint}
-    tmp = run_dir / f".{RUN_FILE}.tmp"
-    tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(run_dir / RUN_FILE)
+    atomic_write(run_dir / RUN_FILE, record)
 
 
 # -- running ---------------------------------------------------------------------------------------

@@ -68,10 +68,11 @@ class TrialPlugins:
         return self.harness_label or self.harness_cls.name
 
 
-def _atomic_write(path: Path, data: Any) -> None:
+def atomic_write(path: Path, data: Any) -> None:
+    """``data`` as JSON at ``path``, written to a temporary file first so a reader never sees half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False))
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
     tmp.replace(path)
 
 
@@ -175,8 +176,8 @@ class TrialRuntime:
         out = self.run_dir / trial.id
         # A key an endpoint echoed back (say in a 400's message) must not reach disk either.
         written = redact(trajectory.model_dump(mode="json"))
-        _atomic_write(out / "trajectory.json", written)
-        _atomic_write(out / "result.json", result.dump())
+        atomic_write(out / "trajectory.json", written)
+        atomic_write(out / "result.json", result.dump())
         return TrialOutcome(result, Trajectory.model_validate(written))
 
     async def _attempt_with_policy(self, trial: Trial, task: Task, plugins: TrialPlugins,

@@ -39,7 +39,7 @@ def test_core_alone_is_a_small_venv_that_lists_its_built_ins(tmp_path):
     plugins = run(str(venv / "bin" / "tackroom"), "plugins", "--json")
     assert plugins.returncode == 0, plugins.stderr
     assert {(r["kind"], r["name"]) for r in json.loads(plugins.stdout)} == {
-        ("harness", "oracle"), ("harness", "nop"), ("harness", "answer"),
+        ("harness", "oracle"), ("harness", "nop"),
         ("verifier", "test-script"), ("executor", "asyncio")}
     imported = run(py, "-c", "import sys, tackroom, tackroom.app, tackroom.executors, tackroom.testing\n"
                               "print(sorted({m.split('.')[0] for m in sys.modules}))")

@@ -1,13 +1,10 @@
 """tackroom: a plugin framework for agentic RL.
 
-This module is the plugin author's API: the plugin kinds and what they exchange, how a plugin
-registers, the errors that say who is to blame, and the helpers a plugin calls. The other public
-modules: ``tackroom.testing`` (the conformance kits, the contract's executable spec, for a plugin's
-tests), ``tackroom.executors`` (executor authors) and ``tackroom.app`` (drivers that run trials:
-plugin lookup by name, configs, the trial runtime, run folders). Everything else is private
-(``tackroom._…``). ``__all__`` below is grouped by what a name is for; tests/test_public_api.py holds
-it to a declared list. What sandbox implementations share (safe transfers, port forwards, bounded
-subprocesses, remote-SDK calls) is the tackroom-sandbox-kit distribution, not core.
+This module is the plugin author's API: the plugin kinds and what they exchange, how a plugin registers, the
+errors that say who is to blame, and the helpers a plugin calls. The other public modules: ``tackroom.testing``
+(the conformance kits, for a plugin's tests), ``tackroom.executors`` (executor authors) and ``tackroom.app``
+(drivers that run trials). Everything else is private (``tackroom._…``). ``__all__`` below is grouped by what a
+name is for; tests/test_public_api.py holds it to a declared list.
 """
 
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
@@ -21,6 +18,8 @@ from tackroom._errors import (
     InfraError,
     ModelError,
     PluginDefinitionError,
+    SandboxBuildError,
+    SandboxTimeoutError,
     TackroomError,
     TaskError,
 )
@@ -44,13 +43,11 @@ from tackroom._sandbox import (
     NetworkMode,
     NetworkPolicy,
     Sandbox,
-    SandboxBuildError,
     SandboxError,
     SandboxExhaustedError,
     SandboxPathError,
     SandboxProvider,
     SandboxSpec,
-    SandboxTimeoutError,
     check_relative_inside,
 )
 from tackroom._task import Task, load_task

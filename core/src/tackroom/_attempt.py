@@ -1,16 +1,14 @@
 """One trial attempt as data, and its phases.
 
-The runtime builds an :class:`AttemptPlan` once per attempt (the trial, its task, each plugin as a
-:class:`PluginRef`, the policy, the :class:`AttemptDeadlines`, the run's network default); an executor hands
-it to :func:`run_attempt`, here or in another process (a plan pickles by reference), and never sees the
-runtime, which keeps what is per run: retries, policy sessions, hooks, files.
+The runtime builds an :class:`AttemptPlan` per attempt (the trial, its task, each plugin as a :class:`PluginRef`,
+the policy, the :class:`AttemptDeadlines`, the run's network default); an executor hands it to :func:`run_attempt`,
+here or in another process (a plan pickles by reference), and never sees the runtime.
 
-An attempt is five phases, each a method of :class:`Attempt` with its own limit, error class and notes:
-start, setup (verifier prepare, harness setup), agent (its own failure is the model's; grading still runs),
-stop (the agent's processes; listening ones kept frozen where the task wants them) and grade (the grading
-network, the image's tools, the verifier, a regrade). :meth:`AttemptDeadlines.time_limit` sums the limits;
-failures are classified by the ``tackroom_classify_error`` hook (then built-in rules), and
-:meth:`Attempt.decide` is the one place that picks the trial's error.
+An attempt is five phases, each a method of :class:`Attempt` with its own limit, error class and notes: start,
+setup (verifier prepare, harness setup), agent (its own failure is the model's; grading still runs), stop (the
+agent's processes; listening ones kept frozen where the task wants them) and grade (the grading network, the
+image's tools, the verifier, a regrade). Failures are classified by the ``tackroom_classify_error`` hook (then
+built-in rules), and :meth:`Attempt.decide` is the one place that picks the trial's error.
 """
 
 from __future__ import annotations
@@ -70,13 +68,9 @@ class PhaseTimeoutError(TackroomError, TimeoutError):
 
 
 class PluginRef(BaseModel):
-    """A plugin class by name and ``module:qualname``, plus the options to build it with (as data).
-
-    Built in this process (:meth:`of`), a reference also carries the live class, options and (for a
-    sandbox provider) instance, and :meth:`resolve` returns them as they are: an attempt run here
-    uses exactly the objects the caller passed. Pickled, only the data travels, and the other side
-    resolves the class through its own plugin manager (or by import) and builds fresh instances.
-    """
+    """A plugin class by name and ``module:qualname``, plus the options to build it with (as data). Made here
+    (:meth:`of`), it also carries the live objects, which :meth:`resolve` returns as they are; pickled, only the
+    data travels and the other side resolves the class through its plugin manager (or by import)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -145,12 +139,8 @@ _providers: dict[str, SandboxProvider] = {}
 
 
 class AttemptDeadlines(BaseModel):
-    """The runtime's phase limits; the task holds the rest (build, agent, verifier timeouts).
-
-    One attempt also has one deadline, :meth:`time_limit` after it starts: every phase's limit is cut to
-    what is left of it, so no phase can outlast the trial (a sandbox hanging at start or setup is an
-    ``infra`` error within its own phase limit).
-    """
+    """The runtime's phase limits; the task holds the rest (build, agent, verifier timeouts). An attempt also has
+    one deadline, :meth:`time_limit` after it starts, and every phase's limit is cut to what is left of it."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -214,13 +204,8 @@ class AttemptPlan(BaseModel):
 
 def sandbox_spec(task: Task, name: str, deadlines: AttemptDeadlines | None = None, *,
                  network: NetworkPolicy | None = None, force_build: bool = False) -> SandboxSpec:
-    """The sandbox a trial of ``task`` gets; ``network`` is the agent phase's (default: the task's declaration,
-    else none).
-
-    A harness with the ``agent_in_sandbox`` capability (e.g. OpenCode) gets the same
-    sandbox: it reaches the policy through :meth:`Sandbox.forward_host_port`, one host
-    port and nothing else, never through the host's network.
-    """
+    """The sandbox a trial of ``task`` gets (an ``agent_in_sandbox`` harness's too); ``network`` is the agent
+    phase's (default: the task's declaration, else none)."""
     env = task.config.environment
     return SandboxSpec(
         name=name,
@@ -327,11 +312,9 @@ class Attempt:
                 self.trajectory = exc.trajectory  # harnesses may attach what they had
 
     async def stop(self) -> None:
-        """The agent's turn is over: nothing it started may change the sandbox while it is graded. Every process
-        is killed and confirmed gone, but those listening on a socket when the task keeps its services
-        (``[verifier] keep_services``, the default): they stay frozen and run only inside the grader's command
-        (:meth:`Sandbox.run_grader`). A sandbox that cannot confirm it is ``infra`` (the trial is not graded);
-        one the agent made unable to (every pid taken) is the model's 0."""
+        """The agent's turn is over: every process is killed and confirmed gone, but listening ones when the task
+        keeps its services (``[verifier] keep_services``): frozen, they run only inside the grader's command. A
+        sandbox that cannot confirm it is ``infra``; one the agent made unable to (every pid taken) is the model's 0."""
         try:
             await self.timed("kill_agent", self._kill(), KILL_TIMEOUT_SEC + KILL_GRACE_SEC)
         except SandboxExhaustedError as exc:

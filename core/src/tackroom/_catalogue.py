@@ -17,42 +17,6 @@ from tackroom._plugin import PluginKind
 CATALOGUE_ENV = "TACKROOM_REGISTRY"
 
 
-def _install_line(install: str | None, path: str | None, distribution: str, requires: list[str]) -> str:
-    """How to install a catalogued plugin or command: its own line, else a path install from a checkout
-    (first-party distributions are not on PyPI yet; the folders of the first-party distributions it needs
-    come first), else ``pip install <distribution>``."""
-    if install:
-        return install
-    if path:
-        folders = " ".join(f"./{p}" for p in [*requires, path])
-        return f"pip install {folders} (from a checkout of the tackroom repository)"
-    return f"pip install {distribution}"
-
-
-class CatalogueEntry(BaseModel):
-    """A plugin the project knows about."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    kind: PluginKind
-    distribution: str
-    entry_point: str
-    summary: str
-    party: Literal["first", "third"] = "first"
-    install: str | None = None
-    """How to install it, when neither of the lines below is it."""
-    path: str | None = None
-    """First-party plugins: the distribution's folder in the tackroom repository. They are not on
-    PyPI yet, so the install line is a path install from a checkout of the repository."""
-    requires: list[str] = []
-    """The folders of the first-party distributions it depends on (not on PyPI either), installed with it."""
-
-    @property
-    def install_hint(self) -> str:
-        return _install_line(self.install, self.path, self.distribution, self.requires)
-
-
 class CatalogueCommand(BaseModel):
     """A ``tackroom`` sub-command that lives in another distribution (added through ``tackroom_commands``)."""
 
@@ -61,15 +25,31 @@ class CatalogueCommand(BaseModel):
     name: str
     distribution: str
     summary: str
-    path: str | None = None
-    """The distribution's folder in the tackroom repository (a path install until it is on PyPI)."""
-    requires: list[str] = []
-    """As :attr:`CatalogueEntry.requires`."""
     install: str | None = None
+    """How to install it, when neither of the lines below is it."""
+    path: str | None = None
+    """First-party distributions: the folder in the tackroom repository. They are not on PyPI yet, so the
+    install line is a path install from a checkout of the repository."""
+    requires: list[str] = []
+    """The folders of the first-party distributions it depends on (not on PyPI either), installed with it."""
 
     @property
     def install_hint(self) -> str:
-        return _install_line(self.install, self.path, self.distribution, self.requires)
+        """Its own install line, else a path install (the folders it requires first), else ``pip install``."""
+        if self.install:
+            return self.install
+        if self.path:
+            folders = " ".join(f"./{p}" for p in [*self.requires, self.path])
+            return f"pip install {folders} (from a checkout of the tackroom repository)"
+        return f"pip install {self.distribution}"
+
+
+class CatalogueEntry(CatalogueCommand):
+    """A plugin the project knows about."""
+
+    kind: PluginKind
+    entry_point: str
+    party: Literal["first", "third"] = "first"
 
 
 class Catalogue(BaseModel):

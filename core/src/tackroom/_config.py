@@ -58,7 +58,7 @@ def check_run_id(value: str, *, what: str = "run id") -> str:
 RunId = Annotated[str, AfterValidator(check_run_id)]
 
 
-def _finite_positive(value: float) -> float:
+def finite_positive(value: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"must be a positive, finite number, got {value!r}")
     return value
@@ -80,12 +80,8 @@ class FieldError(ValueError):
 
 
 class PluginSelection(BaseModel):
-    """``[harness]`` / ``[sandbox]`` / ``[verifier]``: a ``name`` plus that plugin's options, either in an
-    ``options = {…}`` table (the shape the matrix's ``[[harnesses]]`` rows use) or flat beside ``name``.
-
-    Credentials among the options (secret-named keys such as ``api_keys``, URL userinfo)
-    are remembered so that nothing a run writes carries them (see :mod:`tackroom._policy`).
-    """
+    """``[harness]`` / ``[sandbox]`` / ``[verifier]``: a ``name`` plus that plugin's options, in an ``options = {…}``
+    table or flat beside ``name``; credentials among them are registered for redaction (:mod:`tackroom._policy`)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -208,15 +204,8 @@ class NetworkDefaults(BaseModel):
 
 
 class RuntimeConfig(BaseModel):
-    """``[runtime]``: how trials are run.
-
-    ``executor`` names a registered executor (``tackroom_executors`` hook);
-    a ``[runtime.<executor>]`` table holds that executor's options. Parsing
-    keeps them as given; :func:`tackroom._resolve.resolve_runtime` checks the
-    names against the registry and validates each table (the selected
-    executor's and the others') through the options model it was registered
-    with.
-    """
+    """``[runtime]``: how trials are run. A ``[runtime.<executor>]`` table holds that executor's options, kept as
+    given here; :func:`tackroom._resolve.resolve_runtime` checks the names and validates each table."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -226,9 +215,8 @@ class RuntimeConfig(BaseModel):
     run_id: RunId | None = None
     """A plain folder name under ``out`` (no path separators, no ``..``); default: a fresh, unique one."""
     executor: str = "asyncio"
-    """Where attempts run: ``asyncio`` (in this process), ``ray`` (tackroom-ray), or any registered executor
-    (checked after parsing, by :func:`tackroom._resolve.resolve_runtime`)."""
-    teardown_timeout_sec: Annotated[float, AfterValidator(_finite_positive)] = 60.0
+    """Where attempts run: ``asyncio`` (in this process), ``ray`` (tackroom-ray), or any registered executor."""
+    teardown_timeout_sec: Annotated[float, AfterValidator(finite_positive)] = 60.0
     retry_backoff_sec: Annotated[float, AfterValidator(_finite_non_negative)] = 1.0
     network: NetworkDefaults = NetworkDefaults()
     """The network of tasks that declare none (see :class:`NetworkDefaults`; ``--allow-internet``)."""
@@ -292,9 +280,8 @@ def with_overrides(config: M, overrides: dict[str, Any], *, source: str = "",
     """``config`` with dotted-path overrides (``{"runtime.concurrency": 0}``) applied and the whole of it
     validated again, so a command-line flag gets exactly the checks its config field gets.
 
-    ``flags`` maps dotted paths to the flag that set them; a problem in one is reported as
-    ``--flag (dotted.path): …``, one in a value from the file as ``source: dotted.path: …``.
-    Credentials (``SecretStr``) pass through unrevealed.
+    ``flags`` maps dotted paths to the flag that set them: a problem there is ``--flag (dotted.path): …``, one from
+    the file ``source: dotted.path: …``; ``SecretStr`` values pass through unrevealed.
     """
     flags = flags or {}
     data = config.model_dump(mode="python")

@@ -1,18 +1,10 @@
 """The plugin contract, versioned: what core calls on each kind of plugin, and what changed when.
 
-A plugin distribution declares the contract it was written for with one line in the module its
-entry point names (the module holding its ``@hookimpl`` functions)::
-
-    tackroom_contract = 2
-
-The registrar checks each plugin against :data:`CONTRACT_VERSION`: a declared contract newer than
-core's is refused (the plugin needs a newer tackroom), a declared contract older than a change that
-touches the plugin's kind is refused with that change and how to migrate, and every plugin class is
-checked when it is loaded (eagerly registered classes at once, lazy ``"module:Class"`` references on
-first use): each method core calls, where the class overrides it, must keep today's parameters and
-stay ``async`` where core awaits it. A distribution that declares nothing predates versioning:
-contract 1. The history is in ``CHANGELOG.md`` at the repository root; each change there is a
-:data:`CHANGES` row here.
+A plugin distribution declares the contract it was written for in the module its entry point names
+(``tackroom_contract = 2``); one that declares nothing predates versioning: contract 1. A declared contract
+newer than :data:`CONTRACT_VERSION`, or older than a change to the plugin's kind, is refused with that change
+and how to migrate; each class is checked when loaded: a method core calls that it overrides keeps today's
+parameters and stays ``async`` where core awaits it. Each :data:`CHANGES` row is a CHANGELOG.md entry.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""One model endpoint, as configured: ``[policy]`` of a run or a training run, each ``[[models]]`` of a matrix.
-
-:class:`Endpoint` is what a user writes; :meth:`Endpoint.policy` turns it into the
-:class:`~tackroom.Policy` a harness receives (the key resolved and in plain text,
-never dumped). An endpoint is any OpenAI-compatible base URL ending in ``/v1`` (the
-vLLM that ``tackroom model up`` starts, a Tinker sampling server, a hosted API), or a
-LiteLLM model name reached through a LiteLLM proxy.
-"""
+"""One model endpoint, as configured: ``[policy]`` of a run or a training run, each ``[[models]]`` of a matrix;
+:meth:`Endpoint.policy` turns it into the :class:`~tackroom.Policy` a harness receives."""
 
 from __future__ import annotations
 
@@ -24,13 +18,9 @@ DEFAULT_MODEL = "default"
 
 
 class Endpoint(BaseModel):
-    """A model endpoint and how trials call it.
-
-    Give ``base_url`` (an OpenAI-compatible endpoint ending in ``/v1``) or ``litellm``
-    (a LiteLLM model name such as ``anthropic/claude-3-5-haiku``, reached through the
-    proxy at ``base_url``, ``$LITELLM_PROXY_URL`` or http://127.0.0.1:4000/v1); neither
-    means no model (harnesses that call none, such as ``oracle``). ``model`` is the name
-    the endpoint serves; left out, the endpoint's own (the first it lists at ``/models``).
+    """A model endpoint and how trials call it: ``base_url`` (OpenAI-compatible, ending in ``/v1``) or ``litellm`` (a
+    LiteLLM model name such as ``anthropic/claude-3-5-haiku``, through the proxy at ``base_url``,
+    ``$LITELLM_PROXY_URL`` or http://127.0.0.1:4000/v1); neither: no model. ``model`` left out: the endpoint's own.
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -16,19 +16,10 @@ if TYPE_CHECKING:
 
 
 class Executor(Plugin):
-    """Runs trial attempts, each given as an :class:`~tackroom.executors.AttemptPlan`.
-
-    The runtime keeps everything that must behave the same whatever the
-    executor: the attempts policy (tenacity retries of ``infra`` failures),
-    resume, the run directory (it alone writes ``result.json`` and
-    ``trajectory.json``, once per trial), per-trial policy sessions, lifecycle
-    hooks and the progress bar. It builds each attempt's plan; an executor
-    decides only where :func:`~tackroom.executors.run_attempt` runs it:
-    in-process (``asyncio``, core's own) or elsewhere (``ray``, from
-    ``tackroom-ray``: a worker process of a Ray cluster, the plan pickled).
-    An executor never sees the runtime. Executors are registered through the
-    ``tackroom_executors`` hook. :meth:`run` never raises for a failed
-    attempt; it returns a result whose ``error`` is classified.
+    """Runs trial attempts, each given as an :class:`~tackroom.executors.AttemptPlan`: it decides only where
+    :func:`~tackroom.executors.run_attempt` runs one (in-process for ``asyncio``; a Ray worker, the plan pickled,
+    for tackroom-ray's ``ray``) and never sees the runtime, which keeps retries, resume, the run directory, policy
+    sessions, hooks and progress. :meth:`run` never raises for a failed attempt: the result's ``error`` says why.
     """
 
     kind: ClassVar[PluginKind] = "executor"

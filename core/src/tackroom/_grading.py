@@ -1,14 +1,7 @@
-"""What keeps grading out of the agent's reach (docs/threat-model.md, "Grading").
-
-- :func:`prepare_grading`: a FIFO, socket or device (or a link to one) where the verifier reads is
-  sabotage: it would hang or steer test.sh. Found before the tests run, it is the model's failure.
-- :func:`regrade_untouched`: when grading ends in a ``task`` error (a timeout, an unreadable reward), the
-  runtime grades a fresh sandbox of the same task that no agent touched. Grading that works there failed
-  because of what the agent did (:class:`GradingSabotagedError`, ``model``, reward 0); grading that fails
-  there too is the task's own fault (:class:`GraderBrokenError`, ``task``).
-- :func:`grade_separately`: ``[verifier] grading = "separate"``: the agent's files under
-  ``grading_paths`` are copied into a fresh sandbox of the same image, and grading runs there, with the
-  image's own tools and nothing the agent left running or installed.
+"""What keeps grading out of the agent's reach (docs/threat-model.md, "Grading"): special files where the
+verifier reads are the model's failure (:func:`prepare_grading`); ``grading = "separate"`` copies the agent's
+files into a fresh sandbox (:func:`copy_paths`). The regrade of an untouched environment is the attempt's
+(:meth:`tackroom._attempt.Attempt.regrade_untouched`).
 """
 
 from __future__ import annotations
@@ -77,12 +70,9 @@ DEFAULT_COPY_BUDGET_MB = 10240
 
 async def copy_paths(source: Sandbox, dest: Sandbox, paths: list[str], *, timeout: float = 300.0,
                      budget_mb: int | None = None) -> list[str]:
-    """Copy each of ``paths`` that exists in ``source`` to the same place in ``dest`` (through the host);
-    returns the paths copied. Transfers never follow a link the agent planted (the sandbox contract).
-
-    The copy holds at most ``budget_mb`` (the task's ``storage_mb``), counting each file's apparent size (a
-    sparse file counts whole, as it would once expanded): more is the agent's doing, the model's 0
-    (:class:`SandboxExhaustedError`), never a full host disk."""
+    """Copy each of ``paths`` that exists in ``source`` to the same place in ``dest`` (through the host, never
+    following a planted link); returns the paths copied. More than ``budget_mb`` (the task's ``storage_mb``),
+    sparse files counted whole, is the agent's doing: :class:`SandboxExhaustedError`, never a full host disk."""
     budget = (budget_mb or DEFAULT_COPY_BUDGET_MB) * 1024 * 1024
     used = 0
     copied: list[str] = []

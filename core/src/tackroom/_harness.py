@@ -21,13 +21,7 @@ class Harness(Plugin):
     :class:`~tackroom._policy.Policy` it is given. Raise
     :class:`~tackroom._errors.ModelError` for the policy's own failures
     (context exhausted, no valid answer) and :class:`~tackroom._errors.InfraError`
-    for machinery failures.
-
-    Capabilities: ``token_ids`` (keeps its own exact token accounting),
-    ``needs_policy`` (calls a model; ``oracle``/``nop`` do not), ``chat``
-    (speaks only chat completions, so the runtime routes it through the gateway when one is installed),
-    ``agent_in_sandbox`` (its agent runs inside the sandbox and calls the policy
-    from there, through :meth:`~tackroom._sandbox.Sandbox.forward_host_port`).
+    for machinery failures. Its capabilities are :class:`~tackroom.Capability` names of kind ``harness``.
     """
 
     kind: ClassVar[PluginKind] = "harness"

@@ -1,11 +1,9 @@
 """Every hook a tackroom plugin may implement. One function per hook.
 
-A plugin is a module (or object) named by an entry point in the group
-``tackroom``; it implements any of these with ``@tackroom.hookimpl``.
-The registration hooks (one per plugin kind, executors included) receive a
-:class:`~tackroom.Registrar` and call ``register.add_<kind>`` with a class or a
-:class:`~tackroom.PluginSpec` naming one by reference; the lifecycle hooks
-observe or steer trials.
+A plugin is a module (or object) named by an entry point in the group ``tackroom``; it implements any of these
+with ``@tackroom.hookimpl``. The registration hooks (one per plugin kind) receive a :class:`~tackroom.Registrar`
+and call ``register.add_<kind>`` with a class or a :class:`~tackroom.PluginSpec`; the lifecycle hooks observe or
+steer trials.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """A package's public names loaded on first access (PEP 562), declared once.
 
-Every ``tackroom`` command loads every installed plugin's registration, so a plugin's top-level package must
-import cheaply: its heavy modules (an SDK, httpx, transformers) load when one of their names is first used.
-One table, module → names, says where each public name lives; the package's ``__getattr__``, ``__dir__`` and
-``__all__`` come from it::
+Every ``tackroom`` command loads every installed plugin's registration, so a plugin's package must import
+cheaply. One table, module → names, says where each public name lives (its module loads when one is first
+used); the package's ``__getattr__``, ``__dir__`` and ``__all__`` come from it::
 
     _EXPORTS = tackroom.LazyExports(__name__, {
         "tackroom_foo.harness": ["FooHarness", "FooOptions"],

@@ -40,10 +40,7 @@ REGISTRATION_HOOKS: dict[PluginKind, str] = {
     "loss": "tackroom_losses",
     "executor": "tackroom_executors",
 }
-"""The hook each kind is registered through; every kind is recorded as a :class:`PluginEntry`."""
-
-PLURALS: dict[PluginKind, str] = {"harness": "harnesses", "sandbox": "sandboxes", "verifier": "verifiers",
-                                  "loss": "losses", "executor": "executors"}
+"""The hook each kind is registered through (``tackroom_`` + the kind's plural); each is a :class:`PluginEntry`."""
 
 
 def _names(value: str | None) -> set[str] | None:
@@ -108,11 +105,8 @@ class PluginManager:
                  version: str = "", contract: int | None = CONTRACT_VERSION) -> None:
         """Register a plugin object directly (tests, notebooks); same rules as entry points.
 
-        ``contract`` is the plugin contract it was written for; a ``tackroom_contract`` attribute on the
-        plugin wins over it. Code registering a plugin in-process is taken to be written for the
-        contract of the tackroom it runs with; entry points are read from their module (none: 1).
-        A ``@hookimpl`` whose name matches no tackroom hook (a typo that would otherwise never be called)
-        raises :class:`PluginDefinitionError` naming it and the hooks that exist.
+        ``contract`` (default: this tackroom's) is what it was written for; a ``tackroom_contract`` attribute on
+        the plugin wins. A ``@hookimpl`` named for no tackroom hook raises :class:`PluginDefinitionError`.
         """
         self.pm.register(plugin, name=name)
         unknown = sorted(
@@ -176,7 +170,7 @@ class PluginManager:
         if found is not None:
             return found
         installed = ", ".join(e.name for e in self.entries(kind)) or "(none)"
-        message = f"no {kind} named {name!r} is installed; installed {PLURALS[kind]}: {installed}"
+        message = f"no {kind} named {name!r} is installed; installed {REGISTRATION_HOOKS[kind].removeprefix('tackroom_')}: {installed}"
         from tackroom._catalogue import load_catalogue
 
         known = next((c for c in load_catalogue() if c.kind == kind and c.name == name), None)

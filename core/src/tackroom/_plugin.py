@@ -41,13 +41,9 @@ class NoOptions(PluginOptions):
 
 @dataclass(frozen=True)
 class PluginSpec:
-    """A plugin declared by reference: its kind, name, summary and capabilities, without importing its class.
-
-    The registration hook hands it over (``register.add_sandbox(MODAL)``) and the class takes it
-    (``class ModalProvider(tackroom.SandboxProvider, spec=MODAL)``), so both read one declaration; the
-    class's module is imported only when a config selects the plugin. ``options`` is the class's
-    ``Options`` model when it must be known before that (an executor's ``[runtime.<name>]`` table is
-    validated when a config is read); the class then takes it too.
+    """A plugin declared by reference: the registration hands it over (``register.add_sandbox(MODAL)``), the class
+    takes it (``class ModalProvider(tackroom.SandboxProvider, spec=MODAL)``) and is imported only when selected.
+    ``options`` is the class's ``Options`` when it must be known before that (an executor's ``[runtime.<name>]``).
     """
 
     kind: PluginKind
@@ -77,10 +73,7 @@ class Plugin(abc.ABC):
 
     Subclasses set ``name`` (lowercase, digits, ``-``/``_``), may override ``Options`` (a
     :class:`PluginOptions` subclass whose fields are the plugin's config section) and ``capabilities``
-    (:class:`~tackroom.Capability` names: what the runtime, the trainer or the matrix may rely on).
-    A class registered by reference takes its :class:`PluginSpec` instead: ``class
-    X(tackroom.Harness, spec=X_SPEC)`` sets ``name``, ``capabilities`` (and ``Options`` when the
-    spec has them) from it.
+    (:class:`~tackroom.Capability` names), or take them from a :class:`PluginSpec` with ``spec=``.
     """
 
     kind: ClassVar[PluginKind]

@@ -1,16 +1,10 @@
 """The handle a harness uses to reach the model, and keeping its credentials off disk.
 
-Credentials (API keys, a URL's ``user:password@``) are revealed only where they
-are sent: the ``Authorization`` header, an SDK call. Everything a run writes
-(run.json, result.json, matrix.config.json, reports, summaries) goes through
-:func:`redact` first, which masks
-
-- pydantic ``SecretStr`` values and the values of secret-named keys (``api_key``,
-  ``api_keys``, ``token``, ``password`` …);
-- the userinfo of URLs (``http://user:pass@host`` → ``http://***@host``);
-- every credential value this process has been given (config keys, keys read from
-  environment variables, URL passwords; see :func:`register_secret`) wherever it
-  appears in text, e.g. echoed back in an HTTP 401 error body.
+Credentials are revealed only where they are sent (the ``Authorization`` header, an SDK call). Everything a run
+writes goes through :func:`redact` first, which masks ``SecretStr`` values and the values of secret-named keys
+(``api_key``, ``token``, ``password`` …), URL userinfo (``http://user:pass@host`` → ``http://***@host``), and
+every credential this process was given (:func:`register_secret`) wherever it appears in text, e.g. echoed
+back in an HTTP 401 error body.
 """
 
 from __future__ import annotations
@@ -163,17 +157,11 @@ def _register_all(value: Any) -> None:
 
 
 class Policy(BaseModel):
-    """An OpenAI-compatible endpoint plus what it can do.
+    """An OpenAI-compatible endpoint (``base_url`` ends in ``/v1``) plus what it can do.
 
-    ``base_url`` ends in ``/v1``. When ``token_ids`` is true the endpoint is a
-    vLLM-style engine (or the policy gateway) that accepts prompt token ids on
-    ``/completions`` and returns completion ids and logprobs, so a harness with
-    its own loop can keep exact token accounting. ``tokenizer`` is a local path
-    or hub id of the tokenizer that matches the engine.
-
-    ``api_key`` is the plain key, for the harness to put in its requests'
-    ``Authorization`` header; it is left out of ``repr`` and of every dump, so a
-    Policy logged or serialised never carries it.
+    ``token_ids``: it takes prompt token ids on ``/completions`` and returns completion ids and logprobs (a vLLM
+    engine, the policy gateway); ``tokenizer`` is the one that matches the engine. ``api_key`` is the plain key for
+    the ``Authorization`` header, left out of ``repr`` and of every dump.
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -1,14 +1,8 @@
-"""Policy routing: which harnesses reach their model through the policy gateway, and the gateway that does it.
+"""Policy routing: whether a harness reaches its model through the policy gateway, and the gateway that does it.
 
-A harness that speaks only chat (capability ``chat``) goes through a policy
-gateway when one is installed, which renders, tokenizes and records exact
-tokens; with core alone it chats straight to the endpoint (no token ids). One
-with its own token accounting calls the engine directly. ``[policy] gateway =
-true`` asks for exact token ids (the gateway must be installed), ``false``
-never routes. `tackroom run` (one gateway per run), the matrix (one per
-cell) and the trainer (one per training run) all decide it here. The gateway
-itself comes from a plugin, through the ``tackroom_policy_gateway`` hook
-(tackroom-gateway provides it): core never imports it.
+A chat-only harness (capability ``chat``) goes through a gateway when one is installed (exact token ids),
+else straight to the endpoint; ``[policy] gateway`` decides when set. `tackroom run`, the matrix and the
+trainer all decide it here; the gateway comes from the ``tackroom_policy_gateway`` hook (core imports none).
 """
 
 from __future__ import annotations
@@ -34,11 +28,8 @@ def gateway_installed(manager: PluginManager | None = None) -> bool:
 
 
 def wants_gateway(policy: Endpoint, harness_cls: type, manager: PluginManager | None = None) -> bool:
-    """Whether trials of ``harness_cls`` reach the model through the policy gateway.
-
-    ``policy.gateway`` decides when set; otherwise a chat-only harness does when a gateway is installed
-    (exact token ids) and chats straight to the endpoint when none is (core alone: no token ids).
-    """
+    """Whether trials of ``harness_cls`` reach the model through the policy gateway: ``policy.gateway`` when set,
+    else whether it is chat-only and a gateway is installed (without one it chats straight to the endpoint)."""
     if policy.gateway is not None:
         return policy.gateway
     return "chat" in harness_cls.capabilities and gateway_installed(manager)
@@ -56,12 +47,9 @@ def check_gateway_installed(policy: Endpoint, harness_cls: type, manager: Plugin
 def policy_gateway(*, base_url: str, model: str | None, api_key: str, tokenizer: str,
                    manager: PluginManager | None = None,
                    harness: str | None = None) -> contextlib.AbstractAsyncContextManager[Any]:
-    """A policy gateway in front of the engine at ``base_url`` (enter it with ``async with``).
-
-    ``model`` ``None`` or ``"default"``: the model the engine serves. ``tokenizer``
-    must match the engine: the wrong one corrupts every token id silently. The
-    gateway is the ``tackroom_policy_gateway`` hook's; a :class:`ConfigError` saying
-    what to install when no plugin provides one (``harness``: whose trials needed it).
+    """The ``tackroom_policy_gateway`` hook's gateway in front of the engine at ``base_url`` (enter it with ``async
+    with``); ``model`` ``None`` or ``"default"``: the engine's own. ``tokenizer`` must match the engine (the wrong
+    one corrupts every token id silently). No plugin provides one: a :class:`ConfigError` saying what to install.
     """
     manager = manager or get_plugin_manager()
     gateway = manager.hook.tackroom_policy_gateway(
@@ -79,10 +67,8 @@ def gateway_sessions(gateway: Any, *, sampling: dict[str, Any] | None = None, la
 @contextlib.asynccontextmanager
 async def policy_routing(policy: Endpoint, harness_cls: type, plugins: Any,
                          manager: PluginManager | None = None) -> AsyncIterator[None]:
-    """While open, route the trials of ``plugins`` through one policy gateway when the harness needs it.
-
-    Nothing happens when ``policy`` names no endpoint or the harness calls the engine directly.
-    """
+    """While open, route the trials of ``plugins`` through one policy gateway when the harness needs it (nothing
+    happens when ``policy`` names no endpoint or the harness calls the engine directly)."""
     if not policy.configured or not wants_gateway(policy, harness_cls, manager):
         yield
         return

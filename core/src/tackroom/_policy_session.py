@@ -1,10 +1,6 @@
-"""The per-attempt policy session: what a policy gateway hands the trial runtime for one attempt.
-
-A ``tackroom_policy_gateway`` implementation's ``trial_sessions(sampling=..., label=...)`` returns a
-:data:`PolicySessions`: called with a trial, it gives an async context manager that yields a
-:class:`PolicySession` for one attempt and closes it on exit. The runtime (``TrialRuntime``) runs the attempt
-with the session's :attr:`~PolicySession.policy`, then asks it, in this order, how the engine behaved and
-what it recorded.
+"""The per-attempt policy session: what a policy gateway hands the trial runtime for one attempt (through
+:data:`PolicySessions`, its ``trial_sessions(sampling=..., label=...)``). The runtime runs the attempt with the
+session's :attr:`~PolicySession.policy`, then asks it, in this order, how the engine behaved and what it recorded.
 """
 
 from __future__ import annotations

@@ -113,13 +113,8 @@ class PluginEntry:
 
 
 class Registrar:
-    """Collects what plugins register; conflicts are caught here, in one place.
-
-    The plugin manager sets :attr:`source` (distribution, version) and :attr:`contract` before it
-    calls each plugin's hook implementation, so every entry knows its origin. A plugin of any kind
-    is a class (its attributes say the rest), a :class:`~tackroom.PluginSpec` (a class named by
-    reference, imported when it is first used), or for a loss a :class:`~tackroom.LossSpec`.
-    """
+    """Collects what plugins register; conflicts are caught here, in one place. The plugin manager sets
+    :attr:`source` (distribution, version) and :attr:`contract` before each plugin's hook implementation runs."""
 
     def __init__(self) -> None:
         self.entries: dict[tuple[PluginKind, str], PluginEntry] = {}
@@ -132,9 +127,7 @@ class Registrar:
         """The registered executors by name."""
         return {name: e for (kind, name), e in self.entries.items() if kind == "executor"}
 
-    # -- what plugins call: one method per registration hook ---------------------------------
-    # Each takes a class, a PluginSpec, or a bare "module:Class" with name= (summary=, capabilities=,
-    # options=): the shorthand for a spec, kept for plugins written before specs.
+    # -- what plugins call: one method per registration hook (see _add for the shorthand) ------
     def add_harness(self, plugin: type[Plugin] | PluginSpec | str, **shorthand: Any) -> None:
         """Register a :class:`~tackroom.Harness` subclass or a :class:`~tackroom.PluginSpec` naming one."""
         self._add("harness", plugin, **shorthand)
@@ -158,8 +151,8 @@ class Registrar:
 
     def _add(self, kind: PluginKind, plugin: Any, *, name: str | None = None, summary: str = "",
             capabilities: frozenset[str] | set[str] = frozenset(), options: type[BaseModel] | None = None) -> None:
-        """Register a plugin of ``kind``. A bare ``"module:Class"`` string with ``name=`` (and optionally
-        ``summary=``, ``capabilities=``, ``options=``) is short for a :class:`~tackroom.PluginSpec`."""
+        """Register a plugin of ``kind``: a class, a :class:`~tackroom.PluginSpec`, or a bare ``"module:Class"`` with
+        ``name=`` (``summary=``, ``capabilities=``, ``options=``), the shorthand for a spec kept for older plugins."""
         if isinstance(plugin, str):
             if name is None:
                 raise PluginDefinitionError(f"lazy {kind} reference {plugin!r} needs name= (the class is not "

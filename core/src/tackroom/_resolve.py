@@ -1,10 +1,7 @@
 """Names in a parsed config, resolved against the plugin registry: plugins, executors, their options.
 
-Executors are looked up in the process-wide plugin manager unless one is passed; a class registered
-by reference is imported only when its executor is built, so ``import tackroom`` never imports Ray.
-
-Parsing (:mod:`tackroom._config`) checks a file's shape and never asks the registry; this module does
-the asking, after parsing, so a config model stays importable by everything the registry imports.
+Parsing (:mod:`tackroom._config`) never asks the registry, so config models stay importable by everything the
+registry imports; this module asks, after parsing. A class registered by reference is imported when built.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from tackroom._config import (
 from tackroom._errors import ConfigError, ExecutorNotFoundError, PluginNotFoundError
 from tackroom._executor import Executor
 from tackroom._manager import PluginManager, get_plugin_manager
-from tackroom._plugin import Plugin, PluginKind
+from tackroom._plugin import PluginKind
 from tackroom._registrar import PluginEntry
 
 
@@ -47,12 +44,8 @@ def instantiate(kind: PluginKind, selection: PluginSelection | str, *, where: st
         cls = manager.get(kind, selection.name)
     except PluginNotFoundError as exc:
         raise PluginNotFoundError(f"{where}.name: {exc}") from None
-    if kind == "loss":
-        options = validate(cls.Options, selection.options, prefix=where)
-        return cls, options
-    assert issubclass(cls, Plugin)
     options = validate(cls.Options, selection.options, prefix=where)
-    return cls(options)
+    return (cls, options) if kind == "loss" else cls(options)  # a loss is a LossSpec, not a class to build
 
 
 INSTALL_HINTS = {"ray": "pip install tackroom-ray (or pip install ./packages/ray from a checkout of the tackroom "

@@ -11,10 +11,8 @@ from tackroom._errors import TaskError
 
 
 class Reward(BaseModel):
-    """A verifier's grade: ``score`` in [0, 1] (or the task's ``reward_range``), named ``components``, free ``details``.
-
-    The runtime rejects a score or component outside that range, or not finite, as a ``task`` error.
-    """
+    """A verifier's grade: ``score`` in [0, 1] (or the task's ``reward_range``), named ``components``, free
+    ``details``; outside that range or not finite is a ``task`` error (:meth:`check_range`)."""
 
     score: float
     components: dict[str, float] = Field(default_factory=dict)

@@ -1,12 +1,8 @@
 """A run of one :class:`RunConfig`: tasks × one harness × one sandbox × one verifier, into a run directory.
 
-A run directory (``<out>/<run-id>/``) holds one folder per trial and ``run.json``:
-the run's config (credentials masked) and its **fingerprint** — every task's
-content hash, the harness/sandbox/verifier names and options, the model. Naming
-an existing run resumes it only when the fingerprint matches (new tasks may
-join); anything else is refused with what changed. ``tackroom run`` is this
-module behind flags (``_cli/run_cmd.py``); applications call :func:`run_config`
-through :mod:`tackroom.app`.
+``<out>/<run-id>/`` holds a folder per trial and ``run.json``: the config (credentials masked) and its
+fingerprint (each task's content hash, the plugins and their options, the model). An existing run resumes only
+when the fingerprint matches (new tasks may join); otherwise it is refused with what changed.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from tackroom._run_dirs import (
     unique_trials,
     validated_run_id,
 )
-from tackroom._runtime import TrialPlugins, TrialRuntime
+from tackroom._runtime import TrialPlugins, TrialRuntime, atomic_write
 from tackroom._task import load_dataset
 from tackroom._trial import Trial
 
@@ -89,9 +85,7 @@ def check_and_record(run_dir: Path, config: RunConfig, fingerprint: dict[str, An
             raise refuse_changed(run_dir, problems)
         fingerprint = {**fingerprint, "tasks": {**(old.get("tasks") or {}), **fingerprint["tasks"]}}
     record = {**redact(config.model_dump(mode="json")), "run_id": run_dir.name, "fingerprint": fingerprint}
-    tmp = run_dir / f".{RUN_FILE}.tmp"
-    tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(run_dir / RUN_FILE)
+    atomic_write(run_dir / RUN_FILE, record)
 
 
 # -- running ---------------------------------------------------------------------------------------

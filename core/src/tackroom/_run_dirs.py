@@ -1,8 +1,5 @@
-"""Run folders and run identity: claiming a folder that no other run holds, and saying what changed.
-
-Used by ``tackroom run``, ``tackroom matrix`` and ``tackroom train``: a resume whose setup differs
-from the one that made a folder's results is refused with the list of changes.
-"""
+"""Run folders and run identity (``tackroom run``, ``matrix``, ``train``): claiming a folder no other run holds,
+and refusing a resume whose setup differs from the one that made the folder's results, with the changes."""
 
 from __future__ import annotations
 

@@ -1,22 +1,6 @@
-"""The trial runtime: runs trials into a run directory, each attempt planned here and run by an executor.
-
-One attempt (``_attempt.run_attempt``) is sandbox start → setup → the agent's run →
-stop → grade → teardown. Every phase has a timeout; teardown always runs (also on
-cancellation) and is itself time-limited. Failures are classified by the ``tackroom_classify_error``
-hook (then by built-in rules) into ``infra`` (retried with backoff), ``model``
-(counts: the verifier still grades what the agent left, as Harbor does after an
-agent timeout) and ``task`` (not retried).
-
-Between the agent's turn and grading, every process in the sandbox is killed and
-confirmed gone (``Sandbox.kill_processes``), but the services a task keeps (frozen,
-resumed only inside the grader's command), so nothing the agent started can change
-what is graded. A reward outside the task's ``reward_range`` (default
-[0, 1]) or not finite is a ``task`` error.
-
-When more than one thing fails, the trial's ``error`` is decided in this order:
-``task`` > ``infra`` > ``model``. A model failure in the agent's turn (say an agent
-timeout) followed by a task or infra failure while grading keeps the later one as
-``error`` (the reward cannot be trusted) and the agent's in ``other_errors``.
+"""The trial runtime: runs trials into a run directory, each attempt planned here (:class:`AttemptPlan`) and run by
+an executor; :mod:`tackroom._attempt` holds its phases and the one place that picks a trial's error. ``infra``
+failures are retried with backoff, ``model`` ones count (what the agent left is graded), ``task`` ones are final.
 """
 
 from __future__ import annotations
@@ -84,10 +68,11 @@ class TrialPlugins:
         return self.harness_label or self.harness_cls.name
 
 
-def _atomic_write(path: Path, data: Any) -> None:
+def atomic_write(path: Path, data: Any) -> None:
+    """``data`` as JSON at ``path``, written to a temporary file first so a reader never sees half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False))
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
     tmp.replace(path)
 
 
@@ -115,26 +100,19 @@ class TrialRuntime:
         self.run_dir = Path(run_dir)
         self.attempts = attempts
         self.concurrency = concurrency
-        self.setup_timeout_sec = setup_timeout_sec
-        self.start_timeout_sec = start_timeout_sec
-        self.teardown_timeout_sec = teardown_timeout_sec
+        self.deadlines = AttemptDeadlines(setup_timeout_sec=setup_timeout_sec, start_timeout_sec=start_timeout_sec,
+                                          teardown_timeout_sec=teardown_timeout_sec)
         self.retry_backoff_sec = retry_backoff_sec
         self.manager = manager or get_plugin_manager()
         self.progress = progress
         self.console = console or Console(stderr=True)
         self.executor = make_executor(executor, executor_options)
-        """Where attempts run: a registered executor (``asyncio``, in-process; ``ray`` from tackroom-ray); see
-        tackroom.executors."""
+        """Where attempts run: a registered executor (``asyncio``, in-process; ``ray`` from tackroom-ray)."""
         self.network = network or NetworkDefaults()
         """Each phase's network for tasks that declare none (``[runtime] network``)."""
         self.force_build = force_build
 
     # -- one attempt ----------------------------------------------------------------
-    @property
-    def deadlines(self) -> AttemptDeadlines:
-        return AttemptDeadlines(setup_timeout_sec=self.setup_timeout_sec, start_timeout_sec=self.start_timeout_sec,
-                                teardown_timeout_sec=self.teardown_timeout_sec)
-
     def plan(self, trial: Trial, task: Task, plugins: TrialPlugins, attempt: int,
              policy: Policy | None = None) -> AttemptPlan:
         """What one attempt of ``trial`` runs: plugins by reference (the live objects ride along in this process)."""
@@ -198,8 +176,8 @@ class TrialRuntime:
         out = self.run_dir / trial.id
         # A key an endpoint echoed back (say in a 400's message) must not reach disk either.
         written = redact(trajectory.model_dump(mode="json"))
-        _atomic_write(out / "trajectory.json", written)
-        _atomic_write(out / "result.json", result.dump())
+        atomic_write(out / "trajectory.json", written)
+        atomic_write(out / "result.json", result.dump())
         return TrialOutcome(result, Trajectory.model_validate(written))
 
     async def _attempt_with_policy(self, trial: Trial, task: Task, plugins: TrialPlugins,

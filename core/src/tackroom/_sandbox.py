@@ -20,18 +20,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tackroom._errors import (
-    ModelError,
-    SandboxBuildError,
-    SandboxError,
-    SandboxPathError,
-    SandboxTimeoutError,
-    TaskError,
-)
+from tackroom._errors import ModelError, SandboxError, SandboxPathError, TaskError
 from tackroom._plugin import Plugin, PluginKind
 
 DEFAULT_EXEC_TIMEOUT = 600.0
-DEFAULT_OUTPUT_LIMIT = 1_000_000
 
 
 class GradingSabotagedError(ModelError):
@@ -125,7 +117,7 @@ class SandboxSpec(BaseModel):
     network: NetworkPolicy = NetworkPolicy()
     """The agent phase's network: what :meth:`Sandbox.start` sets up (grading may differ: :meth:`Sandbox.set_network`).
     A provider that cannot enforce ``network.mode`` raises :class:`SandboxError` at start naming the modes it can,
-    never silently more or less network. ``allow_internet = True`` is still accepted as input (``public``)."""
+    never silently more or less network."""
     force_build: bool = False
     """Build ``environment_dir`` even when ``image`` is set (Harbor's ``--force-build``)."""
     build_timeout_sec: float = 600.0
@@ -259,8 +251,7 @@ class Sandbox(abc.ABC):
         ``agent_in_sandbox`` capability). A sandbox without network gets that one port and nothing else of
         the host (no route, no other port, no internet); the forward ends with :meth:`kill_processes` (the end
         of the agent's turn) or :meth:`stop`. Sandboxes that cannot do it raise ``NotImplementedError`` (this
-        default). A sandbox whose network namespace is a host process's overrides it with
-        tackroom-sandbox-kit's ``NamespaceForwards`` (as ``local`` and ``docker`` do); core opens no forward.
+        default); tackroom-sandbox-kit's ``NamespaceForwards`` implements it.
         """
         raise NotImplementedError(f"{type(self).__name__} cannot forward a host port into the sandbox")
 
@@ -289,27 +280,22 @@ class Sandbox(abc.ABC):
         steer the grader. Returns what was restored or removed (for the trial's notes), ``[]`` when nothing
         needed it, and ``None`` when this sandbox cannot do it (the default): the runtime then notes that
         grading used tools the agent could change (``[verifier] grading = "separate"`` avoids that). Paths
-        under ``keep`` (the task's ``grading_paths``) are left as the agent made them.
-        Providers whose tools the agent cannot change (``local``: ``/usr`` is the host's, read-only) return ``[]``.
+        under ``keep`` (the task's ``grading_paths``) are left as the agent made them; what the agent added
+        elsewhere stays too (paths compared by their real location, as on merged-``/usr`` images).
 
-        What the agent added stays (new tools it installed are the task's business), also on merged-``/usr``
-        images where ``/bin`` is ``usr/bin``: paths are compared by their real location. Restoring reads the
-        whole of what the agent changed (or does not depend on a listing of it), covers every executable,
-        shared library and interpreter module the image holds wherever it lies (not only the ``PATH``
-        folders), and removes the start-up hooks the agent added anywhere an interpreter looks
-        (``sitecustomize``/``usercustomize``, ``*.pth``, perl's ``sitecustomize.pl``, a module earlier on
-        ``@INC`` or ``sys.path`` than the image's, ...) and the shell start-up files it changed in ``/etc``
-        (``profile``, ``profile.d``, ``bash.bashrc``, ``skel``).
+        An implementation covers every executable, shared library and interpreter module the image holds,
+        wherever it lies, without trusting a listing the agent could shorten; removes the interpreter start-up
+        hooks the agent added (``sitecustomize``, ``*.pth``, a module earlier on ``sys.path`` or ``@INC``, ...)
+        and restores the shell start-up files in ``/etc`` (``profile``, ``profile.d``, ``bash.bashrc``, ``skel``).
         """
         return None
 
     async def fresh_folder(self, path: str, *, timeout: float = 60.0) -> None:
         """Make ``path`` an empty directory, whatever the agent left there (files, links, a FIFO, a mount's contents).
 
-        Verifiers call it before they upload into a folder, so grading sees exactly the task's files (a
-        planted ``conftest.py`` in ``/tests`` is gone). ``rm -rf`` removes a planted link, not its target; on
-        a mount point it empties the folder. Raises :class:`GradingSabotagedError` (``model``, reward 0) when
-        the agent left ``path`` so that it cannot be emptied.
+        Verifiers call it before they upload into a folder (a planted ``conftest.py`` in ``/tests`` is gone); a
+        planted link is removed, not its target. Raises :class:`GradingSabotagedError` (``model``, reward 0)
+        when the agent left ``path`` so that it cannot be emptied.
         """
         import shlex
 
@@ -336,10 +322,9 @@ class Sandbox(abc.ABC):
         ``keep_listening=False``. A sandbox that cannot keep services raises ``NotImplementedError`` for
         ``keep_listening=True`` (this default); the runtime then kills everything and notes it.
 
-        The runtime calls it when the agent's turn ends (normally, by timeout or by error), so nothing the agent
-        started (background jobs, ``setsid`` children, tmux servers) changes the sandbox while it is graded. This
-        default runs :data:`KILL_ALL_SCRIPT` (``kill -9 -1`` until ``/proc`` lists no other live process); it
-        assumes ``exec`` runs as root in the sandbox's own pid namespace under a PID 1 that starts no children.
+        The runtime calls it when the agent's turn ends, however it ends, so nothing the agent started (background
+        jobs, ``setsid`` children, tmux servers) changes the sandbox while it is graded. This default runs
+        :data:`KILL_ALL_SCRIPT`, as root in the sandbox's own pid namespace under a PID 1 that starts no children.
 
         Raises :class:`SandboxError` when processes survive ``timeout`` (a trial must not be graded then),
         :class:`SandboxExhaustedError` (``model``) when they survive because the agent holds every pid the
@@ -422,8 +407,6 @@ class SandboxProvider(Plugin):
     """A sandbox plugin: makes :class:`Sandbox` objects from a :class:`SandboxSpec`.
 
     Creating must be cheap and import-light (heavy SDKs load in ``start``).
-    Capabilities used by the runtime: ``expose`` (can publish ports),
-    ``network`` (can grant internet), ``dockerfile`` (honours Dockerfiles fully).
     """
 
     kind: ClassVar[PluginKind] = "sandbox"
@@ -450,8 +433,3 @@ def check_relative_inside(path: str, root: str = "/") -> str:
         raise SandboxPathError(f"path {path!r} contains '..'; use a path without parent references")
     return full
 
-
-__all__ = ["DEFAULT_EXEC_TIMEOUT", "DEFAULT_OUTPUT_LIMIT", "GRADER_CLEAN_ENV", "GRADER_SCRUBBED_ENV", "ExecResult",
-           "GraderBrokenError", "GradingSabotagedError", "NetworkMode", "NetworkPolicy", "Sandbox", "SandboxBuildError",
-           "SandboxError", "SandboxExhaustedError", "SandboxPathError", "SandboxProvider", "SandboxSpec",
-           "SandboxTimeoutError", "TaskError", "check_relative_inside"]

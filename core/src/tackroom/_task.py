@@ -1,11 +1,8 @@
 """Harbor-compatible tasks: a directory with instruction.md, task.toml, environment/, tests/, solution/.
 
-Core reads the sections every trial needs (``[agent]``, ``[verifier]``, ``[environment]``,
-``[metadata]``). Every other table of task.toml (a rubric, a world reference, expected outputs, a
-plugin's own settings) is kept as it was written and read by the plugin that owns it, with its own
-model, through :meth:`Task.section`. One exception: a world task's ``[world] path`` names a directory
-outside the task, and :func:`task_source_hash` covers it, so a task whose world is missing is refused
-at load.
+Core reads ``[agent]``, ``[verifier]``, ``[environment]`` and ``[metadata]``; every other table is kept as
+written and read by the plugin that owns it, with its own model (:meth:`Task.section`). One exception: a world
+task's ``[world] path`` lies outside the task and :func:`task_source_hash` covers it (a missing world is refused).
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from tackroom._config import NetworkDefaults, format_validation_error
+from tackroom._config import NetworkDefaults, finite_positive, format_validation_error
 from tackroom._errors import TaskError
 from tackroom._sandbox import NetworkPolicy
 
@@ -56,16 +53,9 @@ def _seconds(value: float) -> float:
     return value
 
 
-def _positive(value: float) -> float:
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"must be a positive, finite number, got {value!r}")
-    return value
-
-
 Seconds = Annotated[float, BeforeValidator(_not_bool), AfterValidator(_seconds)]
 """A timeout: positive, finite, at most :data:`MAX_TIMEOUT_SEC` (0, -5, nan and inf are rejected)."""
-PositiveFloat = Annotated[float, BeforeValidator(_not_bool), AfterValidator(_positive)]
-PositiveInt = Annotated[int, BeforeValidator(_not_bool), AfterValidator(_positive)]
+PositiveFloat = Annotated[float, BeforeValidator(_not_bool), AfterValidator(finite_positive)]
 
 
 class _Section(BaseModel):
@@ -87,7 +77,7 @@ def _size_mb(value: Any) -> Any:
     return max(int(number * (scale or 1)), 1)
 
 
-SizeMb = Annotated[int, BeforeValidator(_size_mb), BeforeValidator(_not_bool), AfterValidator(_positive)]
+SizeMb = Annotated[int, BeforeValidator(_size_mb), BeforeValidator(_not_bool), AfterValidator(finite_positive)]
 NetworkModeKey = Literal["none", "no-network", "public", "allowlist"]
 
 
@@ -120,18 +110,16 @@ class VerifierSection(_PhaseNetwork):
     reward_range: tuple[float, float] = (0.0, 1.0)
     """The range every reward and named sub-score must fall in; anything outside (or not finite) is a task error."""
     grading: Literal["shared", "separate"] = "shared"
-    """Where grading runs. ``shared``: in the agent's sandbox, after its processes are killed, with the image's
-    executables and libraries restored where the sandbox can (:meth:`Sandbox.restore_image_tools`); tests that
-    need what the agent set up outside ``grading_paths`` (a database it filled, a service's state) need it.
-    ``separate``: in a fresh sandbox of the same image, into which only ``grading_paths`` (default: the working
-    directory) are copied; nothing else the agent changed reaches the grader, at the cost of a second start."""
+    """Where grading runs. ``shared``: in the agent's sandbox once its processes are killed, the image's tools
+    restored where the sandbox can (for tests that need state outside ``grading_paths``, a database it filled).
+    ``separate``: in a fresh sandbox of the same image holding only a copy of ``grading_paths`` and the working
+    directory; nothing else the agent changed reaches the grader, at the cost of a second start."""
     grading_paths: list[str] = Field(default_factory=list)
     """Absolute sandbox paths the grader reads besides the working directory: checked for planted FIFOs and
     devices before grading, and what ``grading = "separate"`` copies (with the working directory)."""
     keep_services: bool = True
-    """Processes the agent left listening on a socket (a server its solution started) stay, frozen, into
-    grading and run only while test.sh does (Harbor grades the live environment). ``false``: every agent
-    process is killed before grading."""
+    """Processes the agent left listening (a server its solution started) stay, frozen, into grading and run only
+    while test.sh does, as Harbor grades the live environment; ``false``: every agent process is killed first."""
 
     @field_validator("grading_paths")
     @classmethod
@@ -434,7 +422,7 @@ def load_task(path: str | Path, task_id: str | None = None) -> Task:
     try:
         config = TaskConfig.model_validate(raw)
     except ValidationError as exc:
-        raise TaskError(f"{toml_file}: {_describe(exc)}") from exc
+        raise TaskError(f"{toml_file}: {format_validation_error(exc, sep='; ')}") from exc
     task = Task(id=task_id or root.name, path=root, instruction=instruction, config=config)
     world = raw.get("world")
     if isinstance(world, dict) and isinstance(world.get("path"), str) and world["path"] and _world_path(root) is None:
@@ -444,10 +432,6 @@ def load_task(path: str | Path, task_id: str | None = None) -> Task:
     for warning in task.warnings:  # once per load, where every command that loads tasks shows it (stderr)
         log.warning("%s: %s", root, warning)
     return task
-
-
-def _describe(exc: ValidationError) -> str:
-    return format_validation_error(exc, sep="; ")
 
 
 class TaskLoadFailure(BaseModel):
@@ -477,15 +461,9 @@ def load_dataset(
 ) -> Dataset:
     """Load tasks from task directories and/or dataset directories (directories of tasks).
 
-    ``include``/``exclude`` are shell-style patterns matched against task ids
-    (a qualified id or the plain directory name). A source that does not exist
-    is an error of its own (a typo should not silently shrink a run).
-
-    A task's id is its directory name; when two sources hold tasks of the same
-    name (``a/t1`` and ``b/t1``), both ids are qualified by as many parent
-    folders as it takes to tell them apart (``a/t1``, ``b/t1``), so they are two
-    tasks in every result and report. A directory reached twice (also through a
-    symlink) is loaded once.
+    ``include``/``exclude``: shell-style patterns over task ids (qualified, or the plain directory name). A
+    source that does not exist is an error (a typo must not shrink a run); a directory reached twice (also
+    through a link) loads once; same-named tasks of two sources get ids qualified by parent folders (:func:`task_ids`).
     """
     from fnmatch import fnmatch
 

@@ -29,10 +29,9 @@ def short_hash(text: str, n: int = 6) -> str:
 
 
 def label_part(text: str, limit: int = SLUG_CHARS) -> str:
-    """``text`` as an id part: kept as it is when already a short safe name, else its slug plus a short hash
-    of the original (``a b`` → ``a-b-<hash>``, ``a-b`` → ``a-b``, ``ünï`` → ``n-<hash>``), so names that slug
-    alike stay apart. (A name forged to equal another's slug-plus-hash is caught where trials are planned:
-    ``tackroom run``/``matrix`` refuse two trials with one id.)"""
+    """``text`` as an id part: itself when already a short safe name, else its slug plus a short hash of the original
+    (``a b`` → ``a-b-<hash>``, ``ünï`` → ``n-<hash>``), so names that slug alike stay apart (a forged collision is
+    refused where trials are planned: two trials with one id)."""
     s = slug(text)
     if s == text and len(s) <= limit and s not in (".", ".."):
         return s
@@ -40,14 +39,9 @@ def label_part(text: str, limit: int = SLUG_CHARS) -> str:
 
 
 class Trial(BaseModel):
-    """What to run. ``id`` is stable across re-runs, which is what makes a run resumable.
-
-    The id is ``<task>-<task hash>__<harness>[__<model>]__p<pass>``: readable slugs plus
-    ``task_hash``, a hash of the task's source path and content (see
-    :func:`tackroom._task.task_source_hash`), so two tasks whose names slug alike, two
-    datasets holding a task of the same name, or a task edited between runs never share
-    an id (and so never share a result).
-    """
+    """What to run. ``id``, ``<task>-<task hash>__<harness>[__<model>]__p<pass>``, is stable across re-runs (what
+    makes a run resumable); the hash of the task's path and content (:func:`tackroom._task.task_source_hash`)
+    keeps tasks that slug alike, same-named tasks of two datasets and an edited task from sharing an id."""
 
     task_id: str
     task_path: str

@@ -1,10 +1,7 @@
-"""For drivers: applications that run trials (the matrix, the trainers, your own driver).
-
-Plugin authors need only :mod:`tackroom` (and :mod:`tackroom.testing` in their tests); executor
-authors :mod:`tackroom.executors`. A driver finds plugins by name, reads run configs, builds a
-:class:`TrialRuntime`, routes a policy through the gateway and keeps run folders, with what is
-here; the values it passes around (``Task``, ``Trial``, ``TrialResult``, …) and the errors are
-:mod:`tackroom`'s. tests/test_public_api.py holds ``__all__`` to a declared list.
+"""For drivers: applications that run trials (the matrix, the trainers, your own driver). A driver finds plugins
+by name, reads run configs, builds a :class:`TrialRuntime`, routes a policy through the gateway and keeps run
+folders with what is here; the values it passes around and the errors are :mod:`tackroom`'s.
+tests/test_public_api.py holds ``__all__`` to a declared list.
 """
 
 from tackroom._attempt import sandbox_spec

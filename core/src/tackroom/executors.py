@@ -1,9 +1,6 @@
-"""For executor authors: where trial attempts run (``[runtime] executor``).
-
-An executor is a plugin like the other kinds, registered through the ``tackroom_executors`` hook
-(``register.add_executor(MyExecutor)``, or a :class:`~tackroom.PluginSpec` with ``options``, the
-model of its ``[runtime.<name>]`` table, to import a heavy module only when it is selected). Core
-registers ``asyncio``; ``tackroom-ray`` registers ``ray``. docs/writing-plugins.md has an example.
+"""For executor authors: where trial attempts run (``[runtime] executor``). An executor is a plugin registered
+through the ``tackroom_executors`` hook (a class, or a :class:`~tackroom.PluginSpec` whose ``options`` model its
+``[runtime.<name>]`` table); core registers ``asyncio``, tackroom-ray ``ray``. docs/writing-plugins.md has an example.
 """
 
 from tackroom._attempt import AttemptPlan, PluginRef, run_attempt

@@ -9,12 +9,12 @@ from pathlib import Path
 
 from pydantic import Field
 
-from tackroom._errors import TaskError
+from tackroom._errors import SandboxTimeoutError, TaskError
 from tackroom._grading import prepare_grading, workdir_of
 from tackroom._markers import hookimpl
 from tackroom._plugin import PluginOptions
 from tackroom._reward import Reward
-from tackroom._sandbox import Sandbox, SandboxTimeoutError
+from tackroom._sandbox import Sandbox
 from tackroom._task import Task
 from tackroom._trajectory import Trajectory
 from tackroom._verifier import Verifier

@@ -22,22 +22,10 @@ def plugin_rows(include_catalogue: bool) -> list[dict[str, Any]]:
         have = {(r["kind"], r["name"]) for r in rows}
         for c in load_catalogue():
             if (c.kind, c.name) not in have:
-                rows.append(
-                    {
-                        "name": c.name,
-                        "kind": c.kind,
-                        "distribution": c.distribution,
-                        "version": None,
-                        "summary": c.summary,
-                        "capabilities": [],
-                        "contract": None,
-                        "usable": False,
-                        "problem": "not installed",
-                        "installed": False,
-                        "install": c.install_hint,
-                        "party": c.party,
-                    }
-                )
+                rows.append({"name": c.name, "kind": c.kind, "distribution": c.distribution, "version": None,
+                             "summary": c.summary, "capabilities": [], "contract": None, "usable": False,
+                             "problem": "not installed", "installed": False, "install": c.install_hint,
+                             "party": c.party})
     return rows
 
 

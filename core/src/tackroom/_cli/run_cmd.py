@@ -1,10 +1,5 @@
-"""``tackroom run``: tasks × one harness × one sandbox × one verifier (the run itself: ``tackroom._run``).
-
-Naming an existing run (``--run-id``) resumes it only when the fingerprint matches
-(new tasks may join); anything else is refused with what changed, and
-``--force-new`` starts a new run beside it instead. Generated run ids carry a
-random suffix, so two runs started in the same second never share a folder.
-"""
+"""``tackroom run``: tasks × one harness × one sandbox × one verifier, from flags (the run itself:
+``tackroom._run``, which says when a run resumes)."""
 
 from __future__ import annotations
 

@@ -43,14 +43,8 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from tackroom._sandbox import (
-    Sandbox,
-    SandboxError,
-    SandboxPathError,
-    SandboxProvider,
-    SandboxSpec,
-    SandboxTimeoutError,
-)
+from tackroom._errors import SandboxError, SandboxPathError, SandboxTimeoutError
+from tackroom._sandbox import Sandbox, SandboxProvider, SandboxSpec
 from tackroom.testing._context import CheckContext
 from tackroom.testing._report import CheckReport, CheckResult, SkipCheck, known_skips, timed_check
 from tackroom.testing.grader_checks import GRADER_CHECKS

@@ -74,7 +74,7 @@ class ArchipelagoOptions(PluginOptions):
     final_answer_tool: bool | None = Field(default=None, description="Offer a final_answer tool (default: when tool_choice='required')")
     answer_path: str | None = Field(
         default=None, description="Write the final answer (stripped) to this sandbox file, for verifiers that grade a "
-        "file, as the built-in `answer` harness does (e.g. /app/answer.txt); nothing is written when there is none")
+        "file, as the `answer` harness does (e.g. /app/answer.txt); nothing is written when there is none")
     endpoint: Literal["auto", "completions", "chat"] = Field(
         default="auto", description="completions: token ids on /v1/completions (exact); chat: /v1/chat/completions (e.g. the policy gateway); auto: completions unless the endpoint has none")
     tokenizer: str | None = Field(default=None, description="Tokenizer folder or smollm2/qwen3 (default: the policy's, else smollm2)")

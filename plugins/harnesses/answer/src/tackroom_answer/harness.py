@@ -6,7 +6,7 @@ by default) for the verifier to grade, and recorded as the trajectory.
 
 It speaks only chat completions (capability ``chat``): next to tackroom-gateway,
 ``tackroom run`` and ``tackroom matrix`` route it through the policy gateway,
-which records the exact token ids of the one turn; with core alone it chats
+which records the exact token ids of the one turn; without it, it chats
 straight to the endpoint (the trajectory then has no token ids).
 
 Failures, as the trial runtime classifies them:
@@ -18,7 +18,7 @@ Failures, as the trial runtime classifies them:
   completion with no choices or no text content: :class:`AnswerModelError`
   (``model``, the trial counts with what the sandbox holds).
 
-Registered by reference (``answer_registration``): loading the plugins does not import this module or httpx.
+Registered by reference (:mod:`tackroom_answer`): loading the plugins does not import this module or httpx.
 """
 
 from __future__ import annotations
@@ -32,15 +32,18 @@ import httpx
 from pydantic import Field
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from tackroom._builtins.answer_registration import ANSWER
-from tackroom._errors import InfraError, ModelError
-from tackroom._harness import Harness
-from tackroom._openai_errors import error_message as _error_message
-from tackroom._plugin import PluginOptions
-from tackroom._policy import Policy
-from tackroom._sandbox import Sandbox
-from tackroom._task import Task
-from tackroom._trajectory import Trajectory
+from tackroom import (
+    Harness,
+    InfraError,
+    ModelError,
+    PluginOptions,
+    Policy,
+    Sandbox,
+    Task,
+    Trajectory,
+)
+from tackroom import openai_error_message as _error_message
+from tackroom_answer.spec import ANSWER
 
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context length", "max_model_len",
                     "too many tokens")

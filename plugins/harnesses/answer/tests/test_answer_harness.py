@@ -1,4 +1,4 @@
-"""The built-in ``answer`` harness: one chat completion, no tools, the reply written into the sandbox."""
+"""The ``answer`` harness: one chat completion, no tools, the reply written into the sandbox."""
 
 import socket
 import uuid
@@ -8,12 +8,8 @@ import pytest
 
 import tackroom
 import tackroom.app
-from tackroom._builtins.answer_harness import AnswerEndpointError, AnswerHarness, AnswerModelError
-from tackroom._builtins.test_script_verifier import TestScriptVerifier
-from tackroom._runtime import TrialPlugins, TrialRuntime
-from tackroom._sandbox import SandboxSpec
-from tackroom._trial import Trial
-from tackroom.app import instantiate
+from tackroom import SandboxSpec, Trial
+from tackroom.app import TrialPlugins, TrialRuntime, get_plugin_manager, instantiate
 from tackroom.testing import (
     HarnessScript,
     RequestForTests,
@@ -25,9 +21,10 @@ from tackroom.testing import (
     harness_self_check,
     task_for_tests,
 )
+from tackroom_answer import AnswerEndpointError, AnswerHarness, AnswerModelError
 from tackroom_local import LocalSandboxProvider
 
-SAY_BLUE = Path(__file__).resolve().parents[2] / "examples" / "train" / "overfit-tasks" / "say-blue"
+SAY_BLUE = Path(__file__).resolve().parents[4] / "examples" / "train" / "overfit-tasks" / "say-blue"
 
 
 def harness(**options) -> AnswerHarness:
@@ -68,11 +65,11 @@ class OddAnswers(ScriptedChatServerForTests):
 
 
 # -- registration and options ------------------------------------------------------------------------
-def test_answer_is_a_registered_builtin_and_speaks_only_chat():
+def test_answer_is_registered_and_speaks_only_chat():
     check_plugin(AnswerHarness)
-    check_registered("harness", "answer", distribution="tackroom")
+    check_registered("harness", "answer", distribution="tackroom-answer")
     entry = tackroom.app.PluginManager(env={}).entry("harness", "answer")
-    assert entry.reference == "tackroom._builtins.answer_harness:AnswerHarness"
+    assert entry.reference == "tackroom_answer.harness:AnswerHarness"
     assert AnswerHarness.capabilities == {"needs_policy", "chat"}
     # registered by reference (loading the plugins imports no httpx): what the registration says is the class's
     assert (entry.summary, entry.capabilities, entry.load()) == (AnswerHarness.summary(), AnswerHarness.capabilities,
@@ -216,6 +213,7 @@ async def test_content_parts_are_joined(sandbox):
 async def _say_blue(tmp_path: Path, reply: str):
     task = tackroom.load_task(SAY_BLUE)
     runtime = TrialRuntime(tmp_path / "runs", attempts=1, progress=False, retry_backoff_sec=0.01)
+    TestScriptVerifier = get_plugin_manager().get("verifier", "test-script")
     async with ScriptedChatServerForTests([reply]) as server:
         plugins = TrialPlugins(AnswerHarness, AnswerHarness.Options(), LocalSandboxProvider(), TestScriptVerifier,
                                TestScriptVerifier.Options(), server.policy())
@@ -241,20 +239,20 @@ async def test_answer_passes_the_harness_conformance_kit_on_local():
                              script=script, agent_timeout_sec=30, check_timeout_s=120)
 
 
-async def test_with_core_alone_tackroom_run_answer_chats_straight_to_the_endpoint(tmp_path):
-    """`answer` lives in core, so it runs with core alone (and a sandbox: the default, tackroom-local): no gateway
-    installed, one chat completion to the endpoint, graded as usual (the trajectory has no token ids)."""
+async def test_without_the_gateway_tackroom_run_answer_chats_straight_to_the_endpoint(tmp_path):
+    """`answer` needs no gateway: with core, itself and a sandbox (the default, tackroom-local) installed, one chat
+    completion goes to the endpoint, graded as usual (the trajectory has no token ids)."""
     import asyncio
     import json
     import os
     import sys
 
-    core_alone = {**os.environ, "TACKROOM_LOAD_PLUGINS": "tackroom-local"}
+    no_gateway = {**os.environ, "TACKROOM_LOAD_PLUGINS": "tackroom-local,tackroom-answer"}
     async with ScriptedChatServerForTests(["blue"]) as server:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tackroom._cli.main", "run", str(SAY_BLUE), "--harness", "answer",
+            sys.executable, "-m", "tackroom", "run", str(SAY_BLUE), "--harness", "answer",
             "--base-url", server.base_url, "--model", "scripted", "--out", str(tmp_path / "runs"), "--json",
-            env=core_alone, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            env=no_gateway, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == 0, err.decode()
     trial = json.loads(out)["trials"][0]

@@ -71,3 +71,12 @@ def test_every_command_entry_names_the_distribution_that_adds_that_command():
         assert project["name"] == command.distribution, command.name
         assert "tackroom" in project.get("entry-points", {}), command.name
     assert {c.name for c in commands} <= command_names(), f"added by their distributions: {app.registered_groups}"
+
+
+def test_each_plugin_is_listed_once_per_kind():
+    raw = tomllib.loads((ROOT / "registry.toml").read_text())["plugin"]
+    seen: dict[tuple[str, str], int] = {}
+    for entry in raw:
+        key = (entry["kind"], entry["name"])
+        seen[key] = seen.get(key, 0) + 1
+    assert not {k: n for k, n in seen.items() if n > 1}, "registry.toml lists a plugin more than once"

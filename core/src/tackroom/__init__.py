@@ -42,12 +42,17 @@ from tackroom._reward import Reward
 from tackroom._run_dirs import claim_run_dir
 from tackroom._sandbox import (
     DEFAULT_EXEC_TIMEOUT,
+    GRADER_CLEAN_ENV,
+    GRADER_SCRUBBED_ENV,
     ExecResult,
     GraderBrokenError,
     GradingSabotagedError,
+    NetworkMode,
+    NetworkPolicy,
     Sandbox,
     SandboxBuildError,
     SandboxError,
+    SandboxExhaustedError,
     SandboxPathError,
     SandboxProvider,
     SandboxSpec,
@@ -75,8 +80,12 @@ __all__ = [
     "SandboxProvider",
     "Sandbox",
     "SandboxSpec",
+    "NetworkPolicy",
+    "NetworkMode",
     "ExecResult",
     "DEFAULT_EXEC_TIMEOUT",
+    "GRADER_SCRUBBED_ENV",
+    "GRADER_CLEAN_ENV",
     "Verifier",
     "LossSpec",
     "Aggregation",
@@ -121,6 +130,7 @@ __all__ = [
     "SandboxBuildError",
     "SandboxTimeoutError",
     "SandboxPathError",
+    "SandboxExhaustedError",
     # For sandbox providers: a path check (the rest of their helpers is tackroom-sandbox-kit's)
     "check_relative_inside",
     # Helpers for calling services: error text, secrets kept off disk

@@ -1,6 +1,6 @@
 """What keeps grading out of the agent's reach (docs/threat-model.md, "Grading").
 
-- :func:`check_read_paths`: a FIFO, socket or device (or a link to one) where the verifier reads is
+- :func:`prepare_grading`: a FIFO, socket or device (or a link to one) where the verifier reads is
   sabotage: it would hang or steer test.sh. Found before the tests run, it is the model's failure.
 - :func:`regrade_untouched`: when grading ends in a ``task`` error (a timeout, an unreadable reward), the
   runtime grades a fresh sandbox of the same task that no agent touched. Grading that works there failed
@@ -43,7 +43,7 @@ done
 
 
 async def prepare_grading(sandbox: Sandbox, fresh: list[str], read: list[str], *, timeout: float = 60.0) -> None:
-    """:meth:`Sandbox.fresh_folder` for each of ``fresh`` and :func:`check_read_paths` for ``read``, in one command.
+    """:meth:`Sandbox.fresh_folder` for each of ``fresh``, and a search for special files under ``read``, in one command.
 
     Raises :class:`GradingSabotagedError` when a folder cannot be emptied or a special file sits where the
     verifier reads."""
@@ -66,24 +66,6 @@ def workdir_of(sandbox: Sandbox) -> str:
     """The sandbox's working directory (a provider may learn it from the image, as docker does)."""
     workdir = getattr(sandbox, "workdir", None)
     return workdir if isinstance(workdir, str) and workdir.startswith("/") else sandbox.spec.workdir
-
-
-async def check_read_paths(sandbox: Sandbox, paths: list[str], *, timeout: float = 60.0) -> None:
-    """Raise :class:`GradingSabotagedError` when a FIFO, socket or device file (or a link to one) sits under ``paths``.
-
-    Nothing the agent legitimately leaves behind needs one there once its processes are gone, and reading
-    one hangs test.sh (a FIFO), or feeds it endless or steered data (a device, a socket's server).
-    """
-    unique = list(dict.fromkeys(p for p in paths if p))
-    if not unique:
-        return
-    result = await sandbox.exec(["sh", "-c", SPECIAL_FILES, "tackroom-check", *unique], cwd="/", timeout=timeout)
-    found = [line for line in result.stdout.splitlines() if line.strip()]
-    if found:
-        raise GradingSabotagedError(
-            f"the agent left special files where the verifier reads ({', '.join(shlex.quote(f) for f in found)}): "
-            "a FIFO, socket or device there can hang or steer grading; graded 0"
-        )
 
 
 async def copy_paths(source: Sandbox, dest: Sandbox, paths: list[str], *, timeout: float = 300.0) -> list[str]:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import abc
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tackroom._errors import (
     ModelError,
@@ -29,10 +29,6 @@ from tackroom._errors import (
     TaskError,
 )
 from tackroom._plugin import Plugin, PluginKind
-
-__all__ = ["DEFAULT_EXEC_TIMEOUT", "DEFAULT_OUTPUT_LIMIT", "ExecResult", "GraderBrokenError", "GradingSabotagedError",
-           "Sandbox", "SandboxBuildError", "SandboxError",
-           "SandboxPathError", "SandboxProvider", "SandboxSpec", "SandboxTimeoutError", "check_relative_inside"]
 
 DEFAULT_EXEC_TIMEOUT = 600.0
 DEFAULT_OUTPUT_LIMIT = 1_000_000
@@ -45,6 +41,41 @@ class GradingSabotagedError(ModelError):
 
 class GraderBrokenError(TaskError):
     """Grading failed on an untouched environment too: the task's grader is broken on its own."""
+
+
+class SandboxExhaustedError(ModelError):
+    """The agent used up what the sandbox allows (every pid, the disk) so that a runtime step failed: reward 0.
+    Raised only with evidence (a full pid or disk limit); without it a failed step is a :class:`SandboxError`."""
+
+
+NetworkMode = Literal["none", "public", "allowlist"]
+"""``none``: loopback only. ``public``: the internet. ``allowlist``: only :attr:`NetworkPolicy.allowed_hosts`."""
+
+
+class NetworkPolicy(BaseModel):
+    """What a phase of a trial (the agent's turn, grading) may reach over the network."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mode: NetworkMode = "none"
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names (or addresses) reachable with ``mode = "allowlist"``; empty for the other modes."""
+
+    @model_validator(mode="after")
+    def _hosts_only_with_allowlist(self) -> NetworkPolicy:
+        if self.allowed_hosts and self.mode != "allowlist":
+            raise ValueError(f"allowed_hosts {list(self.allowed_hosts)} need mode \"allowlist\", not {self.mode!r}")
+        if self.mode == "allowlist" and not self.allowed_hosts:
+            raise ValueError("mode \"allowlist\" needs at least one entry in allowed_hosts")
+        return self
+
+    @property
+    def online(self) -> bool:
+        return self.mode != "none"
+
+    def describe(self) -> str:
+        """``no network``, ``the internet`` or ``only a.example, b.example`` (for notes and errors)."""
+        return {"none": "no network", "public": "the internet"}.get(self.mode) or f"only {', '.join(self.allowed_hosts)}"
 
 
 class ExecResult(BaseModel):
@@ -77,13 +108,43 @@ class SandboxSpec(BaseModel):
     storage_mb: int | None = None
     """Disk the sandbox's writable files may use; writing past it fails inside (ENOSPC). A provider that
     cannot enforce it says so in the sandbox's notes."""
-    allow_internet: bool = False
+    network: NetworkPolicy = NetworkPolicy()
+    """The agent phase's network: what :meth:`Sandbox.start` sets up (grading may differ: :meth:`Sandbox.set_network`).
+    A provider that cannot enforce ``network.mode`` raises :class:`SandboxError` at start naming the modes it can,
+    never silently more or less network. ``allow_internet = True`` is still accepted as input (``public``)."""
+    force_build: bool = False
+    """Build ``environment_dir`` even when ``image`` is set (Harbor's ``--force-build``)."""
     build_timeout_sec: float = 600.0
     start_timeout_sec: float = 120.0
     workdir: str = "/app"
     env: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _allow_internet(cls, data: Any) -> Any:
+        """The older ``allow_internet`` input: ``True`` is ``network = NetworkPolicy(mode="public")``."""
+        if isinstance(data, dict) and "allow_internet" in data:
+            data = dict(data)
+            allow = data.pop("allow_internet")
+            if "network" in data and bool(allow) != NetworkPolicy.model_validate(data["network"]).online:
+                raise ValueError(f"allow_internet = {allow} contradicts network = {data['network']!r}; give only network")
+            data.setdefault("network", NetworkPolicy(mode="public" if allow else "none"))
+        return data
+
+    @property
+    def allow_internet(self) -> bool:
+        """``network.mode == "public"`` (for callers written before :attr:`network`)."""
+        return self.network.mode == "public"
+
+
+GRADER_SCRUBBED_ENV = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE",
+                       "PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH",
+                       "BASH_ENV", "ENV", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT")
+"""Variables the grader's command never inherits (:meth:`Sandbox.run_grader`): each makes an interpreter or the
+dynamic loader run code from a path; only the task's ``[verifier] env`` may set them."""
+GRADER_CLEAN_ENV = {"PYTHONNOUSERSITE": "1"}
+"""Set for the grader's command (no user site-packages, whatever HOME holds)."""
 
 KILL_ALL_SCRIPT = r"""
 # Every step is a bash builtin: a fork bomb that holds every free pid cannot make this script fail to fork.
@@ -102,6 +163,9 @@ for _ in $(seq 1 100); do
     if [ -z "$left" ]; then exit 0; fi
 done
 echo "still alive after SIGKILL:$left"
+# A pid limit the agent's processes fill is the agent's doing (reported so; see SandboxExhaustedError).
+read -r most < /sys/fs/cgroup/pids.max 2>/dev/null && read -r now < /sys/fs/cgroup/pids.current 2>/dev/null \
+    && [ "$most" != max ] && [ "$now" -ge $((most - 2)) ] && echo "pids exhausted ($now of $most)"
 exit 1
 """
 """What :meth:`Sandbox.kill_processes` runs by default (bash, inside the sandbox, as its exec user)."""
@@ -213,6 +277,13 @@ class Sandbox(abc.ABC):
         grading used tools the agent could change (``[verifier] grading = "separate"`` avoids that). Paths
         under ``keep`` (the task's ``grading_paths``) are left as the agent made them.
         Providers whose tools the agent cannot change (``local``: ``/usr`` is the host's, read-only) return ``[]``.
+
+        What the agent added stays (new tools it installed are the task's business), also on merged-``/usr``
+        images where ``/bin`` is ``usr/bin``: paths are compared by their real location. Restoring reads the
+        whole of what the agent changed (or does not depend on a listing of it), covers every executable,
+        shared library and interpreter module the image holds wherever it lies (not only the ``PATH``
+        folders), and removes the start-up hooks the agent added anywhere an interpreter looks
+        (``sitecustomize``/``usercustomize``, ``*.pth``, perl's ``sitecustomize.pl``, ...).
         """
         return None
 
@@ -238,25 +309,83 @@ class Sandbox(abc.ABC):
         await self.fresh_folder(dest, timeout=min(timeout, 60.0))
         await self.upload(source, dest, timeout=timeout)
 
-    async def kill_processes(self, *, timeout: float = 10.0) -> None:
+    async def kill_processes(self, *, timeout: float = 10.0, keep_listening: bool = False) -> list[str]:
         """Kill every process started inside the sandbox and confirm they are gone; the sandbox stays usable.
 
-        The runtime calls it when the agent's turn ends (normally, by timeout or by error) and again when
-        the verifier's ends, so nothing the agent started (background jobs, ``setsid``/double-forked
-        children, tmux servers) can change the sandbox while it is graded. Files stay as they are.
+        ``keep_listening=True`` (the end of the agent's turn, for a task that keeps its services): every
+        process that holds a listening socket (TCP listen, bound UDP, listening unix stream/seqpacket socket)
+        stays, with its threads and the processes sharing that socket, but frozen (SIGSTOP or the cgroup
+        freezer) so that it changes nothing until :meth:`run_grader` runs; every other process is killed and
+        confirmed gone. Returns one line per kept process (``"pid 12 nginx: tcp 0.0.0.0:80"``); ``[]`` with
+        ``keep_listening=False``. A sandbox that cannot keep services raises ``NotImplementedError`` for
+        ``keep_listening=True`` (this default); the runtime then kills everything and notes it.
 
-        This default runs :data:`KILL_ALL_SCRIPT` through :meth:`exec`: ``kill -9 -1`` (every process but
-        PID 1 and the caller) until ``/proc`` lists no other live process (zombies are dead). It assumes
-        that ``exec`` runs as root in the sandbox's own pid namespace and that PID 1 is the sandbox's
-        keeper and starts no children; sandboxes where that is not so (docker's keeper respawns a
-        ``sleep``; local restarts its pid namespace, which is faster) override it.
+        The runtime calls it when the agent's turn ends (normally, by timeout or by error), so nothing the agent
+        started (background jobs, ``setsid`` children, tmux servers) changes the sandbox while it is graded. This
+        default runs :data:`KILL_ALL_SCRIPT` (``kill -9 -1`` until ``/proc`` lists no other live process); it
+        assumes ``exec`` runs as root in the sandbox's own pid namespace under a PID 1 that starts no children.
 
-        Raises :class:`SandboxError` when processes survive ``timeout`` (a trial must not be graded then)
-        and :class:`SandboxTimeoutError` when the sandbox does not answer within it.
+        Raises :class:`SandboxError` when processes survive ``timeout`` (a trial must not be graded then),
+        :class:`SandboxExhaustedError` (``model``) when they survive because the agent holds every pid the
+        sandbox allows, and :class:`SandboxTimeoutError` when the sandbox does not answer within it.
         """
+        if keep_listening:
+            raise NotImplementedError(f"{type(self).__name__} cannot keep listening processes into grading")
         result = await self.exec(KILL_ALL_SCRIPT, timeout=timeout)
         if result.exit_code != 0:
-            raise SandboxError(f"processes survived kill_processes(): {(result.stdout + result.stderr).strip()[:500]}")
+            said = (result.stdout + result.stderr).strip()[:500]
+            if "pids exhausted" in said:
+                raise SandboxExhaustedError(f"the agent holds every pid the sandbox allows, so its processes could not "
+                                            f"all be killed ({said}); graded 0")
+            raise SandboxError(f"processes survived kill_processes(): {said}")
+        return []
+
+    async def set_network(self, policy: NetworkPolicy, *, timeout: float = 60.0) -> None:
+        """From now on the sandbox's processes reach what ``policy`` allows.
+
+        The runtime calls it between phases (after the agent's processes are stopped, before grading) when the
+        grading phase's policy differs from the agent's (:attr:`SandboxSpec.network`). A mode the sandbox
+        cannot enforce (say ``allowlist``) raises :class:`SandboxError` naming the modes it can, never silently
+        more or less network. This default raises ``NotImplementedError``: the runtime then notes that grading
+        ran with the agent phase's network.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot change its network once started")
+
+    async def run_grader(self, cmd: list[str], *, private: list[str], collect: str, dest: Path,
+                         cwd: str | None = None, env: dict[str, str] | None = None,
+                         timeout: float = DEFAULT_EXEC_TIMEOUT) -> ExecResult:
+        """Run the grader's command (``test.sh``) so that nothing the agent left running can steer it.
+
+        - Each folder in ``private`` is, for this command and its children only, a private copy of what it
+          holds now (taken while kept services are still frozen); no other process in the sandbox can see or
+          write it (a private mount namespace with tmpfs copies, or the sandbox's equivalent).
+        - Services kept by ``kill_processes(keep_listening=True)`` are resumed once the private view exists,
+          for the command's duration, and frozen again when it ends.
+        - The command starts clean: ``HOME`` is a fresh private folder, :data:`GRADER_CLEAN_ENV` is set, none
+          of :data:`GRADER_SCRUBBED_ENV` comes from anywhere but ``env``; bash reads no rc files.
+        - When it ends, the private copy of ``collect`` (one of ``private``) is copied to the host folder
+          ``dest`` (regular files and folders only, never following links); the reward is read there, and
+          whatever the sandbox's own ``collect`` holds is never read.
+
+        This default is for sandboxes that kept nothing running (``kill_processes()`` killed everything): it
+        runs the command with the clean environment, kills what it left running, then downloads ``collect``
+        to ``dest``. Sandboxes that implement ``keep_listening`` must override it. Raises
+        :class:`SandboxTimeoutError` past ``timeout``, :class:`FileNotFoundError` when ``collect`` is gone.
+        """
+        import secrets
+        import shlex
+
+        if collect not in private:
+            raise ValueError(f"collect {collect!r} must be one of private {private}")
+        home = f"/tmp/.tackroom-grader-home-{secrets.token_hex(6)}"
+        await self.fresh_folder(home)
+        unset = " ".join(f"-u {name}" for name in GRADER_SCRUBBED_ENV)
+        assign = " ".join(shlex.quote(f"{k}={v}") for k, v in {"HOME": home, **GRADER_CLEAN_ENV, **(env or {})}.items())
+        result = await self.exec(["/bin/sh", "-c", f"exec /usr/bin/env {unset} {assign} {shlex.join(cmd)}"],
+                                 cwd=cwd, timeout=timeout)
+        await self.kill_processes()
+        await self.download(collect, dest)
+        return result
 
     @abc.abstractmethod
     async def stop(self) -> None:
@@ -303,17 +432,7 @@ def check_relative_inside(path: str, root: str = "/") -> str:
     return full
 
 
-__all__ = [
-    "ExecResult",
-    "GraderBrokenError",
-    "GradingSabotagedError",
-    "Sandbox",
-    "SandboxBuildError",
-    "SandboxError",
-    "SandboxPathError",
-    "SandboxProvider",
-    "SandboxSpec",
-    "SandboxTimeoutError",
-    "TaskError",
-    "check_relative_inside",
-]
+__all__ = ["DEFAULT_EXEC_TIMEOUT", "DEFAULT_OUTPUT_LIMIT", "GRADER_CLEAN_ENV", "GRADER_SCRUBBED_ENV", "ExecResult",
+           "GraderBrokenError", "GradingSabotagedError", "NetworkMode", "NetworkPolicy", "Sandbox", "SandboxBuildError",
+           "SandboxError", "SandboxExhaustedError", "SandboxPathError", "SandboxProvider", "SandboxSpec",
+           "SandboxTimeoutError", "TaskError", "check_relative_inside"]

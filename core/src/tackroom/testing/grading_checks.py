@@ -19,7 +19,7 @@ import shlex
 import time
 from typing import TYPE_CHECKING
 
-from tackroom._grading import check_read_paths
+from tackroom._grading import prepare_grading
 from tackroom._sandbox import GradingSabotagedError, Sandbox
 from tackroom.testing._report import SkipCheck
 
@@ -87,7 +87,7 @@ async def check_fifo_at_read_path(sb: Sandbox, ctx: CheckContext) -> None:
         raise SkipCheck(f"the sandbox cannot make a FIFO: {made.stderr.strip()[:200]!r}")
     started = time.monotonic()
     try:
-        await check_read_paths(sb, [folder])
+        await prepare_grading(sb, [], [folder])
     except GradingSabotagedError as exc:
         assert "answer.txt" in str(exc), f"the error does not name the FIFO: {exc}"
     else:

@@ -123,69 +123,14 @@ class DockerCLI:
         ``stdin`` may be bytes or a file to stream in; ``stdout_path`` sends stdout to
         a file instead of memory (downloads, image archives). A cancelled call kills the client.
         """
-        argv = [self.binary, *args]
-        started = time.monotonic()
-        stdin_file = open(stdin, "rb") if isinstance(stdin, Path) else None
-        stdout_file = open(stdout_path, "wb") if stdout_path is not None else None
         try:
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=stdin_file if stdin_file else (asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL),
-                    stdout=stdout_file if stdout_file else asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
-                    start_new_session=True,
-                    env=None if env is None else {**os.environ, **env},
-                )
-            except FileNotFoundError as exc:
-                raise DockerEngineError(
-                    f"the docker CLI ({self.binary!r}) is not on PATH: install it (`apt-get install docker.io`) "
-                    "or set the sandbox option docker_binary"
-                ) from exc
-            out, err = bytearray(), bytearray()
-
-            async def communicate() -> bool:
-                if isinstance(stdin, bytes):
-                    assert proc.stdin is not None
-                    try:
-                        proc.stdin.write(stdin)
-                        await proc.stdin.drain()
-                    except (BrokenPipeError, ConnectionResetError):
-                        pass
-                    proc.stdin.close()
-                assert proc.stderr is not None
-                readers = [drain_capped(proc.stderr, output_limit, err)]
-                if proc.stdout is not None:
-                    readers.insert(0, drain_capped(proc.stdout, output_limit, out))
-                dropped = await asyncio.gather(*readers)
-                await proc.wait()
-                return any(dropped)
-
-            try:
-                truncated = await asyncio.wait_for(communicate(), timeout)
-            except TimeoutError:
-                if proc.returncode is None:
-                    kill_group(proc)
-                await _reap(proc)
-                raise SandboxTimeoutError(
-                    f"`docker {' '.join(args[:2])} …` did not finish within {timeout:g}s and was killed"
-                ) from None
-            except BaseException:
-                if proc.returncode is None:
-                    kill_group(proc)
-                raise
-        finally:
-            for f in (stdin_file, stdout_file):
-                if f is not None:
-                    f.close()
-        result = CallResult(
-            argv=argv,
-            returncode=proc.returncode if proc.returncode is not None else -9,
-            stdout=bytes(out),
-            stderr=bytes(err),
-            truncated=truncated,
-            duration_s=time.monotonic() - started,
-        )
+            result = await run_host([self.binary, *args], timeout=timeout, stdin=stdin, stdout_path=stdout_path,
+                                    output_limit=output_limit, env=None if env is None else {**os.environ, **env})
+        except FileNotFoundError as exc:
+            raise DockerEngineError(
+                f"the docker CLI ({self.binary!r}) is not on PATH: install it (`apt-get install docker.io`) "
+                "or set the sandbox option docker_binary"
+            ) from exc
         if not result.ok and any(m in result.err for m in ENGINE_DOWN_MARKERS):
             raise DockerEngineError(f"the Docker engine is unreachable ({result.err.splitlines()[0]}). {START_ENGINE_HINT}")
         return result
@@ -223,6 +168,79 @@ class DockerCLI:
         if "No such image" in result.err or "no such image" in result.err.lower():
             return None
         raise SandboxError(result.describe())
+
+
+async def run_host(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    stdin: bytes | Path | None = None,
+    stdout_path: Path | None = None,
+    output_limit: int = 1_000_000,
+    env: dict[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
+) -> CallResult:
+    """Run a host program in its own process group with a hard timeout (the whole group is killed) and capped
+    output; ``stdin`` may be bytes or a file, ``stdout_path`` sends stdout to a file. Raises
+    :class:`SandboxTimeoutError` on timeout and ``FileNotFoundError`` when the program does not exist."""
+    started = time.monotonic()
+    stdin_file = open(stdin, "rb") if isinstance(stdin, Path) else None
+    stdout_file = open(stdout_path, "wb") if stdout_path is not None else None
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=stdin_file if stdin_file else (asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL),
+            stdout=stdout_file if stdout_file else asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            env=env,
+            pass_fds=pass_fds,
+        )
+        out, err = bytearray(), bytearray()
+
+        async def communicate() -> bool:
+            if isinstance(stdin, bytes):
+                assert proc.stdin is not None
+                try:
+                    proc.stdin.write(stdin)
+                    await proc.stdin.drain()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                proc.stdin.close()
+            assert proc.stderr is not None
+            readers = [drain_capped(proc.stderr, output_limit, err)]
+            if proc.stdout is not None:
+                readers.insert(0, drain_capped(proc.stdout, output_limit, out))
+            dropped = await asyncio.gather(*readers)
+            await proc.wait()
+            return any(dropped)
+
+        try:
+            truncated = await asyncio.wait_for(communicate(), timeout)
+        except TimeoutError:
+            if proc.returncode is None:
+                kill_group(proc)
+            await _reap(proc)
+            raise SandboxTimeoutError(
+                f"`{Path(argv[0]).name} {' '.join(argv[1:3])} …` did not finish within {timeout:g}s and was killed"
+            ) from None
+        except BaseException:
+            if proc.returncode is None:
+                kill_group(proc)
+            raise
+    finally:
+        for f in (stdin_file, stdout_file):
+            if f is not None:
+                f.close()
+    result = CallResult(
+        argv=list(argv),
+        returncode=proc.returncode if proc.returncode is not None else -9,
+        stdout=bytes(out),
+        stderr=bytes(err),
+        truncated=truncated,
+        duration_s=time.monotonic() - started,
+    )
+    return result
 
 
 async def _reap(proc: asyncio.subprocess.Process) -> None:

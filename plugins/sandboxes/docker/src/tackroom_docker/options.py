@@ -56,6 +56,11 @@ class DockerOptions(PluginOptions):
     keep_entrypoint: bool = Field(
         default=False, description="Keep the image's ENTRYPOINT (it must exec its arguments) instead of replacing it"
     )
+    toolset_busybox: str | None = Field(
+        default=None,
+        description="The static busybox mounted read-only at /.tackroom in every container for the sandbox's root "
+        "helpers (kill, restore, transfer checks, grading set-up); default: busybox on PATH (Debian's busybox-static)",
+    )
     cli_timeout_sec: float = Field(default=60.0, gt=0, description="Limit for short engine calls (inspect, rm, ps)")
     cleanup_scope: Literal["orphans", "all"] = Field(
         default="orphans",

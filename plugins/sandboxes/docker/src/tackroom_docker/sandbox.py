@@ -17,6 +17,8 @@ from tackroom import (
     DEFAULT_EXEC_TIMEOUT,
     ConfigError,
     ExecResult,
+    GradingSabotagedError,
+    NetworkPolicy,
     Sandbox,
     SandboxError,
     SandboxPathError,
@@ -28,6 +30,8 @@ from tackroom_docker.engine import CallResult, DockerCLI, EngineInfo
 from tackroom_docker.images import ImageResolver, ResolvedImage
 from tackroom_docker.options import DockerOptions
 from tackroom_docker.ownership import owner_label
+from tackroom_docker.processes import FREEZE_ALL, KILL_ALL, KILL_MARKED
+from tackroom_docker.toolset import BIN, find_busybox, mount_args, run_in_container, toolset_dir
 from tackroom_sandbox_kit import (
     CHECK_TRANSFER_PATH,
     NamespaceForwards,
@@ -47,58 +51,15 @@ EXEC_MARKER_ENV = "TACKROOM_EXEC_ID"
 KEEPALIVE = 'trap "" INT TERM HUP QUIT; while :; do sleep 86400 & wait $!; done'
 
 
-# kill_processes(): args: "init" when PID 1 is docker-init (the keeper is then its oldest child), or "keeper";
-# then the seconds to keep confirming. Builtins only until the kill, so it works with the pids limit exhausted.
-# kill(-1) signals every process but PID 1 and the caller at once, also those in the middle of a fork.
-KILL_ALL = r"""
-mode=$1; wait_cs=$(($2 * 100)); me=$$; keeper=
-now() {  # hundredths of a second since boot, without leading zeros (sh arithmetic reads those as octal)
-    read -r u _ < /proc/uptime; now_cs=${u%.*}${u#*.}
-    while [ "${#now_cs}" -gt 1 ] && [ "${now_cs#0}" != "$now_cs" ]; do now_cs=${now_cs#0}; done
-}
-if [ "$mode" = init ]; then
-    kill -STOP -1 2>/dev/null
-    best=
-    for d in /proc/[0-9]*; do
-        { read -r line < "$d/stat"; } 2>/dev/null || continue
-        set -- ${line##*) }
-        [ "$2" = 1 ] || continue
-        if [ -z "$best" ] || [ "${20}" -lt "$beststart" ]; then best=${d#/proc/}; beststart=${20}; fi
-    done
-    keeper=$best
-fi
-before=" "
-for d in /proc/[0-9]*; do
-    p=${d#/proc/}
-    case $p in 1|"$me"|"$keeper") continue ;; esac
-    before="$before$p "
+# fresh_folder(): $1 removed (a link at its place, not its target) and made again, empty; a link above it is refused.
+FRESH_FOLDER = r"""
+p=$1; cur=; rest=${p#/}
+while [ -n "$rest" ]; do
+    case $rest in */*) c=${rest%%/*}; rest=${rest#*/} ;; *) break ;; esac
+    cur=$cur/$c
+    if [ -L "$cur" ]; then echo "$cur is a link"; exit 3; fi
 done
-if [ -n "$keeper" ]; then
-    for p in $before; do kill -9 "$p" 2>/dev/null; done
-    kill -CONT "$keeper" 2>/dev/null
-else
-    kill -9 -1 2>/dev/null
-fi
-now; deadline=$((now_cs + wait_cs))
-while :; do
-    left=
-    for d in /proc/[0-9]*; do
-        p=${d#/proc/}
-        case $p in 1|"$me"|"$keeper") continue ;; esac
-        { read -r line < "$d/stat"; } 2>/dev/null || continue
-        comm=${line#*(}; comm=${comm%)*}
-        set -- ${line##*) }
-        case $1 in Z|X|x) continue ;; esac
-        if [ "$2" = "${keeper:-1}" ] && [ "$comm" = sleep ]; then
-            case $before in *" $p "*) ;; *) continue ;; esac
-        fi
-        left="$left $p"
-    done
-    [ -z "$left" ] && exit 0
-    now; if [ "$now_cs" -ge "$deadline" ]; then echo "still alive after SIGKILL:$left"; exit 1; fi
-    for p in $left; do kill -9 "$p" 2>/dev/null; done
-    sleep 0.01 2>/dev/null || :
-done
+rm -rf "$p" 2>/dev/null; mkdir -p "$p" && [ -d "$p" ] && [ ! -L "$p" ] && [ -z "$(ls -A "$p")" ]
 """
 
 # snapshot(): a tar of the paths that exist and do not go through a link, on stdout.
@@ -114,10 +75,9 @@ for p in "$@"; do
 done | tar --null -cf - -T - 2>/dev/null
 """
 
-# Kills every process of one exec: they all inherit its marker variable, also across setsid/daemonising.
-KILL_MARKED = (
-    'for pass in 1 2; do for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$$" ] && continue; '
-    'if tr "\\000" "\\n" < "$d/environ" 2>/dev/null | grep -qx "$1"; then kill -9 "$p" 2>/dev/null; fi; done; done'
+NETWORK_MODES_ERROR = (
+    "the docker sandbox cannot enforce network mode {mode!r}: its engine offers 'none' (--network none, loopback "
+    "only) and 'public' (the host's network) and no per-host filter; declare network_mode 'none' or 'public'"
 )
 
 DAEMON_ERROR = re.compile(r"^(Error response from daemon|Error: No such container|Error: container)", re.IGNORECASE)
@@ -138,11 +98,17 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         self.cli = cli
         self.name = container_name(spec)
         self.image: ResolvedImage | None = None
-        self.network = options.network_mode or ("host" if spec.allow_internet else "none")
+        self.network = options.network_mode or ("host" if spec.network.online else "none")
         self.timings: dict[str, float] = {}
         self.workdir = spec.workdir
         """The container's working directory (the Dockerfile's WORKDIR unless the spec sets one)."""
         self._shell = "bash"
+        self._pid = 0
+        """The host pid of the container's PID 1: root helpers enter its namespaces."""
+        self._kept: list[int] = []
+        """Processes kill_processes(keep_listening=True) kept (pids in the container), frozen between grader commands."""
+        self._grading_net = "container"
+        """The network run_grader's command gets: the container's, the host's ("host"), or loopback only ("isolated")."""
         self._tmpfs_workdir = False
         self._run_attempted = False
         self._started = False
@@ -156,6 +122,8 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             return
         if self._stopped:
             raise SandboxError(f"sandbox {self.name} was stopped; create a new one")
+        if self.spec.network.mode == "allowlist" and self.options.network_mode is None:
+            raise SandboxError(NETWORK_MODES_ERROR.format(mode="allowlist"))
         t0 = time.monotonic()
         self.image = await ImageResolver(self.cli, self.options).resolve(self.spec)
         self.timings["image_s"] = time.monotonic() - t0
@@ -184,6 +152,10 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             raise SandboxError(f"could not start a container from {self.image.ref}: {result.describe()}")
         self.timings["run_s"] = time.monotonic() - t1
         self._started = True
+        pid = await self.cli.run(["inspect", "--format", "{{.State.Pid}}", self.name], timeout=self.options.cli_timeout_sec)
+        if not pid.ok or not pid.out.strip().isdigit() or pid.out.strip() == "0":
+            raise SandboxError(f"could not find the process of container {self.name}: {pid.describe()}")
+        self._pid = int(pid.out.strip())
         if self._tmpfs_workdir:
             # The tmpfs volume hides what the image put in the working directory: copied in from the image.
             from tackroom_docker.tools import copy_from_image
@@ -227,11 +199,12 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             argv += ["-e", f"{key}={value}"]
         if spec.storage_mb is not None:
             argv += self._storage_args(info, spec.storage_mb)
+        argv += mount_args(await asyncio.to_thread(toolset_dir, find_busybox(self.options.toolset_busybox)))
         argv += self.options.extra_run_args
         if self.options.keep_entrypoint:
-            argv += [image.ref, "sh", "-c", KEEPALIVE]
+            argv += [image.ref, f"{BIN}/sh", "-c", KEEPALIVE]
         else:
-            argv += ["--entrypoint", "sh", image.ref, "-c", KEEPALIVE]
+            argv += ["--entrypoint", f"{BIN}/sh", image.ref, "-c", KEEPALIVE]
         return argv
 
     def _storage_args(self, info: EngineInfo, size_mb: int) -> list[str]:
@@ -352,55 +325,83 @@ class DockerSandbox(NamespaceForwards, Sandbox):
     async def _kill_marked(self, marker: str) -> None:
         """Kill, inside the container, every process carrying the exec's marker variable."""
         try:
-            await self.cli.run(
-                ["exec", "-u", "0", "-w", "/", self.name, "sh", "-c", KILL_MARKED, "tackroom-kill", marker],
-                timeout=min(self.options.cli_timeout_sec, 15.0),
-            )
+            await self._root_exec(KILL_MARKED, marker, timeout=min(self.options.cli_timeout_sec, 15.0))
         except SandboxError:
             pass  # the container is gone or wedged; stop() removes it either way
 
     async def _root_exec(
         self, script: str, *args: str, timeout: float, stdout_path: Path | None = None, stdin: bytes | None = None
     ) -> CallResult:
-        """Run one of this module's sh scripts as root from ``/`` (the agent may have removed the working directory)."""
-        interactive = ["-i"] if stdin is not None else []
-        result = await self.cli.run(
-            ["exec", *interactive, "-u", "0", "-w", "/", self.name, "sh", "-c", script, "tackroom", *args],
-            timeout=timeout,
-            stdout_path=stdout_path,
-            stdin=stdin,
-        )
-        if result.returncode != 0 and DAEMON_ERROR.match(result.err):
+        """Run one of this plugin's sh scripts as root from ``/`` with the toolset (:mod:`tackroom_docker.toolset`):
+        nothing of the agent's PATH, shell or /etc/passwd is used, and the pids limit does not apply."""
+        result = await run_in_container(self._pid, script, *args, timeout=timeout, stdin=stdin, stdout_path=stdout_path)
+        if result.returncode != 0 and "nsenter:" in result.err:
             await self._raise_if_gone(result)
+            raise SandboxError(f"could not enter the namespaces of container {self.name}: {result.describe()}")
         return result
 
-    async def kill_processes(self, *, timeout: float = 10.0) -> None:
+    async def kill_processes(self, *, timeout: float = 10.0, keep_listening: bool = False) -> list[str]:
         """Kill every process in the container but its keeper, and wait until they are gone.
 
-        One ``kill -9 -1`` from inside does it: the kernel signals every process of the container's pid
-        namespace except PID 1 (the keeper, see ``KEEPALIVE``) and the caller at once, including processes in
-        the middle of a fork, so background jobs, ``setsid``/double-forked daemons and tmux servers all go. It
-        needs no fork, so it works with the pids limit exhausted by a fork bomb. The script then reads
-        ``/proc`` until nothing but PID 1, the keeper's fresh ``sleep`` and zombies (reaped by PID 1) is left.
-        With ``init = true`` PID 1 is docker-init, whose oldest child is the keeper: everything else is
-        stopped with ``kill -STOP -1`` first, then killed one by one.
+        One ``kill -9 -1`` does it: the kernel signals every process of the container's pid namespace except
+        PID 1 (the keeper, see ``KEEPALIVE``) and the caller at once, including processes in the middle of a
+        fork, so background jobs, ``setsid``/double-forked daemons and tmux servers all go. The script runs from
+        the host in the container's namespaces but outside its cgroup, so a fork bomb that holds the whole pids
+        limit cannot stop it. It then reads ``/proc`` until nothing but PID 1, the keeper's fresh ``sleep`` and
+        zombies (reaped by PID 1) is left. With ``init = true`` PID 1 is docker-init, whose oldest child is the
+        keeper: everything else is stopped with ``kill -STOP -1`` first, then killed one by one.
+
+        ``keep_listening``: everything is stopped first; each process holding a listening socket (TCP listen,
+        bound UDP, a listening unix stream/seqpacket socket) stays, frozen, until :meth:`run_grader` resumes it
+        for the grader's command; every other process is killed. Returns one line per kept process.
         """
         self._require_started()
         await self._close_forwards()
         mode = "init" if self.options.init else "keeper"
         confirm_s = str(max(1, int(timeout) - 1))
-        deadline = time.monotonic() + timeout
-        while True:
-            result = await self._root_exec(KILL_ALL, mode, confirm_s, timeout=max(deadline - time.monotonic(), 0.5))
-            # `docker exec` itself can fail for a moment while a fork bomb holds every pid of the limit.
-            if result.returncode in (126, 127) and _resource_error(result) and time.monotonic() < deadline - 0.5:
-                await asyncio.sleep(0.1)
-                continue
-            break
+        result = await self._root_exec(KILL_ALL, mode, confirm_s, "1" if keep_listening else "0", timeout=timeout)
         if result.returncode != 0:
             raise SandboxError(
                 f"processes survived kill_processes() in {self.name}: {(result.out + result.err).strip()[:500]}"
             )
+        kept = [line.removeprefix("kept ") for line in result.out.splitlines() if line.startswith("kept ")]
+        self._kept = [int(line.split()[0]) for line in kept]
+        return [f"pid {line}" for line in kept]
+
+    async def _freeze_all(self) -> None:
+        """Stop every process but PID 1 (after a grader command that did not end on its own)."""
+        try:
+            await self._root_exec(FREEZE_ALL, timeout=self.options.cli_timeout_sec)
+        except SandboxError:
+            pass  # the container is gone: nothing runs
+
+    async def run_grader(self, cmd: list[str], *, private: list[str], collect: str, dest: Path,
+                         cwd: str | None = None, env: dict[str, str] | None = None,
+                         timeout: float = DEFAULT_EXEC_TIMEOUT) -> ExecResult:
+        """The grader's command in a private view kept services cannot steer (see :mod:`tackroom_docker.grading`)."""
+        from tackroom_docker.grading import run_grader
+
+        return await run_grader(self, cmd, private=private, collect=collect, dest=dest, cwd=cwd, env=env, timeout=timeout)
+
+    async def set_network(self, policy: NetworkPolicy, *, timeout: float = 60.0) -> None:
+        """Grading's network: a container started offline grades online by running the grader's command in the
+        host's network namespace (the container's own stays offline: kept services and other commands are not
+        reachable from the network, and test.sh reaches kept services only through the host's ports); a
+        container on the host network grades offline in a fresh namespace with loopback only. Docker here
+        has networks "none" and "host" only, so "allowlist" cannot be enforced: SandboxError."""
+        mode = policy.mode
+        if mode not in ("none", "public"):
+            raise SandboxError(NETWORK_MODES_ERROR.format(mode=mode))
+        online = self.network == "host"
+        if (mode == "public") == online:
+            self._grading_net = "container"
+        elif mode == "public":
+            self._grading_net = "host"
+            self.notes.append("grading ran on the host's network (the agent's container was offline); services the "
+                              "agent left listening stay in the container's own network")
+        else:
+            self._grading_net = "isolated"
+            self.notes.append("grading ran with loopback only (the agent's container was on the host network)")
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -536,6 +537,16 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             if not result.ok:
                 raise SandboxError(f"snapshot of {paths} failed in {self.name}: {result.describe()}")
             return archive.read_bytes()
+
+    async def fresh_folder(self, path: str, *, timeout: float = 60.0) -> None:
+        """``path`` made an empty folder by the toolset (never the agent's ``rm``, ``mkdir`` or shell)."""
+        full = self._resolve(path)
+        self._require_started()
+        result = await self._root_exec(FRESH_FOLDER, full, timeout=min(timeout, self.options.cli_timeout_sec))
+        if not result.ok:
+            await self._raise_if_gone(result)
+            raise GradingSabotagedError(f"the agent left {path} so that it cannot be recreated empty (exit "
+                                        f"{result.returncode}: {(result.err or result.out).strip()[:300]}); graded 0")
 
     async def _raise_if_gone_or(self, failed: CallResult, message: str) -> None:
         await self._raise_if_gone(failed)

@@ -1,0 +1,105 @@
+"""Host-side entry of ``run_grader``: run as a script by the host's Python (stdlib only), as root.
+
+Everything is imported and every host file is opened before the process joins the container's namespaces: after
+``setns`` into the container's mount namespace, paths resolve in the container, where the agent wrote.
+
+Steps (one JSON argument holds the settings, see ``tackroom_docker.grading``):
+1. join the container's ipc, uts, pid and mount namespaces, and its network namespace (``net = "container"``),
+   or stay on the host's (``"host"``: grading online while the agent ran offline), or a fresh one with only
+   loopback (``"isolated"``); then a private mount namespace of our own;
+2. the toolset's sh, with full capabilities, copies each ``private`` folder into a tmpfs and mounts the copy
+   over it, in this namespace only: no process of the container sees or writes the copies;
+3. kept services are resumed (SIGCONT) and the command runs: in the container's cgroups, with the container's
+   capability bounding set, ``no_new_privs``, a clean environment, from ``cwd``;
+4. every process of the container but PID 1 is frozen again (SIGSTOP), and the private copy of ``collect`` is
+   written as a tar to the host file ``collect_tar``.
+The outcome (the command's exit code, or the step that failed and why) goes to the host file ``status``.
+"""
+
+import ctypes
+import json
+import os
+import signal
+import sys
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+MS_REC, MS_PRIVATE = 0x4000, 1 << 18
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+
+
+def main() -> int:
+    cfg = json.loads(sys.argv[1])
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    status = os.open(cfg["status"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    collect_out = os.open(cfg["collect_tar"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    cgroups = [os.open(p, os.O_WRONLY) for p in cfg["cgroup_procs"]]
+
+    def report(**fields: object) -> None:
+        os.write(status, json.dumps(fields).encode())
+
+    pid = cfg["pid"]
+    names = ["ipc", "uts", *(["net"] if cfg["net"] == "container" else []), "pid", "mnt"]
+    fds = {n: os.open(f"/proc/{pid}/ns/{n}", os.O_RDONLY) for n in names}
+    for n in names:
+        os.setns(fds[n], 0)
+    os.chdir("/")
+    os.unshare(CLONE_NEWNS | (CLONE_NEWNET if cfg["net"] == "isolated" else 0))
+    if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        report(step="setup", error=f"mount --make-rprivate / failed: {os.strerror(ctypes.get_errno())}")
+        return 1
+    env = {"PATH": cfg["bin"], "HOME": "/", "LC_ALL": "C"}
+    sh = f"{cfg['bin']}/sh"
+
+    def run(script: str, *args: str, stdout: int | None = None) -> int:
+        child = os.fork()
+        if child == 0:
+            try:
+                if stdout is not None:
+                    os.dup2(stdout, 1)
+                os.execve(sh, [sh, "-c", script, "tackroom", *args], env)
+            finally:
+                os._exit(127)
+        return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+
+    rc = run(cfg["setup_script"], *cfg["setup_args"])
+    if rc != 0:
+        report(step="setup", exit=rc)
+        return 1
+    kept = [str(p) for p in cfg["kept"]]
+    if kept:
+        run("kill -CONT \"$@\" 2>/dev/null; exit 0", *kept)
+    child = os.fork()
+    if child == 0:
+        try:
+            for fd in cgroups:
+                os.write(fd, str(os.getpid()).encode())
+            keep = int(cfg["cap_bounding"], 16)
+            for cap in range(int(cfg["cap_last"]) + 1):
+                if not keep >> cap & 1:
+                    libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+            header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+            low, high = keep & 0xFFFFFFFF, keep >> 32
+            data = (ctypes.c_uint32 * 6)(low, low, 0, high, high, 0)  # effective, permitted, inheritable (x2)
+            if libc.capset(header, data) != 0 or libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+                os._exit(126)
+            try:
+                os.chdir(cfg["cwd"])
+            except OSError:
+                os.chdir("/")
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            cmd_env = [f"{k}={v}" for k, v in cfg["env"].items()]
+            os.execve(f"{cfg['bin']}/env", ["env", "-i", *cmd_env, *cfg["cmd"]], {})
+        finally:
+            os._exit(127)
+    code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+    exit_code = code if code >= 0 else 128 - code
+    # Freeze what runs: kept services and anything the command left behind (the runtime kills it later).
+    run("kill -STOP -1 2>/dev/null; exit 0")
+    packed = run('cd "$1" && tar -cf - .', cfg["collect"], stdout=collect_out)
+    report(step="done", exit=exit_code, collect_exit=packed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

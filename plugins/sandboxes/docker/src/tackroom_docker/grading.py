@@ -1,0 +1,165 @@
+"""``run_grader``: the grader's command in a private view of the container that kept services cannot steer.
+
+The host's Python runs :mod:`tackroom_docker.grader_entry` as root; it joins the container's namespaces
+(network: the container's, the host's for public grading, or a fresh loopback-only one), unshares a mount
+namespace of its own and mounts tmpfs copies of the ``private`` folders there. Kept services (frozen since
+:meth:`~tackroom_docker.sandbox.DockerSandbox.kill_processes`) resume only for the command's run and never see
+the copies; the command runs in the container's cgroups with the container's capability bounding set and
+``no_new_privs``, a clean environment and a fresh HOME. The reward folder comes back as a tar of the private
+copy, written to a host file that nothing in the container can reach.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tackroom import (
+    GRADER_CLEAN_ENV,
+    GRADER_SCRUBBED_ENV,
+    ExecResult,
+    GradingSabotagedError,
+    SandboxError,
+    SandboxTimeoutError,
+)
+from tackroom_docker.engine import run_host
+from tackroom_docker.toolset import BIN, STAGE
+from tackroom_sandbox_kit import extract_tar
+
+if TYPE_CHECKING:
+    from tackroom_docker.sandbox import DockerSandbox
+
+ENTRY = Path(__file__).with_name("grader_entry.py")
+
+
+# Args: the network ("container" | "host" | "isolated"), the tmpfs size in MB, then the private folders.
+# Runs with full capabilities in the grader's own mount namespace, before anything of the agent runs again.
+SETUP = r"""
+net=$1; size=$2; shift 2
+mount -t tmpfs -o "size=${size}m,mode=0755" tackroom-grader %STAGE% || exit 10
+mkdir -m 0700 %STAGE%/home || exit 10
+i=0
+for p in "$@"; do
+    cur=; rest=${p#/}
+    while [ -n "$rest" ]; do
+        case $rest in */*) c=${rest%%/*}; rest=${rest#*/} ;; *) c=$rest; rest= ;; esac
+        cur=$cur/$c
+        if [ -L "$cur" ]; then echo "tackroom: $cur is a link" >&2; exit 3; fi
+    done
+    if [ ! -d "$p" ]; then echo "tackroom: $p is not a folder" >&2; exit 3; fi
+    i=$((i + 1))
+    mkdir "%STAGE%/$i" && cp -a "$p/." "%STAGE%/$i/" || exit 11
+    mount --bind "%STAGE%/$i" "$p" || exit 12
+done
+if [ "$net" = isolated ]; then ip link set lo up || exit 13; fi
+exit 0
+""".replace("%STAGE%", STAGE)
+
+
+def clean_env(image_env: list[str], spec_env: dict[str, str], extra: dict[str, str] | None) -> dict[str, str]:
+    """What ``docker exec`` would give the command, less every start-up variable, plus a fresh HOME; ``extra`` wins."""
+    env: dict[str, str] = {}
+    for item in image_env:
+        key, _, value = item.partition("=")
+        env[key] = value
+    env.update(spec_env)
+    for key in GRADER_SCRUBBED_ENV:
+        env.pop(key, None)
+    env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    env.update({"HOME": f"{STAGE}/home", **GRADER_CLEAN_ENV})
+    env.update(extra or {})
+    return env
+
+
+def cgroup_procs(pid: int) -> list[str]:
+    """The ``cgroup.procs`` files of every cgroup process ``pid`` is in (v1 and v2), as the host sees them."""
+    found: list[str] = []
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers.startswith("name="):
+            continue
+        base = Path("/sys/fs/cgroup") if controllers == "" else Path("/sys/fs/cgroup") / controllers.split(",")[0]
+        if controllers and not base.exists():
+            base = Path("/sys/fs/cgroup") / controllers
+        procs = base / path.lstrip("/") / "cgroup.procs"
+        if procs.exists() and str(procs) not in found:
+            found.append(str(procs))
+    return found
+
+
+def capability_bounding_set(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("CapBnd:"):
+            return line.split()[1]
+    raise SandboxError(f"could not read the capabilities of container process {pid}")
+
+
+async def run_grader(
+    sb: DockerSandbox,
+    cmd: list[str],
+    *,
+    private: list[str],
+    collect: str,
+    dest: Path,
+    cwd: str | None,
+    env: dict[str, str] | None,
+    timeout: float,
+) -> ExecResult:
+    """See :meth:`tackroom.Sandbox.run_grader` and the module docstring."""
+    sb._require_started()
+    folders = [sb._resolve(p) for p in private]
+    collected = sb._resolve(collect)
+    if collected not in folders:
+        raise ValueError(f"collect={collect!r} must be one of private={private!r}")
+    pid = sb._pid
+    image_env = (sb.image.record.get("Config") or {}).get("Env") or [] if sb.image is not None else []
+    with tempfile.TemporaryDirectory(prefix="tackroom-grader-") as tmp:
+        status_path, tar_path = Path(tmp) / "status.json", Path(tmp) / "collect.tar"
+        cfg = {
+            "pid": pid,
+            "net": sb._grading_net,
+            "bin": BIN,
+            "status": str(status_path),
+            "collect_tar": str(tar_path),
+            "cgroup_procs": cgroup_procs(pid),
+            "cap_bounding": capability_bounding_set(pid),
+            "cap_last": Path("/proc/sys/kernel/cap_last_cap").read_text().strip(),
+            "setup_script": SETUP,
+            "setup_args": [sb._grading_net, str(sb.spec.storage_mb or 2048), *folders],
+            "kept": sb._kept,
+            "cwd": sb._resolve(cwd) if cwd is not None else sb.workdir,
+            "env": clean_env(image_env, sb.spec.env, env),
+            "cmd": list(cmd),
+            "collect": collected,
+        }
+        argv = [sys.executable, "-I", "-S", str(ENTRY), json.dumps(cfg)]
+        try:
+            result = await run_host(argv, timeout=timeout, output_limit=sb.options.output_limit_bytes,
+                                    env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
+        except SandboxTimeoutError:
+            await sb._freeze_all()
+            raise SandboxTimeoutError(f"the grader's command exceeded its {timeout:g}s timeout and was killed: "
+                                      f"{' '.join(cmd)[:120]}") from None
+        try:
+            status = json.loads(status_path.read_text() or "{}")
+        except (OSError, ValueError):
+            status = {}
+        if status.get("step") != "done":
+            await sb._raise_if_gone(None)
+            await sb._freeze_all()
+            stderr = result.err[-1500:]
+            if status.get("step") == "setup" and status.get("exit") == 3:
+                raise GradingSabotagedError(f"the agent left a folder the grader needs unusable ({stderr.strip()}); graded 0")
+            raise SandboxError(f"could not set up the grader's private view in {sb.name} "
+                               f"({status or 'no status'}): {stderr or result.out[-500:]}")
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        if tar_path.stat().st_size:
+            with tarfile.open(tar_path) as tar:
+                extract_tar(tar, dest)
+        return ExecResult(exit_code=int(status["exit"]), stdout=result.out, stderr=result.err,
+                          truncated=result.truncated, duration_s=result.duration_s)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import inspect
+import tempfile
+from pathlib import Path
 
 import pytest
 
 import tackroom
-from tackroom._builtins.test_script_verifier import TestScriptVerifier
+from tackroom._builtins.test_script_verifier import REWARD_DIR, TestScriptVerifier, _read_reward
 from tackroom.testing import (
     VERIFIER_CHECKS,
     VerifierScenario,
@@ -58,7 +60,9 @@ class TrustsTheFolder(TestScriptVerifier):
     async def verify(self, task, sandbox, trajectory):
         await sandbox.upload(task.tests_dir, self.options.tests_dir)
         await sandbox.exec(f"bash {self.options.tests_dir}/test.sh", timeout=task.config.verifier.timeout_sec)
-        reward = await self._read_reward(sandbox)
+        with tempfile.TemporaryDirectory() as tmp:
+            await sandbox.download(REWARD_DIR, Path(tmp) / "verifier")  # the sandbox's own folder, as the agent left it
+            reward = _read_reward(Path(tmp) / "verifier")
         if reward is None:
             raise tackroom.TaskError("no reward written")
         return reward

@@ -9,6 +9,7 @@ a grader broken on its own stays a ``task`` error.
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import uuid
 
@@ -184,3 +185,45 @@ async def test_writing_past_storage_mb_fails_inside_and_the_trial_is_still_grade
              "if grep -q 'No space left' /tmp/dd.err; then rm -f /app/fill; echo 42 > /app/answer.txt; fi")
     result = await trial(tmp_path, sandbox_name, solve_sh=solve, toml_extra="[environment]\nstorage_mb = 64\n")
     assert (result.error, result.reward) == (None, 1.0), (result.error, result.notes)
+
+
+# -- the grader's own run: the reward channel, start-up hooks, services, exhaustion ----------------------------------
+
+
+@pytest.mark.parametrize("test_sh", [CHECK, "true\n"], ids=["writes-0", "writes-nothing"])
+async def test_a_reward_the_agent_prefilled_and_locked_is_never_read(tmp_path, sandbox_name, test_sh):
+    lock = ("mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; echo '{\"reward\": 1}' > /logs/verifier/reward.json; "
+            "chmod 444 /logs/verifier/reward.*; chattr +i /logs/verifier/reward.* 2>/dev/null; chmod 555 /logs/verifier; "
+            "chattr +i /logs/verifier 2>/dev/null; echo wrong > /app/answer.txt; true")
+    result = await trial(tmp_path, sandbox_name, test_sh=test_sh, solve_sh=lock)
+    assert result.reward != 1.0, "the agent's prefilled reward was read"
+    assert result.error is None or result.error.error_class in ("model", "task"), result.error
+
+
+async def test_a_service_the_agent_left_cannot_rewrite_the_reward_while_test_sh_runs(tmp_path, sandbox_name):
+    # A listening perl service (kept into grading where the sandbox keeps services) that keeps writing 1 as the reward.
+    service = ("use IO::Socket::INET; my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 18765, "
+               "Listen => 5, ReuseAddr => 1) or die; $s->timeout(0.01); while (1) { mkdir '/logs/verifier'; "
+               "if (open(my $h, '>', '/logs/verifier/reward.txt')) { print $h \"1\\n\"; close($h); } my $c = $s->accept; "
+               "if ($c) { print $c \"hi\\n\"; close($c); } }")
+    solve = f"echo wrong > /app/answer.txt; (perl -e {shlex.quote(service)} >/dev/null 2>&1 &); sleep 0.5"
+    test_sh = CHECK + "sleep 1\n(exec 3<>/dev/tcp/127.0.0.1/18765 && head -n1 <&3) 2>/dev/null; sleep 0.5\n"
+    result = await trial(tmp_path, sandbox_name, test_sh=test_sh, solve_sh=solve)
+    assert result.reward == 0.0 and result.error is None, (result.reward, result.error)
+
+
+async def test_a_perl_module_the_agent_put_first_in_inc_does_not_run_in_grading(tmp_path, sandbox_name):
+    # /etc/perl comes first in Debian's @INC: a strict.pm there would run inside every grader's `use strict`.
+    shadow = "package strict; open(my $h, '>', '/logs/verifier/reward.txt'); print $h \"1\\n\"; close($h); sub import {} 1;"
+    solve = (f"echo wrong > /app/answer.txt; for d in $(perl -e 'print join(\" \", @INC)'); do "
+             f"mkdir -p \"$d\" 2>/dev/null && printf '%s' {shlex.quote(shadow)} > \"$d/strict.pm\" 2>/dev/null; done; true")
+    test_sh = CHECK + "perl -e 'use strict; 1' >/dev/null 2>&1; true\n"
+    result = await trial(tmp_path, sandbox_name, test_sh=test_sh, solve_sh=solve)
+    assert result.reward == 0.0, f"the agent's strict.pm ran inside grading (reward {result.reward}, {result.error})"
+
+
+async def test_a_fork_bomb_at_the_end_of_the_turn_is_the_models_zero_never_infra(tmp_path, sandbox_name):
+    bomb = "echo wrong > /app/answer.txt; (b() { b | b & }; b) >/dev/null 2>&1 & sleep 3; true"
+    result = await trial(tmp_path, sandbox_name, solve_sh=bomb, toml_extra="[environment]\nmemory_mb = 1024\n")
+    assert result.reward == 0.0, (result.reward, result.error)
+    assert result.error is None or result.error.error_class == "model", result.error

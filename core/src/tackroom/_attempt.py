@@ -1,38 +1,53 @@
-"""One trial attempt as data, and the free function that runs it.
+"""One trial attempt as data, and its phases.
 
 The runtime builds an :class:`AttemptPlan` once per attempt: the trial, its task,
 each plugin as a :class:`PluginRef` (``module:qualname`` plus options as data), the
-policy and the :class:`AttemptDeadlines`. An executor hands the plan to
-:func:`run_attempt`, here or in another process (a plan pickles by reference: the
-live objects a reference may carry in this process stay behind), and never sees the
-runtime. The runtime keeps what is per run: retries, policy sessions, hooks, files.
+policy, the :class:`AttemptDeadlines` and the run's network default. An executor hands
+the plan to :func:`run_attempt`, here or in another process (a plan pickles by
+reference: the live objects a reference may carry in this process stay behind), and
+never sees the runtime. The runtime keeps what is per run: retries, policy sessions,
+hooks, files.
 
-:func:`run_attempt` is sandbox start → verifier prepare → harness setup → harness run
-→ kill the agent's processes → verify → teardown. Every phase has a limit; the sum of
-those limits, :meth:`AttemptDeadlines.time_limit`, is computed here and nowhere else.
-Failures are classified by the ``tackroom_classify_error`` hook (then by built-in rules)
-into ``infra``, ``model`` and ``task``; see ``_runtime`` for what each one means.
+An attempt is five phases, each a method of :class:`Attempt` with its own limit, error
+class and notes: start (the sandbox), setup (verifier prepare, harness setup), agent
+(the harness run; its own failure is the model's and grading still runs), stop (the
+agent's processes, its services kept frozen where the task wants them) and grade
+(the grading network, the image's tools, the verifier, a regrade when grading fails).
+The sum of the limits, :meth:`AttemptDeadlines.time_limit`, is computed here and
+nowhere else. Failures are classified by the ``tackroom_classify_error`` hook (then by
+built-in rules) into ``infra``, ``model`` and ``task``; :meth:`Attempt.decide` is the one
+place that picks the trial's error (``task`` > ``infra`` > ``model``, the first of a class).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
+from tackroom._config import NetworkDefaults
 from tackroom._errors import ErrorClass, ModelError, PluginNotFoundError, TackroomError
 from tackroom._grading import copy_paths, stop_quietly, workdir_of
 from tackroom._plugin import PluginKind, check_plugin_class
 from tackroom._policy import Policy
 from tackroom._reward import Reward
-from tackroom._sandbox import GraderBrokenError, GradingSabotagedError, SandboxProvider, SandboxSpec
-from tackroom._task import Task
+from tackroom._sandbox import (
+    GraderBrokenError,
+    GradingSabotagedError,
+    NetworkPolicy,
+    Sandbox,
+    SandboxExhaustedError,
+    SandboxProvider,
+    SandboxSpec,
+)
+from tackroom._task import Task, phase_networks
 from tackroom._trajectory import Trajectory
 from tackroom._trial import Trial, TrialErrorInfo, TrialResult, slug
 
@@ -187,6 +202,9 @@ class AttemptPlan(BaseModel):
     attempt: int
     deadlines: AttemptDeadlines = AttemptDeadlines()
     policy: Policy | None = None
+    network: NetworkDefaults = NetworkDefaults()
+    """The network of each phase for a task that declares none (``[runtime] network``, ``--allow-internet``)."""
+    force_build: bool = False
 
     @property
     def time_limit(self) -> float:
@@ -200,8 +218,10 @@ class AttemptPlan(BaseModel):
                            category=task.category, **fields)
 
 
-def sandbox_spec(task: Task, name: str, deadlines: AttemptDeadlines | None = None) -> SandboxSpec:
-    """The sandbox a trial of ``task`` gets.
+def sandbox_spec(task: Task, name: str, deadlines: AttemptDeadlines | None = None, *,
+                 network: NetworkPolicy | None = None, force_build: bool = False) -> SandboxSpec:
+    """The sandbox a trial of ``task`` gets; ``network`` is the agent phase's (default: the task's declaration,
+    else none).
 
     A harness with the ``agent_in_sandbox`` capability (e.g. OpenCode) gets the same
     sandbox: it reaches the policy through :meth:`Sandbox.forward_host_port`, one host
@@ -212,9 +232,10 @@ def sandbox_spec(task: Task, name: str, deadlines: AttemptDeadlines | None = Non
         name=name,
         environment_dir=task.environment_dir if task.environment_dir.is_dir() else None,
         image=env.docker_image,
+        force_build=force_build,
         cpus=env.cpus,
         memory_mb=env.memory_mb,
-        allow_internet=env.allow_internet,
+        network=network or phase_networks(task.config).agent,
         build_timeout_sec=env.build_timeout_sec,
         start_timeout_sec=(deadlines or AttemptDeadlines()).start_timeout_sec,
         storage_mb=env.storage_mb,
@@ -244,6 +265,240 @@ def error_info(exc: BaseException, phase: str, error_class: ErrorClass) -> Trial
     return TrialErrorInfo(error_class=error_class, type=type(exc).__name__, message=message[:4000], phase=phase)
 
 
+RANK: dict[ErrorClass, int] = {"task": 0, "infra": 1, "model": 2}
+"""Which error a trial reports when several happened (lowest first)."""
+
+
+class Attempt:
+    """One attempt's shared state and its phases (:meth:`start`, :meth:`setup`, :meth:`agent`, :meth:`stop`,
+    :meth:`grade`), each run under its own limit, cut to what is left of the attempt's one deadline."""
+
+    def __init__(self, plan: AttemptPlan, manager: PluginManager) -> None:
+        self.plan, self.task, self.manager, self.deadlines = plan, plan.task, manager, plan.deadlines
+        self.result = plan.blank_result()
+        self.trajectory = Trajectory(stop_reason="not_started")
+        harness_cls, harness_options = plan.harness.resolve(manager)
+        self.verifier_cls, self.verifier_options = plan.verifier.resolve(manager)
+        self.harness, self.verifier = harness_cls(harness_options), self.verifier_cls(self.verifier_options)
+        self.networks = phase_networks(self.task.config, plan.network)
+        self.spec = sandbox_spec(self.task, f"{plan.trial.id}-a{plan.attempt}", self.deadlines,
+                                 network=self.networks.agent, force_build=plan.force_build)
+        self.provider = plan.sandbox.provider(manager)
+        self.sandbox = self.provider.create(self.spec)
+        self.errors: list[TrialErrorInfo] = []
+        self.step = "sandbox_start"
+        """The step running now: the ``phase`` a failure is reported under."""
+        self.started = time.monotonic()
+        self.deadline = self.started + self.deadlines.time_limit(self.task)
+
+    def note(self, text: str) -> None:
+        self.result.notes.append(text)
+
+    async def timed(self, step: str, coro: Awaitable[Any], limit: float) -> Any:
+        """Run one step of a phase under ``limit`` (cut to the attempt's deadline), timed as ``step``."""
+        self.step = step
+        t0 = time.monotonic()
+        limit = max(min(limit, self.deadline - t0), 0.001)
+        try:
+            return await asyncio.wait_for(coro, limit)
+        except TimeoutError as exc:
+            if step == "harness_run":
+                raise AgentTimeoutError(f"agent ran past the task's agent timeout ({limit:g}s)") from exc
+            raise PhaseTimeoutError(f"{step} ran past its {limit:g}s limit") from exc
+        finally:
+            self.result.timings[step] = round(time.monotonic() - t0, 4)
+
+    # -- the phases ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.timed("sandbox_start", self.sandbox.start(), self.spec.build_timeout_sec + self.spec.start_timeout_sec)
+
+    async def setup(self) -> None:
+        await self.timed("verifier_prepare", self.verifier.prepare(self.task, self.sandbox), self.deadlines.setup_timeout_sec)
+        await self.timed("harness_setup", self.harness.setup(self.sandbox, self.task), self.deadlines.setup_timeout_sec)
+
+    async def agent(self) -> None:
+        """The harness's run. Its own failure (a timeout, a model error) is recorded and grading still runs on
+        what the agent left, as Harbor does; any other failure ends the attempt."""
+        limit = min(self.task.config.agent.timeout_sec, max(self.deadline - time.monotonic(), 0.001))
+        agent_task = self.task.model_copy(update={"deadline": time.time() + limit})
+        try:
+            self.trajectory = await self.timed("harness_run", self.harness.run(agent_task, self.sandbox, self.plan.policy),
+                                               limit)
+        except Exception as exc:
+            if classify(exc, "harness_run", self.manager) != "model":
+                raise
+            self.errors.append(error_info(exc, "harness_run", "model"))
+            self.trajectory = Trajectory(stop_reason="agent_timeout" if isinstance(exc, TimeoutError) else "model_error")
+            if isinstance(exc, TackroomError) and getattr(exc, "trajectory", None) is not None:
+                self.trajectory = exc.trajectory  # harnesses may attach what they had
+
+    async def stop(self) -> None:
+        """The agent's turn is over: nothing it started may change the sandbox while it is graded. Every process
+        is killed and confirmed gone, but those listening on a socket when the task keeps its services
+        (``[verifier] keep_services``, the default): they stay frozen and run only inside the grader's command
+        (:meth:`Sandbox.run_grader`). A sandbox that cannot confirm it is ``infra`` (the trial is not graded);
+        one the agent made unable to (every pid taken) is the model's 0."""
+        try:
+            await self.timed("kill_agent", self._kill(), KILL_TIMEOUT_SEC + KILL_GRACE_SEC)
+        except SandboxExhaustedError as exc:
+            self.note(f"the agent exhausted the sandbox, so its turn could not be ended cleanly ({exc}); graded 0")
+            raise
+
+    async def _kill(self) -> None:
+        verifier = self.task.config.verifier
+        if not (verifier.keep_services and verifier.grading == "shared"):
+            await self.sandbox.kill_processes(timeout=KILL_TIMEOUT_SEC)
+            return
+        try:
+            if "keep_listening" not in inspect.signature(self.sandbox.kill_processes).parameters:
+                raise NotImplementedError("written for a contract without keep_listening")
+            kept = await self.sandbox.kill_processes(timeout=KILL_TIMEOUT_SEC, keep_listening=True)
+        except NotImplementedError:
+            self.note(f"{self.plan.trial.sandbox}: cannot keep the agent's services into grading, so every process "
+                      "it started was killed (tests that talk to a server it started fail here, not under Harbor)")
+            await self.sandbox.kill_processes(timeout=KILL_TIMEOUT_SEC)
+            return
+        if kept:
+            shown = "; ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
+            self.note(f"kept {len(kept)} listening process(es) into grading, frozen but while test.sh runs: {shown}")
+
+    async def grade(self) -> None:
+        """The verifier's reward, on the grading phase's network; a ``task`` failure is regraded on an untouched
+        environment to learn whose fault it is (:meth:`regrade_untouched`)."""
+        second = self.deadlines.second_sandbox_limit(self.task)
+        try:
+            reward = await self.timed("verify", self._grade(), self.deadlines.grading_limit(self.task) - second)
+        except Exception as exc:
+            if classify(exc, "verify", self.manager) != "task" or isinstance(exc, GraderBrokenError):
+                raise
+            raise await self.timed("regrade", self.regrade_untouched(exc), second) from exc
+        reward.check_range(*self.task.config.verifier.reward_range, where=f"verifier {self.verifier.name!r}")
+        self.result.reward, self.result.components, self.result.reward_details = reward.score, reward.components, reward.details
+
+    async def _grade(self) -> Reward:
+        config = self.task.config.verifier
+        if config.grading == "separate":
+            grader = await self.fresh_sandbox("grade")
+            try:
+                copied = await copy_paths(self.sandbox, grader, [workdir_of(self.sandbox), *config.grading_paths],
+                                          budget_mb=self.spec.storage_mb)
+                self.note(f"graded in a fresh sandbox (grading = \"separate\"); copied {', '.join(copied) or 'nothing'}")
+                return await self.verifier.verify(self.task, grader, self.trajectory)
+            finally:
+                await self.stop_other(grader)
+        if self.networks.grading != self.networks.agent:
+            try:
+                await self.sandbox.set_network(self.networks.grading, timeout=60.0)
+            except NotImplementedError:
+                self.note(f"{self.plan.trial.sandbox}: cannot change its network once started, so grading ran with "
+                          f"the agent phase's ({self.networks.agent.describe()}), not {self.networks.grading.describe()}")
+        restored = await self.sandbox.restore_image_tools(keep=[workdir_of(self.sandbox), *config.grading_paths])
+        if restored is None:
+            self.note(f"{self.plan.trial.sandbox}: grading ran with the sandbox's executables as the agent left "
+                      "them (this sandbox cannot restore the image's); grading = \"separate\" avoids that")
+        elif restored:
+            shown = ", ".join(restored[:10]) + (f" and {len(restored) - 10} more" if len(restored) > 10 else "")
+            self.note(f"restored the image's tools before grading: {shown}")
+        return await self.verifier.verify(self.task, self.sandbox, self.trajectory)
+
+    async def regrade_untouched(self, error: BaseException) -> BaseException:
+        """Grading failed as a ``task`` error after the agent ran: grade an untouched sandbox to learn whose fault it is."""
+        clean = await self.fresh_sandbox("untouched")
+        try:
+            clean_verifier = self.verifier_cls(self.verifier_options)
+            await clean_verifier.prepare(self.task, clean)
+            await clean_verifier.verify(self.task, clean, Trajectory(stop_reason="untouched"))
+        except Exception as again:
+            if classify(again, "verify", self.manager) == "infra":
+                return again
+            return GraderBrokenError(f"grading failed ({type(error).__name__}: {error}), and on an environment no agent "
+                                     f"touched too ({type(again).__name__}: {again}): the task's grader is broken")
+        finally:
+            await self.stop_other(clean)
+        self.note(f"grading failed only on what the agent left ({type(error).__name__}); an untouched "
+                  "environment of the task grades cleanly, so the failure counts as the model's: reward 0")
+        return GradingSabotagedError(f"grading failed on what the agent left ({type(error).__name__}: {error}) but works "
+                                     "on an untouched environment: sabotaged grading, reward 0")
+
+    async def fresh_sandbox(self, suffix: str) -> Sandbox:
+        """A second sandbox of this task, started on the grading network, that no agent touched (see _grading)."""
+        other = self.provider.create(self.spec.model_copy(update={"name": f"{self.spec.name}-{suffix}",
+                                                                  "network": self.networks.grading}))
+        try:
+            await other.start()
+        except BaseException:
+            await self.stop_other(other)
+            raise
+        return other
+
+    async def stop_other(self, sandbox: Sandbox) -> None:
+        note = await stop_quietly(sandbox, self.deadlines.teardown_timeout_sec)
+        if note:
+            self.note(note)
+
+    async def teardown(self) -> None:
+        t0 = time.monotonic()
+        try:
+            await asyncio.shield(asyncio.wait_for(self.sandbox.stop(), self.deadlines.teardown_timeout_sec))
+        except (Exception, asyncio.CancelledError) as exc:
+            self.note(f"teardown failed: {type(exc).__name__}: {exc}")
+        self.result.timings["teardown"] = round(time.monotonic() - t0, 4)
+        self.result.timings["total"] = round(time.monotonic() - self.started, 4)
+        self.result.notes.extend(self.sandbox.notes)
+
+    # -- the outcome -----------------------------------------------------------------------------
+    async def run(self, on_started: Callable[[], None] | None = None) -> tuple[TrialResult, Trajectory]:
+        if on_started is not None:
+            on_started()
+        try:
+            for phase in (self.start, self.setup, self.agent, self.stop, self.grade):
+                try:
+                    await phase()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    self.errors.append(error_info(exc, self.step, classify(exc, self.step, self.manager)))
+                    break
+        finally:
+            await self.teardown()
+        self.decide()
+        self.network_notes()
+        result = self.result
+        result.stop_reason = self.trajectory.stop_reason
+        result.metrics = dict(self.trajectory.metrics)
+        result.notes.extend(self.trajectory.notes)
+        result.finished_at = datetime.now(UTC).isoformat()
+        return result, self.trajectory
+
+    def decide(self) -> None:
+        """The one place that picks the trial's error: ``task`` > ``infra`` > ``model``, the first of a class (the
+        agent's own failure comes first; a model failure after it is its consequence). A ``task`` or ``infra``
+        error leaves no reward (it cannot be trusted) and keeps the agent's beside it in ``other_errors``; a
+        ``model`` error leaves the graded reward where grading finished, else 0."""
+        if not self.errors:
+            return
+        winner = min(self.errors, key=lambda e: RANK[e.error_class])
+        self.result.error = winner
+        if winner.error_class == "model":
+            self.result.reward = 0.0 if self.result.reward is None else self.result.reward
+        else:
+            self.result.other_errors = [e for e in self.errors if e is not winner]
+
+    def network_notes(self) -> None:
+        """A phase that ran offline because the task declares no network says so; a failed grading then says the
+        network may be what it missed (Harbor's default for such a task is the internet)."""
+        how = "`--allow-internet` or `[runtime] network = \"public\"` gives it the internet (Harbor's default)"
+        if not self.networks.agent_declared and not self.networks.agent.online:
+            self.note(f"the agent ran offline: the task declares no network and the run gives none; {how}")
+        if self.networks.grading_declared or self.networks.grading.online or self.result.timings.get("verify") is None:
+            return
+        error, low = self.result.error, self.task.config.verifier.reward_range[1]
+        failed = (error is not None and error.phase in ("verify", "regrade")) or (self.result.reward or 0.0) < low
+        self.note(f"grading ran offline: the task declares no network and the run gives none; {how}"
+                  + ("; grading failed, and a test.sh that installs its tools (apt, pip, uv) fails without the network"
+                     if failed else ""))
+
+
 async def run_attempt(plan: AttemptPlan, *, manager: PluginManager | None = None,
                       on_started: Callable[[], None] | None = None) -> tuple[TrialResult, Trajectory]:
     """Run one attempt end to end in this process; never raises (but on cancellation).
@@ -255,145 +510,4 @@ async def run_attempt(plan: AttemptPlan, *, manager: PluginManager | None = None
         from tackroom._manager import get_plugin_manager
 
         manager = get_plugin_manager()
-    result = plan.blank_result()
-    trajectory = Trajectory(stop_reason="not_started")
-    task, deadlines = plan.task, plan.deadlines
-    harness_cls, harness_options = plan.harness.resolve(manager)
-    verifier_cls, verifier_options = plan.verifier.resolve(manager)
-    harness, verifier = harness_cls(harness_options), verifier_cls(verifier_options)
-    spec = sandbox_spec(task, f"{plan.trial.id}-a{plan.attempt}", deadlines)
-    provider = plan.sandbox.provider(manager)
-    sandbox = provider.create(spec)
-    started = time.monotonic()
-    deadline = started + deadlines.time_limit(task)
-    if on_started is not None:
-        on_started()
-    phase = "sandbox_start"
-    model_error: TrialErrorInfo | None = None
-
-    async def timed(name: str, coro: Any, timeout: float) -> Any:
-        t0 = time.monotonic()
-        limit = max(min(timeout, deadline - t0), 0.001)  # one deadline for the whole attempt
-        try:
-            return await asyncio.wait_for(coro, limit)
-        except TimeoutError as exc:
-            if name == "harness_run":
-                raise AgentTimeoutError(f"agent ran past the task's agent timeout ({limit:g}s)") from exc
-            raise PhaseTimeoutError(f"{name} ran past its {limit:g}s limit") from exc
-        finally:
-            result.timings[name] = round(time.monotonic() - t0, 4)
-
-    async def fresh_sandbox(suffix: str) -> Any:
-        """A second sandbox of this task, started, that no agent touched (for grading; see _grading)."""
-        other = provider.create(spec.model_copy(update={"name": f"{spec.name}-{suffix}"}))
-        try:
-            await other.start()
-        except BaseException:
-            note = await stop_quietly(other, deadlines.teardown_timeout_sec)
-            if note:
-                result.notes.append(note)
-            raise
-        return other
-
-    async def grade() -> Reward:
-        if task.config.verifier.grading == "separate":
-            grader = await fresh_sandbox("grade")
-            try:
-                copied = await copy_paths(sandbox, grader, [workdir_of(sandbox), *task.config.verifier.grading_paths])
-                result.notes.append(f"graded in a fresh sandbox (grading = \"separate\"); copied {', '.join(copied) or 'nothing'}")
-                return await verifier.verify(task, grader, trajectory)
-            finally:
-                note = await stop_quietly(grader, deadlines.teardown_timeout_sec)
-                if note:
-                    result.notes.append(note)
-        restored = await sandbox.restore_image_tools(keep=[workdir_of(sandbox), *task.config.verifier.grading_paths])
-        if restored is None:
-            result.notes.append(f"{plan.trial.sandbox}: grading ran with the sandbox's executables as the agent left "
-                                "them (this sandbox cannot restore the image's); grading = \"separate\" avoids that")
-        elif restored:
-            shown = ", ".join(restored[:10]) + (f" and {len(restored) - 10} more" if len(restored) > 10 else "")
-            result.notes.append(f"restored the image's tools before grading: {shown}")
-        return await verifier.verify(task, sandbox, trajectory)
-
-    async def regrade_untouched(error: BaseException) -> BaseException:
-        """Grading failed as a ``task`` error after the agent ran: grade an untouched sandbox to learn whose fault it is."""
-        clean = await fresh_sandbox("untouched")
-        try:
-            clean_verifier = verifier_cls(verifier_options)
-            await clean_verifier.prepare(task, clean)
-            await clean_verifier.verify(task, clean, Trajectory(stop_reason="untouched"))
-        except Exception as again:
-            if classify(again, "verify", manager) == "infra":
-                return again
-            return GraderBrokenError(f"grading failed ({type(error).__name__}: {error}), and on an environment no agent "
-                                     f"touched too ({type(again).__name__}: {again}): the task's grader is broken")
-        finally:
-            note = await stop_quietly(clean, deadlines.teardown_timeout_sec)
-            if note:
-                result.notes.append(note)
-        result.notes.append(f"grading failed only on what the agent left ({type(error).__name__}); an untouched "
-                            "environment of the task grades cleanly, so the failure counts as the model's: reward 0")
-        return GradingSabotagedError(f"grading failed on what the agent left ({type(error).__name__}: {error}) but works "
-                                     "on an untouched environment: sabotaged grading, reward 0")
-
-    try:
-        await timed("sandbox_start", sandbox.start(), spec.build_timeout_sec + spec.start_timeout_sec)
-        phase = "verifier_prepare"
-        await timed("verifier_prepare", verifier.prepare(task, sandbox), deadlines.setup_timeout_sec)
-        phase = "harness_setup"
-        await timed("harness_setup", harness.setup(sandbox, task), deadlines.setup_timeout_sec)
-        phase = "harness_run"
-        agent_timeout = min(task.config.agent.timeout_sec, max(deadline - time.monotonic(), 0.001))
-        agent_task = task.model_copy(update={"deadline": time.time() + agent_timeout})
-        try:
-            trajectory = await timed("harness_run", harness.run(agent_task, sandbox, plan.policy), agent_timeout)
-        except Exception as exc:
-            if classify(exc, phase, manager) != "model":
-                raise
-            model_error = error_info(exc, phase, "model")
-            trajectory = Trajectory(stop_reason="agent_timeout" if isinstance(exc, TimeoutError) else "model_error")
-            if isinstance(exc, TackroomError) and getattr(exc, "trajectory", None) is not None:
-                trajectory = exc.trajectory  # harnesses may attach what they had
-        # The agent's turn is over (normally, by timeout or by its own error): nothing it started may
-        # go on changing the sandbox while it is graded, so every process in it is killed and confirmed
-        # gone first. A sandbox that cannot confirm it is an infra failure: the trial is not graded.
-        phase = "kill_agent"
-        await timed("kill_agent", sandbox.kill_processes(timeout=KILL_TIMEOUT_SEC), KILL_TIMEOUT_SEC + KILL_GRACE_SEC)
-        phase = "verify"
-        try:
-            reward = await timed("verify", grade(), deadlines.grading_limit(task) - deadlines.second_sandbox_limit(task))
-        except Exception as exc:
-            if classify(exc, phase, manager) != "task" or isinstance(exc, GraderBrokenError):
-                raise
-            phase = "regrade"
-            raise await timed("regrade", regrade_untouched(exc), deadlines.second_sandbox_limit(task)) from exc
-        reward.check_range(*task.config.verifier.reward_range, where=f"verifier {verifier.name!r}")
-        result.reward = reward.score
-        result.components = reward.components
-        result.reward_details = reward.details
-        result.error = model_error
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        error = error_info(exc, phase, classify(exc, phase, manager))
-        if model_error is not None and error.error_class == "model":
-            error = model_error  # the agent's own failure came first; what followed is its consequence
-        elif model_error is not None:
-            result.other_errors.append(model_error)  # kept beside the deciding task/infra error
-        result.error = error
-        if error.error_class == "model":
-            result.reward = 0.0
-    finally:
-        t0 = time.monotonic()
-        try:
-            await asyncio.shield(asyncio.wait_for(sandbox.stop(), deadlines.teardown_timeout_sec))
-        except (Exception, asyncio.CancelledError) as exc:
-            result.notes.append(f"teardown failed: {type(exc).__name__}: {exc}")
-        result.timings["teardown"] = round(time.monotonic() - t0, 4)
-        result.timings["total"] = round(time.monotonic() - started, 4)
-        result.notes.extend(sandbox.notes)
-    result.stop_reason = trajectory.stop_reason
-    result.metrics = dict(trajectory.metrics)
-    result.notes.extend(trajectory.notes)
-    result.finished_at = datetime.now(UTC).isoformat()
-    return result, trajectory
+    return await Attempt(plan, manager).run(on_started)

@@ -21,6 +21,7 @@ from pydantic_core import InitErrorDetails
 from tackroom._endpoint import Endpoint
 from tackroom._errors import ConfigError
 from tackroom._policy import register_secrets_in
+from tackroom._sandbox import NetworkPolicy
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -185,6 +186,27 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: invalid TOML: {exc}") from exc
 
 
+class NetworkDefaults(BaseModel):
+    """``[runtime] network``: the network of each phase for tasks whose task.toml declares none (a task's own
+    ``network_mode`` / ``allow_internet`` always wins). A phase is ``"none"`` (Harbor's ``"no-network"``),
+    ``"public"`` or ``{mode = "allowlist", allowed_hosts = [...]}``; ``network = "public"`` sets both phases
+    (``--allow-internet``). Keeping ``agent`` offline while ``grading`` is public lets test.sh fetch its tools."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agent: NetworkPolicy = NetworkPolicy()
+    grading: NetworkPolicy = NetworkPolicy()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            data = {"agent": data, "grading": data}
+        if isinstance(data, dict):
+            data = {k: {"mode": v} if isinstance(v, str) else v for k, v in data.items()}
+        return data
+
+
 class RuntimeConfig(BaseModel):
     """``[runtime]``: how trials are run.
 
@@ -208,6 +230,10 @@ class RuntimeConfig(BaseModel):
     (checked after parsing, by :func:`tackroom._resolve.resolve_runtime`)."""
     teardown_timeout_sec: Annotated[float, AfterValidator(_finite_positive)] = 60.0
     retry_backoff_sec: Annotated[float, AfterValidator(_finite_non_negative)] = 1.0
+    network: NetworkDefaults = NetworkDefaults()
+    """The network of tasks that declare none (see :class:`NetworkDefaults`; ``--allow-internet``)."""
+    force_build: bool = False
+    """Build each task's ``environment/`` even when it names a ``docker_image`` (``--force-build``, as Harbor's)."""
 
     @model_validator(mode="after")
     def _only_tables_besides_fields(self) -> RuntimeConfig:

@@ -18,7 +18,7 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from tackroom._sandbox import GradingSabotagedError, Sandbox
+from tackroom._sandbox import GradingSabotagedError, Sandbox, SandboxExhaustedError
 
 SPECIAL_FILES = r"""
 for p in "$@"; do
@@ -68,9 +68,20 @@ def workdir_of(sandbox: Sandbox) -> str:
     return workdir if isinstance(workdir, str) and workdir.startswith("/") else sandbox.spec.workdir
 
 
-async def copy_paths(source: Sandbox, dest: Sandbox, paths: list[str], *, timeout: float = 300.0) -> list[str]:
+DEFAULT_COPY_BUDGET_MB = 10240
+"""What separate grading copies at most for a task without ``storage_mb`` (Harbor's default disk)."""
+
+
+async def copy_paths(source: Sandbox, dest: Sandbox, paths: list[str], *, timeout: float = 300.0,
+                     budget_mb: int | None = None) -> list[str]:
     """Copy each of ``paths`` that exists in ``source`` to the same place in ``dest`` (through the host);
-    returns the paths copied. Transfers never follow a link the agent planted (the sandbox contract)."""
+    returns the paths copied. Transfers never follow a link the agent planted (the sandbox contract).
+
+    The copy holds at most ``budget_mb`` (the task's ``storage_mb``), counting each file's apparent size (a
+    sparse file counts whole, as it would once expanded): more is the agent's doing, the model's 0
+    (:class:`SandboxExhaustedError`), never a full host disk."""
+    budget = (budget_mb or DEFAULT_COPY_BUDGET_MB) * 1024 * 1024
+    used = 0
     copied: list[str] = []
     with tempfile.TemporaryDirectory(prefix="tackroom-grading-") as tmp:
         for i, path in enumerate(dict.fromkeys(paths)):
@@ -79,6 +90,10 @@ async def copy_paths(source: Sandbox, dest: Sandbox, paths: list[str], *, timeou
                 await source.download(path, local, timeout=timeout)
             except FileNotFoundError:
                 continue
+            used += sum(max(f.lstat().st_size, f.lstat().st_blocks * 512) for f in (local, *local.rglob("*")))
+            if used > budget:
+                raise SandboxExhaustedError(f"the files to grade ({', '.join([*copied, path])}) hold more than the "
+                                            f"task's storage ({budget // 1024 // 1024} MB); graded 0")
             if local.is_dir():
                 await dest.fresh_folder(path)
             await dest.upload(local, path, timeout=timeout)

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tackroom._config import RunConfig, with_overrides
+from tackroom._config import NetworkDefaults, RunConfig, with_overrides
 from tackroom._errors import ConfigError
 from tackroom._policy import Policy, redact, redact_url
 from tackroom._policy_routing import check_gateway_installed, policy_routing, wants_gateway
@@ -62,6 +62,9 @@ def run_fingerprint(config: RunConfig, harness: Any, sandbox: Any, verifier: Any
             "tokenizer": policy.tokenizer, "sampling": policy.sampling, "token_ids": policy.token_ids,
             "gateway": gateway}),
         "tasks": tasks_fingerprint(tasks),
+        # Only a network other than the default is recorded: runs made before the key resume as they were.
+        **({"network": config.runtime.network.model_dump(mode="json")}
+           if config.runtime.network != NetworkDefaults() else {}),
     }
 
 
@@ -126,6 +129,7 @@ async def run_config(config: RunConfig, *, progress: bool = True, run_id: str | 
         teardown_timeout_sec=config.runtime.teardown_timeout_sec,
         retry_backoff_sec=config.runtime.retry_backoff_sec, progress=progress,
         executor=config.runtime.executor, executor_options=config.runtime.executor_options(),
+        network=config.runtime.network, force_build=config.runtime.force_build,
     )
     async with policy_routing(config.policy, type(harness), plugins):
         results = await runtime.run_all(trials)

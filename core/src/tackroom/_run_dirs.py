@@ -107,6 +107,9 @@ def fingerprint_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for part in ("harness", "sandbox", "verifier", "policy"):
         if old.get(part, _MISSING) != new.get(part):
             problems += differences(old.get(part, _MISSING), new.get(part), part)
+    if old.get("network") != new.get("network"):  # absent: the default network (tasks that declare none: offline)
+        problems.append(f"network of tasks that declare none: was {old.get('network') or 'offline'}, now "
+                        f"{new.get('network') or 'offline'}")
     problems += task_changes(old.get("tasks") or {}, new.get("tasks") or {})
     return problems
 

@@ -1,15 +1,16 @@
 """The trial runtime: runs trials into a run directory, each attempt planned here and run by an executor.
 
-One attempt (``_attempt.run_attempt``) is sandbox start → harness setup → harness
-run → verify → teardown. Every phase has a timeout; teardown always runs (also on
+One attempt (``_attempt.run_attempt``) is sandbox start → setup → the agent's run →
+stop → grade → teardown. Every phase has a timeout; teardown always runs (also on
 cancellation) and is itself time-limited. Failures are classified by the ``tackroom_classify_error``
 hook (then by built-in rules) into ``infra`` (retried with backoff), ``model``
 (counts: the verifier still grades what the agent left, as Harbor does after an
 agent timeout) and ``task`` (not retried).
 
 Between the agent's turn and grading, every process in the sandbox is killed and
-confirmed gone (``Sandbox.kill_processes``), so nothing the agent started can
-change what is graded. A reward outside the task's ``reward_range`` (default
+confirmed gone (``Sandbox.kill_processes``), but the services a task keeps (frozen,
+resumed only inside the grader's command), so nothing the agent started can change
+what is graded. A reward outside the task's ``reward_range`` (default
 [0, 1]) or not finite is a ``task`` error.
 
 When more than one thing fails, the trial's ``error`` is decided in this order:
@@ -34,6 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt, wait_exponential
 
 from tackroom._attempt import AttemptDeadlines, AttemptPlan, PluginRef, error_info
+from tackroom._config import NetworkDefaults
 from tackroom._harness import Harness
 from tackroom._manager import PluginManager, get_plugin_manager
 from tackroom._policy import Policy, redact
@@ -106,6 +108,8 @@ class TrialRuntime:
         console: Console | None = None,
         executor: str | Executor = "asyncio",
         executor_options: Any = None,
+        network: NetworkDefaults | None = None,
+        force_build: bool = False,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.attempts = attempts
@@ -120,6 +124,9 @@ class TrialRuntime:
         self.executor = make_executor(executor, executor_options)
         """Where attempts run: a registered executor (``asyncio``, in-process; ``ray`` from tackroom-ray); see
         tackroom.executors."""
+        self.network = network or NetworkDefaults()
+        """Each phase's network for tasks that declare none (``[runtime] network``)."""
+        self.force_build = force_build
 
     # -- one attempt ----------------------------------------------------------------
     @property
@@ -132,6 +139,7 @@ class TrialRuntime:
         """What one attempt of ``trial`` runs: plugins by reference (the live objects ride along in this process)."""
         return AttemptPlan(
             trial=trial, task=task, attempt=attempt, deadlines=self.deadlines, policy=policy or plugins.policy,
+            network=self.network, force_build=self.force_build,
             harness=PluginRef.of(plugins.harness_cls, plugins.harness_options),
             sandbox=PluginRef.of(type(plugins.sandbox), plugins.sandbox.options, plugins.sandbox),
             verifier=PluginRef.of(plugins.verifier_cls, plugins.verifier_options),

@@ -18,7 +18,7 @@ import abc
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tackroom._errors import (
     ModelError,
@@ -58,8 +58,22 @@ class NetworkPolicy(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     mode: NetworkMode = "none"
+    """Harbor's ``no-network`` is read as ``none``."""
     allowed_hosts: tuple[str, ...] = ()
-    """Host names (or addresses) reachable with ``mode = "allowlist"``; empty for the other modes."""
+    """Host names or IPv4 addresses reachable with ``mode = "allowlist"`` (no URLs, ports or CIDRs)."""
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _harbor_mode(cls, v: Any) -> Any:
+        return "none" if v == "no-network" else v
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _hosts(cls, v: Any) -> Any:
+        hosts = [str(h).strip().lower().rstrip(".") for h in (v or ())]
+        if bad := [h for h in hosts if not h or any(c in h for c in "/:@ ")]:
+            raise ValueError(f"allowed_hosts holds {bad}: give host names or IPv4 addresses, not URLs, ports or CIDRs")
+        return tuple(dict.fromkeys(hosts))
 
     @model_validator(mode="after")
     def _hosts_only_with_allowlist(self) -> NetworkPolicy:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import stat
@@ -17,11 +18,22 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from tackroom._config import format_validation_error
+from tackroom._config import NetworkDefaults, format_validation_error
 from tackroom._errors import TaskError
+from tackroom._sandbox import NetworkPolicy
 
+log = logging.getLogger("tackroom")
 MAX_TIMEOUT_SEC = 7 * 24 * 3600.0
 """No phase of a trial may be given longer than a week: a larger value is a typo or a task that would stall a run."""
 
@@ -56,11 +68,49 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class AgentSection(_Section):
+def _size_mb(value: Any) -> Any:
+    """Harbor's sizes: ``"2G"``, ``"512M"``, ``"1024K"`` (also ``"2GB"``, ``"2Gi"``) or a number of MB."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"T": 1024 * 1024, "G": 1024, "M": 1, "K": 1 / 1024}.get(text[-1:], None)
+    try:
+        number = float(text[:-1] if scale else text)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"must be a positive size like 2048, \"2G\" or \"512M\", got {value!r}")
+    return max(int(number * (scale or 1)), 1)
+
+
+SizeMb = Annotated[int, BeforeValidator(_size_mb), BeforeValidator(_not_bool), AfterValidator(_positive)]
+NetworkModeKey = Literal["none", "no-network", "public", "allowlist"]
+
+
+class _PhaseNetwork(_Section):
+    """Harbor's per-phase network keys (``[agent]`` / ``[verifier]`` / ``[environment]``): ``network_mode`` and
+    ``allowed_hosts`` (which alone means ``allowlist``)."""
+
+    network_mode: NetworkModeKey | None = None
+    allowed_hosts: list[str] = Field(default_factory=list)
+
+    def declared_network(self) -> NetworkPolicy | None:
+        """The policy these keys declare, or ``None`` when they declare none."""
+        if self.network_mode is None and not self.allowed_hosts:
+            return None
+        return NetworkPolicy(mode=self.network_mode or "allowlist", allowed_hosts=self.allowed_hosts)
+
+    @model_validator(mode="after")
+    def _valid_network(self) -> _PhaseNetwork:
+        self.declared_network()  # a mode and hosts that do not go together fail here, at load
+        return self
+
+
+class AgentSection(_PhaseNetwork):
     timeout_sec: Seconds = 600.0
 
 
-class VerifierSection(_Section):
+class VerifierSection(_PhaseNetwork):
     timeout_sec: Seconds = 600.0
     env: dict[str, str] = Field(default_factory=dict)
     reward_range: tuple[float, float] = (0.0, 1.0)
@@ -74,6 +124,10 @@ class VerifierSection(_Section):
     grading_paths: list[str] = Field(default_factory=list)
     """Absolute sandbox paths the grader reads besides the working directory: checked for planted FIFOs and
     devices before grading, and what ``grading = "separate"`` copies (with the working directory)."""
+    keep_services: bool = True
+    """Processes the agent left listening on a socket (a server its solution started) stay, frozen, into
+    grading and run only while test.sh does (Harbor grades the live environment). ``false``: every agent
+    process is killed before grading."""
 
     @field_validator("grading_paths")
     @classmethod
@@ -92,32 +146,34 @@ class VerifierSection(_Section):
         return v
 
 
-class EnvironmentSection(_Section):
-    """``[environment]``: image and resources. ``docker_image`` wins over ``environment/Dockerfile``."""
+class EnvironmentSection(_PhaseNetwork):
+    """``[environment]``: image, resources and the network of both phases (``network_mode``, or the older
+    ``allow_internet``), unless ``[agent]`` / ``[verifier]`` override it. ``docker_image`` wins over
+    ``environment/Dockerfile``; Harbor's ``memory`` / ``storage`` (``"2G"``) fill ``memory_mb`` / ``storage_mb``."""
 
     docker_image: str | None = None
     build_timeout_sec: Seconds = 600.0
     cpus: PositiveFloat = 1.0
-    memory_mb: PositiveInt = 2048
-    storage_mb: PositiveInt | None = None
-    allow_internet: bool = False
+    memory_mb: SizeMb = 2048
+    storage_mb: SizeMb | None = None
+    memory: SizeMb | None = None
+    storage: SizeMb | None = None
+    allow_internet: bool | None = None
+    """``None``: not declared (the run's ``[runtime] network`` decides)."""
 
-    @field_validator("memory_mb", mode="before")
-    @classmethod
-    def _memory(cls, v: Any) -> Any:
-        # Harbor also accepts strings like "2G" / "512M".
-        if isinstance(v, str):
-            s = v.strip().upper()
-            scale = {"G": 1024, "M": 1, "K": 1 / 1024}
-            if s and s[-1] in scale:
-                try:
-                    number = float(s[:-1])
-                    if not math.isfinite(number):
-                        raise ValueError(s)
-                    return int(number * scale[s[-1]])
-                except (ValueError, OverflowError):
-                    raise ValueError(f"must be a positive size like 2048, \"2G\" or \"512M\", got {v!r}") from None
-        return v
+    @model_validator(mode="after")
+    def _harbor_sizes(self) -> EnvironmentSection:
+        if self.memory is not None and "memory_mb" not in self.model_fields_set:
+            self.memory_mb = self.memory
+        if self.storage is not None and self.storage_mb is None:
+            self.storage_mb = self.storage
+        return self
+
+    def declared_network(self) -> NetworkPolicy | None:
+        own = super().declared_network()
+        if own is None and self.allow_internet is not None:
+            return NetworkPolicy(mode="public" if self.allow_internet else "none")
+        return own
 
 
 class MetadataSection(_Section):
@@ -222,6 +278,65 @@ class Task(BaseModel):
     def domain(self) -> str | None:
         return self.config.metadata.domain or self.config.metadata.category
 
+    @property
+    def warnings(self) -> list[str]:
+        """What a user should hear about this task.toml once: keys in core's sections that nothing reads (a
+        typo, or a Harbor key tackroom has no use for: they change nothing here), and sizes given twice."""
+        c = self.config
+        unread = [f"{name}.{key}" for name, section in (("agent", c.agent), ("verifier", c.verifier),
+                                                        ("environment", c.environment), *_harbor_sections(c))
+                  for key in (section.model_extra or {})]
+        out = [f"task.toml keys that tackroom does not read (they have no effect): {', '.join(unread)}"] if unread else []
+        env = c.environment
+        if env.memory is not None and env.memory != env.memory_mb:
+            out.append(f"task.toml: [environment] memory ({env.memory} MB) ignored; memory_mb ({env.memory_mb}) wins")
+        return out
+
+
+def _harbor_sections(config: TaskConfig) -> list[tuple[str, _Section]]:
+    """Harbor's ``[solution]`` (its ``env`` is for Harbor's oracle): read by nothing in tackroom."""
+    raw = (config.model_extra or {}).get("solution")
+    return [("solution", _Section.model_validate(raw))] if isinstance(raw, dict) else []
+
+
+class PhaseNetworks(BaseModel):
+    """The network of a trial's agent phase and grading phase, and whether the task declared each."""
+
+    model_config = ConfigDict(frozen=True)
+
+    agent: NetworkPolicy
+    grading: NetworkPolicy
+    agent_declared: bool
+    grading_declared: bool
+
+
+def phase_networks(config: TaskConfig, defaults: NetworkDefaults | None = None) -> PhaseNetworks:
+    """Each phase's network: its own section's keys (``[agent]`` / ``[verifier]`` ``network_mode``, as in
+    Harbor), else ``[environment]``'s (``network_mode``, or the older ``allow_internet``), else the run's
+    default (:class:`NetworkDefaults`: offline unless the run says otherwise)."""
+    defaults = defaults or NetworkDefaults()
+    base = config.environment.declared_network()
+    agent = config.agent.declared_network() or base
+    grading = config.verifier.declared_network() or base
+    return PhaseNetworks(agent=agent or defaults.agent, grading=grading or defaults.grading,
+                         agent_declared=agent is not None, grading_declared=grading is not None)
+
+
+def check_links(root: Path) -> None:
+    """Raise :class:`TaskError` when a symbolic link anywhere under ``root`` points outside it: a task file
+    that is a link to a host file (instruction.md, a Dockerfile, a test) would copy that file into the run's
+    files and sandboxes. The message names the link, never what it points to or holds."""
+    for folder, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            link = Path(folder, name)
+            try:
+                inside = not link.is_symlink() or link.resolve().is_relative_to(root)
+            except (OSError, RuntimeError):  # a loop of links
+                inside = False
+            if not inside:
+                raise TaskError(f"{link}: a symbolic link that points outside the task folder; a task's files must "
+                                "lie inside it (copy the file in instead of linking it)")
+
 
 HASH_IGNORED = frozenset({"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".DS_Store"})
 """Names left out of a task's content hash (caches and VCS data that change without the task changing)."""
@@ -307,6 +422,7 @@ def load_task(path: str | Path, task_id: str | None = None) -> Task:
     root = Path(path).resolve()
     if not root.is_dir():
         raise TaskError(f"{root}: not a task directory (it does not exist or is a file)")
+    check_links(root)
     instruction_file = root / "instruction.md"
     if not instruction_file.is_file():
         raise TaskError(f"{instruction_file}: missing; every task needs its instruction in instruction.md")
@@ -338,6 +454,8 @@ def load_task(path: str | Path, task_id: str | None = None) -> Task:
     if task.world_dir is not None and not task.world_dir.is_dir():
         raise TaskError(f"{toml_file}: [world].path {config.world.path!r} does not exist ({task.world_dir})")
     task.source_hash = task_source_hash(root)
+    for warning in task.warnings:  # once per load, where every command that loads tasks shows it (stderr)
+        log.warning("%s: %s", root, warning)
     return task
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
+from pathlib import Path
 
 from pydantic import Field
 
@@ -29,10 +31,12 @@ class TestScriptOptions(PluginOptions):
 class TestScriptVerifier(Verifier):
     """Runs tests/test.sh under the verifier timeout; reward from /logs/verifier/reward.json or reward.txt.
 
-    /logs/verifier and /tests are recreated empty before the tests are uploaded (an agent that makes that
-    impossible has failed: ``model``, reward 0); a FIFO, socket or device file the agent left where test.sh
-    reads (the working directory, ``[verifier] grading_paths``) is sabotage (``model``, reward 0); every
-    process test.sh left running is killed before the reward is read.
+    /logs/verifier and /tests are recreated empty (grader-owned) before the tests are uploaded (an agent that
+    makes that impossible has failed: ``model``, reward 0); a FIFO, socket or device file the agent left where
+    test.sh reads (the working directory, ``[verifier] grading_paths``) is sabotage (``model``, reward 0).
+    test.sh runs through :meth:`Sandbox.run_grader`: both folders private to it and its children, a clean
+    environment, services the agent left listening resumed only for its run; the reward is read from the host
+    copy of its /logs/verifier, never from the sandbox's.
     """
 
     name = "test-script"
@@ -45,23 +49,26 @@ class TestScriptVerifier(Verifier):
             raise TaskError(f"{script}: missing; the test-script verifier needs tests/test.sh")
         # An image or an agent must not be able to plant a reward, nor a test file (a conftest.py that
         # steers pytest): both folders are recreated empty first, then /tests gets exactly the task's files
-        # (the runtime has killed every process the agent started, so nothing writes into them any more).
-        # One command does both folders and the search for FIFOs and devices where test.sh reads.
-        await prepare_grading(sandbox, [REWARD_DIR, self.options.tests_dir],
-                              [workdir_of(sandbox), *task.config.verifier.grading_paths])
-        await sandbox.upload(task.tests_dir, self.options.tests_dir)
+        # (the agent's processes are gone or frozen, so nothing writes into them any more). One command does
+        # both folders and the search for FIFOs and devices where test.sh reads.
+        tests = self.options.tests_dir
+        await prepare_grading(sandbox, [REWARD_DIR, tests], [workdir_of(sandbox), *task.config.verifier.grading_paths])
+        await sandbox.upload(task.tests_dir, tests)
         timeout = task.config.verifier.timeout_sec
-        try:
-            result = await sandbox.exec(
-                f"bash {self.options.tests_dir}/test.sh", env=task.config.verifier.env, timeout=timeout
-            )
-        except SandboxTimeoutError as exc:
-            raise TaskError(f"tests/test.sh ran past the verifier timeout ({timeout}s)") from exc
-        # Whatever test.sh started in the background stops before the reward is read.
-        await sandbox.kill_processes()
-        keep = self.options.keep_output_chars
-        details = {"exit_code": result.exit_code, "stdout": result.stdout[-keep:], "stderr": result.stderr[-keep:]}
-        reward = await self._read_reward(sandbox)
+        with tempfile.TemporaryDirectory(prefix="tackroom-reward-") as tmp:
+            dest = Path(tmp) / "verifier"
+            try:
+                result = await sandbox.run_grader(["bash", f"{tests}/test.sh"], private=[tests, REWARD_DIR],
+                                                  collect=REWARD_DIR, dest=dest, env=task.config.verifier.env,
+                                                  timeout=timeout)
+            except SandboxTimeoutError as exc:
+                raise TaskError(f"tests/test.sh ran past the verifier timeout ({timeout}s)") from exc
+            except FileNotFoundError as exc:
+                raise TaskError(f"tests/test.sh removed {REWARD_DIR}, so it left no reward; a missing reward is "
+                                "never a pass") from exc
+            keep = self.options.keep_output_chars
+            details = {"exit_code": result.exit_code, "stdout": result.stdout[-keep:], "stderr": result.stderr[-keep:]}
+            reward = _read_reward(dest)
         if reward is None:
             raise TaskError(
                 f"tests/test.sh (exit {result.exit_code}) wrote neither {REWARD_DIR}/reward.json nor reward.txt; "
@@ -70,32 +77,39 @@ class TestScriptVerifier(Verifier):
         reward.details.update(details)
         return reward
 
-    async def _read_reward(self, sandbox: Sandbox) -> Reward | None:
+
+def _read_file(folder: Path, name: str) -> bytes | None:
+    """A regular file of the grader's copy, never through a link (a link there is no reward)."""
+    path = folder / name
+    if not path.is_file() or path.is_symlink():
+        return None
+    with path.open("rb") as f:
+        return f.read(1 << 20)  # a reward is a number or a small object; the rest is never needed
+
+
+def _read_reward(folder: Path) -> Reward | None:
+    raw = _read_file(folder, "reward.json")
+    if raw is not None:
         try:
-            raw = await sandbox.read_file(f"{REWARD_DIR}/reward.json")
-        except FileNotFoundError:
-            raw = None
-        if raw is not None:
-            try:
-                data = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise TaskError(f"{REWARD_DIR}/reward.json is not JSON: {exc}") from exc
-            if not isinstance(data, dict) or not data or not all(_is_number(v) for v in data.values()):
-                raise TaskError(f"{REWARD_DIR}/reward.json must be a non-empty object of numbers, got {raw[:200]!r}")
-            components = {k: float(v) for k, v in data.items()}
-            score = components.get("reward", sum(components.values()) / len(components))
-            return Reward(score=score, components=components, details={"source": "reward.json"})
-        try:
-            text = (await sandbox.read_file(f"{REWARD_DIR}/reward.txt")).decode(errors="replace").strip()
-        except FileNotFoundError:
-            return None
-        try:
-            score = float(text)
-        except ValueError as exc:
-            raise TaskError(f"{REWARD_DIR}/reward.txt must hold one number, got {text[:200]!r}") from exc
-        if not math.isfinite(score):
-            raise TaskError(f"{REWARD_DIR}/reward.txt holds {text!r}, not a finite number")
-        return Reward(score=score, components={"reward": score}, details={"source": "reward.txt"})
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise TaskError(f"{REWARD_DIR}/reward.json is not JSON: {exc}") from exc
+        if not isinstance(data, dict) or not data or not all(_is_number(v) for v in data.values()):
+            raise TaskError(f"{REWARD_DIR}/reward.json must be a non-empty object of numbers, got {raw[:200]!r}")
+        components = {k: float(v) for k, v in data.items()}
+        score = components.get("reward", sum(components.values()) / len(components))
+        return Reward(score=score, components=components, details={"source": "reward.json"})
+    raw = _read_file(folder, "reward.txt")
+    if raw is None:
+        return None
+    text = raw.decode(errors="replace").strip()
+    try:
+        score = float(text)
+    except ValueError as exc:
+        raise TaskError(f"{REWARD_DIR}/reward.txt must hold one number, got {text[:200]!r}") from exc
+    if not math.isfinite(score):
+        raise TaskError(f"{REWARD_DIR}/reward.txt holds {text!r}, not a finite number")
+    return Reward(score=score, components={"reward": score}, details={"source": "reward.txt"})
 
 
 def _is_number(v: object) -> bool:

@@ -28,7 +28,8 @@ RUN_FLAGS = {
     "runtime.attempts": "--attempts", "runtime.concurrency": "--concurrency", "runtime.out": "--out",
     "runtime.executor": "--executor", "runtime.run_id": "--run-id", "include": "--include", "exclude": "--exclude",
     "policy.base_url": "--base-url", "policy.model": "--model", "harness": "--harness", "sandbox": "--sandbox",
-    "verifier": "--verifier", "tasks": "SOURCES",
+    "verifier": "--verifier", "tasks": "SOURCES", "runtime.network": "--allow-internet",
+    "runtime.force_build": "--force-build",
 }
 
 
@@ -52,6 +53,10 @@ def run(
     exclude: list[str] = typer.Option(None, "--exclude", help="Skip task ids matching these patterns."),
     base_url: str = typer.Option(None, "--base-url", help="Model endpoint (OpenAI-compatible, ends in /v1)."),
     model: str = typer.Option(None, "--model", help="Model name at that endpoint."),
+    allow_internet: bool = typer.Option(False, "--allow-internet", help="Give tasks that declare no network the "
+                                        "internet in both phases (Harbor's default); a task's own network_mode wins."),
+    force_build: bool = typer.Option(False, "--force-build", help="Build each task's environment/ even when its "
+                                     "task.toml names a docker_image."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """Run tasks through a harness, sandbox and verifier; write results to a run directory."""
@@ -75,6 +80,10 @@ def run(
         overrides["policy.base_url"] = base_url
     if model:
         overrides["policy.model"] = model
+    if allow_internet:
+        overrides["runtime.network"] = "public"
+    if force_build:
+        overrides["runtime.force_build"] = True
     config = with_overrides(config, overrides, source=str(config_file or "run config"), flags=RUN_FLAGS)
     config = resolve_run_config(config, source=str(config_file or "run config"), flags=RUN_FLAGS)
     run_dir, results, failures = run_to_completion(run_config(config, progress=not as_json, force_new=force_new))

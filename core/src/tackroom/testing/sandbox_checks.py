@@ -24,8 +24,10 @@ all stop), ``planted_symlinks`` (links from inside the sandbox to host paths at
 every transfer destination change no host file and bring no host file back)
 and ``privileges`` (the sandbox cannot write a host file by its path nor any
 of its own read-only mounts, even after ``mount -o remount,rw`` or ``unshare``).
-The grading attacks (:mod:`tackroom.testing.grading_checks`) come last: ``planted_test_files``,
-``fifo_at_read_path``, ``tampered_tools`` and ``disk_fill``.
+The grading attacks (:mod:`tackroom.testing.grading_checks`) come next: ``planted_test_files``,
+``fifo_at_read_path``, ``tampered_tools`` and ``disk_fill``; then the grader's isolation
+(:mod:`tackroom.testing.grader_checks`): ``added_tools_survive``, ``shadowed_shell``, ``startup_hooks``,
+``reward_prefill``, ``kept_services`` and ``set_network``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from tackroom._sandbox import (
     SandboxTimeoutError,
 )
 from tackroom.testing._report import CheckReport, CheckResult, SkipCheck, known_skips, timed_check
+from tackroom.testing.grader_checks import GRADER_CHECKS
 from tackroom.testing.grading_checks import GRADING_CHECKS
 
 SPEC_ENV_KEY = "TACKROOM_SELF_CHECK_SPEC_ENV"
@@ -290,9 +293,9 @@ async def check_snapshot(sb: Sandbox, ctx: CheckContext) -> None:
 
 
 async def check_no_network(sb: Sandbox, ctx: CheckContext) -> None:
-    """Without allow_internet the sandbox has no interface but loopback (nothing is sent anywhere)."""
-    if ctx.spec.allow_internet:
-        raise SkipCheck("the spec allows internet")
+    """Without network the sandbox has no interface but loopback (nothing is sent anywhere)."""
+    if ctx.spec.network.online:
+        raise SkipCheck(f"the spec gives network ({ctx.spec.network.describe()})")
     r = await sb.exec("tail -n +3 /proc/net/dev 2>/dev/null | cut -d: -f1 | tr -d ' '", timeout=30)
     source = "/proc/net/dev"
     names = r.stdout.split()
@@ -329,7 +332,7 @@ async def check_host_port_forward(sb: Sandbox, ctx: CheckContext) -> None:
         assert url.startswith("http://127.0.0.1:"), f"forward_host_port returned {url!r}, not http://127.0.0.1:PORT"
         ok, out = await _connect_and_read(sb, url)
         assert ok and out == f"forwarded-{token}", f"the forwarded port {url} did not reach the host server: {out!r}"
-        if not ctx.spec.allow_internet:
+        if not ctx.spec.network.online:
             ok, out = await _connect_and_read(sb, other.sockets[0].getsockname()[1])
             assert not ok and token not in out, "a host port that was not forwarded is reachable from inside"
             await sb.kill_processes(timeout=30)
@@ -585,6 +588,7 @@ CHECKS: dict[str, Check] = {
     "planted_symlinks": check_planted_symlinks,
     "kill_processes": check_kill_processes,
     **GRADING_CHECKS,
+    **GRADER_CHECKS,
 }
 """Checks that share one started sandbox, in order. ``stop_idempotent`` and
 ``stop_never_started`` use sandboxes of their own."""

@@ -18,6 +18,10 @@ def matrix(
     concurrency: int = typer.Option(None, "--concurrency", help="Trials at once, >= 1 (overrides runtime.concurrency)."),
     force_new: bool = typer.Option(False, "--force-new", help="Never resume: when the run folder already holds a "
                                    "run, start a new one beside it (<run-id>-<time>-<random>)."),
+    allow_internet: bool = typer.Option(False, "--allow-internet", help="Give tasks that declare no network the "
+                                        "internet in both phases (overrides runtime.network)."),
+    force_build: bool = typer.Option(False, "--force-build", help="Build each task's environment/ even when its "
+                                     "task.toml names a docker_image."),
 ) -> None:
     """Run every (model, harness, task, pass) trial and write matrix.json, matrix.csv and report.html."""
     from rich.console import Console
@@ -37,10 +41,15 @@ def matrix(
         overrides["runtime.out"] = out
     if run_id is not None:
         overrides["runtime.run_id"] = run_id
+    if allow_internet:
+        overrides["runtime.network"] = "public"
+    if force_build:
+        overrides["runtime.force_build"] = True
     # the flags get the checks the file's values get (--concurrency 0 or --run-id ../x are refused, not clamped)
     config = with_overrides(config, overrides, source=str(config_file), flags={
         "runtime.concurrency": "--concurrency", "runtime.out": "--out", "runtime.run_id": "--run-id",
-        "require_models": "--require-models"})
+        "require_models": "--require-models", "runtime.network": "--allow-internet",
+        "runtime.force_build": "--force-build"})
     outcome = run_to_completion(run_matrix(config, progress=not as_json, console=err_console, force_new=force_new))
     report = build_report(outcome)
     paths = write_reports(report, outcome.run_dir)

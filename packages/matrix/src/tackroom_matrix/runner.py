@@ -297,7 +297,8 @@ async def run_matrix(
     runtime = TrialRuntime(
         run_dir, attempts=config.runtime.attempts, concurrency=config.runtime.concurrency,
         teardown_timeout_sec=config.runtime.teardown_timeout_sec, retry_backoff_sec=config.runtime.retry_backoff_sec,
-        manager=manager, progress=False, console=console, **executor_args,
+        manager=manager, progress=False, console=console, network=config.runtime.network,
+        force_build=config.runtime.force_build, **executor_args,
     )
     async with contextlib.AsyncExitStack() as stack:
         for cell in cells:  # chat-only harnesses talk to their model through a policy gateway, as in `tackroom run`

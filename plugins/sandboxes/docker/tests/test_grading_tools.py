@@ -65,3 +65,69 @@ def test_tool_roots_follow_path_but_never_the_workdir_or_tmp():
     roots = tool_roots("/opt/venv/bin:/app/node_modules/.bin:/tmp/bin:/usr/bin:/custom/tools", ["/app"])
     assert "/opt/venv" in roots and "/custom/tools" in roots and "/usr" in roots
     assert not any(r.startswith(("/app", "/tmp")) for r in roots), roots
+
+
+@docker
+async def test_a_tool_the_agent_adds_in_usr_bin_of_a_merged_usr_image_stays(sandbox):
+    # debian:bookworm-slim has /bin -> usr/bin: the agent's /usr/bin/mytool is also /bin/mytool, one file.
+    assert await out(sandbox, "readlink /bin") == "usr/bin"
+    await sandbox.exec("printf '#!/bin/sh\\necho mine\\n' > /usr/bin/mytool && chmod +x /usr/bin/mytool; "
+                       "printf 'x' > /usr/lib/x86_64-linux-gnu/libmine.so.1")
+    restored = await sandbox.restore_image_tools()
+    assert restored == [], restored
+    assert await out(sandbox, "mytool") == "mine"
+    assert (await sandbox.exec("test -f /usr/lib/x86_64-linux-gnu/libmine.so.1")).ok
+
+
+@docker
+async def test_restore_reads_the_whole_diff_however_many_files_the_agent_added(sandbox):
+    # ~1.5 MB of diff lines ahead of the changed tool (the diff lists paths in order): more than one output cap.
+    await sandbox.exec("mkdir -p /etc/0junk && cd /etc/0junk && for i in $(seq 6000); do : > $(printf %0240d $i); done; "
+                       "printf '#!/bin/sh\\nexit 0\\n' > /usr/bin/grep")
+    restored = await sandbox.restore_image_tools()
+    assert "/usr/bin/grep" in restored
+    assert (await sandbox.exec("echo abc | grep -q zzz")).exit_code == 1, "grep is still the agent's"
+
+
+@docker
+async def test_start_up_hooks_the_agent_adds_are_removed_wherever_an_interpreter_looks(sandbox):
+    await sandbox.exec(
+        "mkdir -p /etc/perl && printf 'package strict; print \"pwned\\\\n\"; 1;\\n' > /etc/perl/strict.pm; "  # first on perl's @INC
+        "mkdir -p /usr/local/share/perl/5.36.0 && printf 'package warnings; print \"pwned\\\\n\"; 1;\\n' "
+        "> /usr/local/share/perl/5.36.0/warnings.pm; "  # earlier on @INC than perl-base's warnings.pm
+        "mkdir -p /usr/local/lib/python3.11/dist-packages /opt/tool && echo 'import os' > /usr/local/lib/python3.11/dist-packages/evil.pth; "
+        "echo 'print(1)' > /opt/tool/sitecustomize.py; echo 'print(1)' > /usr/local/lib/python3.11/dist-packages/usercustomize.py; "
+        "echo 'mine' > /usr/local/share/perl/5.36.0/Mine.pm")
+    assert "pwned" in await out(sandbox, "perl -e 'use strict; use warnings; print qq(ok\\n)'")
+    restored = set(await sandbox.restore_image_tools())
+    assert {"/etc/perl/strict.pm", "/usr/local/share/perl/5.36.0/warnings.pm", "/opt/tool/sitecustomize.py",
+            "/usr/local/lib/python3.11/dist-packages/evil.pth",
+            "/usr/local/lib/python3.11/dist-packages/usercustomize.py"} <= restored, restored
+    assert await out(sandbox, "perl -e 'use strict; use warnings; print qq(ok\\n)'") == "ok"
+    assert (await sandbox.exec("test -f /usr/local/share/perl/5.36.0/Mine.pm")).ok, "a module of its own stays"
+
+
+@docker
+async def test_grader_tools_the_image_put_outside_path_come_back_and_config_stays(provider, tmp_path):
+    env = tmp_path / "environment"
+    env.mkdir()
+    (env / "Dockerfile").write_text(
+        "FROM debian:bookworm-slim\n"
+        "RUN mkdir -p /opt/grader/lib /etc/myapp && printf '#!/bin/sh\\necho real\\n' > /opt/grader/check "
+        "&& chmod +x /opt/grader/check && echo 'REAL = 1' > /opt/grader/lib/helpers.py "
+        "&& echo 'port=80' > /etc/myapp/app.conf\n")
+    sb = provider.create(SandboxSpec(name=f"tools-{uuid.uuid4().hex[:8]}", environment_dir=env))
+    await sb.start()
+    try:
+        await sb.exec("printf '#!/bin/sh\\necho fake\\n' > /opt/grader/check; echo 'REAL = 0' > /opt/grader/lib/helpers.py; "
+                      "echo 'port=8080' > /etc/myapp/app.conf")
+        restored = set(await sb.restore_image_tools())
+        assert {"/opt/grader/check", "/opt/grader/lib/helpers.py"} <= restored, restored
+        assert await out(sb, "/opt/grader/check") == "real"
+        assert await out(sb, "cat /opt/grader/lib/helpers.py") == "REAL = 1"
+        assert await out(sb, "cat /etc/myapp/app.conf") == "port=8080", "config the agent was asked to change stays"
+        await sb.exec("rm -rf /opt/grader")
+        assert set(await sb.restore_image_tools()) >= {"/opt/grader/check", "/opt/grader/lib/helpers.py"}
+        assert await out(sb, "/opt/grader/check") == "real"
+    finally:
+        await sb.stop()

@@ -6,7 +6,9 @@ Everything is imported and every host file is opened before the process joins th
 Steps (one JSON argument holds the settings, see ``tackroom_docker.grading``):
 1. join the container's ipc, uts, pid and mount namespaces, and its network namespace (``net = "container"``),
    or stay on the host's (``"host"``: grading online while the agent ran offline), or a fresh one with only
-   loopback (``"isolated"``); then a private mount namespace of our own;
+   loopback (``"isolated"``); make the ``readonly`` folders (the image's tool roots) read-only bind mounts in
+   the container's mount namespace, so kept services cannot rewrite a grader tool while they run; then a
+   private mount namespace of our own, where those bind mounts are taken off again (the command may install);
 2. the toolset's sh, with full capabilities, copies each ``private`` folder into a tmpfs and mounts the copy
    over it, in this namespace only: no process of the container sees or writes the copies;
 3. kept services are resumed (SIGCONT) and the command runs: in the container's cgroups, with the container's
@@ -17,6 +19,7 @@ The outcome (the command's exit code, or the step that failed and why) goes to t
 """
 
 import ctypes
+import glob
 import json
 import os
 import signal
@@ -24,7 +27,8 @@ import sys
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
-MS_REC, MS_PRIVATE = 0x4000, 1 << 18
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 0x4000, 1 << 18
+MNT_DETACH = 2
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
 
 
@@ -44,10 +48,53 @@ def main() -> int:
     for n in names:
         os.setns(fds[n], 0)
     os.chdir("/")
+    guarded: list[bytes] = []
+    made: list[str] = []
+    for pattern in cfg["readonly"]:
+        for path in sorted(glob.glob(pattern)) if "*" in pattern else [pattern]:
+            if any(path == g.decode() or path.startswith(g.decode() + "/") for g in guarded):
+                continue
+            if not os.path.isdir(path) or os.path.islink(path):
+                continue
+            p = path.encode()
+            if guard(libc, p, guarded) != 0:
+                unguard(libc, guarded)
+                report(step="setup", error=f"could not make {path} read-only: {os.strerror(ctypes.get_errno())}")
+                return 1
+    for path in cfg["readonly_files"]:  # the loader's preload list: held empty and read-only if absent
+        if os.path.islink(path) or (os.path.exists(path) and not os.path.isfile(path)):
+            continue
+        if not os.path.exists(path):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+            made.append(path)
+        guard(libc, path.encode(), guarded)
+    try:
+        return grade(cfg, libc, status, collect_out, cgroups, report, guarded)
+    finally:
+        os.setns(fds["mnt"], 0)  # back in the container's mount namespace: the tools are writable again
+        unguard(libc, guarded)
+        for path in made:
+            os.unlink(path)
+
+
+def guard(libc: ctypes.CDLL, p: bytes, guarded: list[bytes]) -> int:
+    if libc.mount(p, p, None, MS_BIND | MS_REC, None) != 0:
+        return 0  # not mountable here (gone meanwhile): nothing to guard
+    guarded.append(p)
+    return libc.mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+
+
+def unguard(libc: ctypes.CDLL, guarded: list[bytes]) -> None:
+    for p in reversed(guarded):
+        libc.umount2(p, MNT_DETACH)
+
+
+def grade(cfg: dict, libc: ctypes.CDLL, status: int, collect_out: int, cgroups: list[int], report, guarded: list[bytes]) -> int:
     os.unshare(CLONE_NEWNS | (CLONE_NEWNET if cfg["net"] == "isolated" else 0))
     if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         report(step="setup", error=f"mount --make-rprivate / failed: {os.strerror(ctypes.get_errno())}")
         return 1
+    unguard(libc, guarded)  # in this namespace only: the command runs with the tools writable
     env = {"PATH": cfg["bin"], "HOME": "/", "LC_ALL": "C"}
     sh = f"{cfg['bin']}/sh"
 

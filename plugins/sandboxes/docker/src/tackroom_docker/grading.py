@@ -27,6 +27,7 @@ from tackroom import (
     SandboxTimeoutError,
 )
 from tackroom_docker.engine import run_host
+from tackroom_docker.tools import tool_roots
 from tackroom_docker.toolset import BIN, STAGE
 from tackroom_sandbox_kit import extract_tar
 
@@ -60,6 +61,19 @@ exit 0
 """.replace("%STAGE%", STAGE)
 
 
+# Args: the guarded folders' patterns. After a grader command that was killed before it could take its read-only
+# bind mounts off again (see grader_entry): each one comes off here, in the container's mount namespace.
+UNGUARD = r"""
+for pat; do
+    for p in $pat; do
+        while awk -v p="$p" '$5 == p { f = 1 } END { exit !f }' /proc/self/mountinfo; do umount -l "$p" || break; done
+    done
+done
+if [ -f /etc/ld.so.preload ] && [ ! -s /etc/ld.so.preload ]; then rm -f /etc/ld.so.preload; fi
+exit 0
+"""
+
+
 def clean_env(image_env: list[str], spec_env: dict[str, str], extra: dict[str, str] | None) -> dict[str, str]:
     """What ``docker exec`` would give the command, less every start-up variable, plus a fresh HOME; ``extra`` wins."""
     env: dict[str, str] = {}
@@ -73,6 +87,15 @@ def clean_env(image_env: list[str], spec_env: dict[str, str], extra: dict[str, s
     env.update({"HOME": f"{STAGE}/home", **GRADER_CLEAN_ENV})
     env.update(extra or {})
     return env
+
+
+def guarded_roots(sb: DockerSandbox) -> list[str]:
+    """The folders kept services find read-only while the grader's command runs: the image's tool roots (as
+    restore sees them, less the working directory and ``grading_paths``) and the interpreters' config folders."""
+    image_env = (sb.image.record.get("Config") or {}).get("Env") or [] if sb.image is not None else []
+    path_env = next((e[5:] for e in image_env if e.startswith("PATH=")), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    roots = [r for r in tool_roots(path_env, [sb.workdir, *sb._keep]) if not r.startswith("/etc/ld.so")]
+    return [*sorted(roots), "/etc/perl", "/etc/python*"]
 
 
 def cgroup_procs(pid: int) -> list[str]:
@@ -131,6 +154,8 @@ async def run_grader(
             "setup_script": SETUP,
             "setup_args": [sb._grading_net, str(sb.spec.storage_mb or 2048), *folders],
             "kept": sb._kept,
+            "readonly": guarded_roots(sb),
+            "readonly_files": ["/etc/ld.so.preload"],
             "cwd": sb._resolve(cwd) if cwd is not None else sb.workdir,
             "env": clean_env(image_env, sb.spec.env, env),
             "cmd": list(cmd),
@@ -142,6 +167,7 @@ async def run_grader(
                                     env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
         except SandboxTimeoutError:
             await sb._freeze_all()
+            await sb._root_exec(UNGUARD, *cfg["readonly"], "/etc/ld.so.preload", timeout=sb.options.cli_timeout_sec)
             raise SandboxTimeoutError(f"the grader's command exceeded its {timeout:g}s timeout and was killed: "
                                       f"{' '.join(cmd)[:120]}") from None
         try:
@@ -151,6 +177,7 @@ async def run_grader(
         if status.get("step") != "done":
             await sb._raise_if_gone(None)
             await sb._freeze_all()
+            await sb._root_exec(UNGUARD, *cfg["readonly"], "/etc/ld.so.preload", timeout=sb.options.cli_timeout_sec)
             stderr = result.err[-1500:]
             if status.get("step") == "setup" and status.get("exit") == 3:
                 raise GradingSabotagedError(f"the agent left a folder the grader needs unusable ({stderr.strip()}); graded 0")

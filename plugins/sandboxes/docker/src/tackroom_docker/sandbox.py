@@ -107,6 +107,10 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         """The host pid of the container's PID 1: root helpers enter its namespaces."""
         self._kept: list[int] = []
         """Processes kill_processes(keep_listening=True) kept (pids in the container), frozen between grader commands."""
+        self._keep: list[str] = []
+        """The task's grading_paths (restore_image_tools' ``keep``): the agent's to change, also while grading."""
+        self._keep: list[str] = []
+        """The task's grading_paths (restore_image_tools' ``keep``): the agent's to change, also while grading."""
         self._grading_net = "container"
         """The network run_grader's command gets: the container's, the host's ("host"), or loopback only ("isolated")."""
         self._tmpfs_workdir = False
@@ -557,7 +561,8 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         from tackroom_docker.tools import restore_image_tools
 
         self._require_started()
-        return await restore_image_tools(self, [self.workdir, *(keep or [])])
+        self._keep = [self._resolve(k) for k in keep or []]
+        return await restore_image_tools(self, [self.workdir, *self._keep])
 
     async def forward_host_port(self, port: int) -> str:
         """The host network shares the port as it is; under ``--network none`` a forward opened in the
@@ -601,16 +606,6 @@ def _missing_workdir(result: CallResult) -> bool:
     text = result.err + result.out
     return "chdir to cwd" in text and "no such file or directory" in text.lower()
 
-
-
-# How `docker exec` fails while a fork bomb holds every pid of the container's limit: the fork itself, or runc's
-# init process, which dies before it reports back (seen under the full suite: "read init-p: connection reset by peer")
-RESOURCE_ERRORS = ("resource temporarily unavailable", "cannot allocate memory", "unable to start container process")
-
-
-def _resource_error(result: CallResult) -> bool:
-    text = (result.err + result.out).lower()
-    return any(phrase in text for phrase in RESOURCE_ERRORS)
 
 
 def _short(cmd: str | list[str]) -> str:

@@ -1,29 +1,40 @@
-"""Before grading: the image's executables and libraries come back, whatever the agent did to them.
+"""Before grading: the image's executables, libraries and interpreter modules come back, whatever the agent did.
 
-``docker container diff`` lists every path added (A), changed (C) or deleted (D) in the container's writable
-layer since it was created. Under the tool roots (:func:`tool_roots`: /usr, /bin, /sbin, /lib*, the dynamic
-loader's files in /etc, /etc/alternatives, and every directory on the image's ``PATH``):
+``docker container diff`` (read whole, into a file) lists every path added (A), changed (C) or deleted (D) in the
+container's writable layer since it was created. Paths are compared as the layer stores them, real paths: on a
+merged-/usr image (``/bin -> usr/bin``) ``/usr/bin/x`` and ``/bin/x`` are one file.
 
-- a file the agent changed or deleted is copied back from the image (``docker cp`` out of a container created,
-  never started, from the same image, and into the trial's container);
-- a file the agent added is removed when it shadows one of the image's: an executable earlier on ``PATH``
-  than the image's of the same name, a shared library of the same name as one in the image's library
-  folders, a Python start-up hook (``sitecustomize.py``, ``usercustomize.py``, ``*.pth``), or
-  ``/etc/ld.so.preload``. Other added files (a tool the agent installed) stay: tests may need them.
+- Under the tool roots (:func:`tool_roots`: /usr, /bin, /sbin, /lib*, the dynamic loader's files in /etc,
+  /etc/alternatives, every folder on the image's ``PATH``) a file the agent changed or deleted comes back from
+  the image.
+- Anywhere else, a changed or deleted file comes back when the image's version is a grader tool: an executable,
+  a shared library or an interpreter module (:data:`TOOL_NAMES`). Config and data the agent was asked to change
+  stay as the agent left them.
+- A file the agent added is removed when it shadows one of the image's: an executable earlier on ``PATH`` than
+  the image's of the same name (a different file, by real path), a shared library of the same name as one in
+  the image's library folders; or when it is a start-up hook an interpreter loads (:data:`HOOKS`: Python's
+  ``sitecustomize``/``usercustomize``, ``*.pth``, a ``pythonNN.zip`` on ``sys.path``, Perl's
+  ``sitecustomize.pl`` or a module in /etc/perl, ``/etc/ld.so.preload``), wherever it lies. Other added files (a
+  tool the agent installed) stay: tests may need them.
 
-Paths under the task's ``grading_paths`` (or the working directory) are left as the agent made them: that
-is where a task that asks the agent to install or change software is graded.
+The image's files are read from a container of the image that the agent never touched, with the sandbox's
+toolset (:mod:`tackroom_docker.toolset`), and put back with one ``docker cp``. Paths under the task's
+``grading_paths`` (or the working directory) are left as the agent made them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import posixpath
+import tarfile
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tackroom import SandboxError
+from tackroom_docker.engine import CallResult
+from tackroom_docker.toolset import BIN, MOUNT, find_busybox, mount_args, toolset_dir
 
 if TYPE_CHECKING:
     from tackroom_docker.sandbox import DockerSandbox
@@ -32,44 +43,119 @@ FIXED_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "
                "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.cache", "/etc/alternatives")
 LIB_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/lib/x86_64-linux-gnu",
             "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
+NEVER_RESTORED = ("/proc", "/sys", "/dev", "/tmp", "/var/tmp", "/run", "/var/run", "/var/log", "/var/cache",
+                  "/var/lib/apt", "/var/lib/dpkg", MOUNT)
+"""Runtime state, never grader tools (dpkg's database changes with every install the agent was asked to make)."""
+TOOL_NAMES = ("*.so", "*.so.*", "*.py", "*.pyc", "*.pm", "*.pl", "*.rb", "*.js", "*.mjs", "*.cjs", "*.lua", "*.jar")
+"""Names of grader tools that are not executable files: shared libraries and interpreter modules."""
+HOOKS = ("/etc/ld.so.preload", "*/sitecustomize.py", "*/usercustomize.py", "*/sitecustomize.pl", "*.pth",
+         "*/python[0-9]*.zip", "/etc/perl/*.pm", "/etc/perl/*/*.pm")
+"""Files an interpreter or the loader runs at start when they exist: removed wherever the agent added them."""
+MODULE_SUFFIXES = (".pm", ".py", ".pyc", ".so")
+"""Added files judged against the image's perl @INC and python sys.path (:data:`INTERPRETER_SHADOWS`)."""
 
-# Args: the added paths to judge. Prints each one it removed. Runs as root from /, with the container's PATH.
+# Args: the image's PATH. Stdin: added paths, one a line. Prints each one it removed. Runs with the toolset.
 REMOVE_SHADOWS = r"""
-added=" $* "
-for p in "$@"; do
+image_path=$1
+dirs=; oldifs=$IFS; IFS=:
+for q in $image_path; do IFS=$oldifs; r=$(realpath "$q" 2>/dev/null) && dirs="$dirs $r"; IFS=:; done
+IFS=$oldifs
+libs=
+for q in %LIBS%; do r=$(realpath "$q" 2>/dev/null) && libs="$libs $r"; done
+added=" "
+while IFS= read -r p; do added="$added$p "; done
+for p in $added; do
     [ -e "$p" ] || [ -L "$p" ] || continue
     [ -d "$p" ] && [ ! -L "$p" ] && continue
     d=${p%/*}; n=${p##*/}; bad=
-    case $p in
-        /etc/ld.so.preload|*/sitecustomize.py|*/usercustomize.py|*.pth) bad=1 ;;
-    esac
+    case $p in %HOOKS%) bad=1 ;; esac
+    rd=$(realpath "${d:-/}" 2>/dev/null) || rd=$d
     if [ -z "$bad" ]; then
-        later=; oldifs=$IFS; IFS=:
-        for q in $PATH; do
-            if [ "$q" = "$d" ]; then later=1; continue; fi
-            if [ -n "$later" ] && { [ -e "$q/$n" ] || [ -L "$q/$n" ]; }; then
+        later=
+        for q in $dirs; do
+            if [ "$q" = "$rd" ]; then later=1; continue; fi
+            [ -n "$later" ] || continue
+            if { [ -e "$q/$n" ] || [ -L "$q/$n" ]; } && ! [ "$q/$n" -ef "$p" ]; then
                 case $added in *" $q/$n "*) ;; *) bad=1; break ;; esac
             fi
         done
-        IFS=$oldifs
     fi
     if [ -z "$bad" ]; then
         case $n in *.so|*.so.*)
-            for q in %LIBS%; do
-                [ "$q" = "$d" ] && continue
-                if [ -e "$q/$n" ]; then case $added in *" $q/$n "*) ;; *) bad=1; break ;; esac; fi
+            for q in $libs; do
+                [ "$q" = "$rd" ] && continue
+                if [ -e "$q/$n" ] && ! [ "$q/$n" -ef "$p" ]; then
+                    case $added in *" $q/$n "*) ;; *) bad=1; break ;; esac
+                fi
             done ;;
         esac
     fi
     if [ -n "$bad" ]; then rm -f "$p" && echo "$p"; fi
 done
 exit 0
-""".replace("%LIBS%", " ".join(LIB_DIRS))
+""".replace("%LIBS%", " ".join(LIB_DIRS)).replace("%HOOKS%", "|".join(HOOKS))
 
-# Args: changed paths. Prints those that are regular files, links or other non-directories now.
-NOT_DIRS = r"""
-for p in "$@"; do if [ -L "$p" ] || [ ! -d "$p" ]; then echo "$p"; fi; done
+# Stdin: paths, one a line. Removes each (a link, not its target) and prints it.
+REMOVE_LISTED = r"""
+while IFS= read -r p; do [ -n "$p" ] && rm -f "$p" && echo "$p"; done; exit 0
 """
+
+# Stdin: changed paths, one a line. Prints those that are regular files, links or other non-directories now.
+NOT_DIRS = r"""
+while IFS= read -r p; do if [ -L "$p" ] || [ ! -d "$p" ]; then echo "$p"; fi; done
+"""
+
+# In a container of the untouched image, with the image's PATH in $1. Stdin: added module files, one a line.
+# Prints each that comes earlier on the image's perl @INC or python sys.path than a module of the same name the
+# image has (a file, or for python a package folder or extension), so that it would load instead.
+INTERPRETER_SHADOWS = r"""
+export PATH="$PATH:$1"
+nl='
+'
+inc=; for d in $(perl -e 'print join("\n", @INC)' 2>/dev/null); do r=$(realpath "$d" 2>/dev/null) || r=$d; inc="$inc$r$nl"; done
+pys=; for py in python3 python; do
+    command -v "$py" >/dev/null 2>&1 || continue
+    for d in $("$py" -c 'import sys; print("\n".join(p for p in sys.path if p))' 2>/dev/null); do
+        r=$(realpath "$d" 2>/dev/null) || r=$d; pys="$pys$r$nl"
+    done
+done
+IFS=$nl
+while read -r p; do
+    found=
+    case $p in *.pm) for d in $inc; do
+        if [ -z "$found" ]; then case $p in "$d"/*) found=1; rel=${p#"$d"/} ;; esac; continue; fi
+        if [ -e "$d/$rel" ]; then echo "$p"; break; fi
+    done ;; esac
+    found=
+    for d in $pys; do
+        if [ -z "$found" ]; then
+            case $p in "$d"/*) found=1; top=${p#"$d"/}; top=${top%%/*}; top=${top%%.*} ;; esac
+            continue
+        fi
+        if [ -e "$d/$top.py" ] || [ -e "$d/$top.pyc" ] || [ -d "$d/$top" ] || ls "$d/$top".*.so >/dev/null 2>&1; then echo "$p"; break; fi
+    done
+done
+exit 0
+"""
+
+# In a container of the untouched image. Stdin: "R path" (restore what the image has there: a file, link or
+# folder), "F path" (only if it is a grader tool: an executable regular file or a TOOL_NAMES file) or "T path"
+# (as F, and for a folder each grader tool it holds). Writes a tar of them to stdout.
+IMAGE_FILES = r"""
+set --
+tool() { [ -f "$1" ] && [ ! -L "$1" ] && { [ -x "$1" ] || case ${1##*/} in %TOOLS%) true ;; *) false ;; esac; }; }
+while IFS= read -r line; do
+    k=${line%% *}; p=${line#* }
+    [ -e "$p" ] || [ -L "$p" ] || continue
+    if [ "$k" = R ]; then set -- "$@" "$p"
+    elif [ "$k" = T ] && [ -d "$p" ] && [ ! -L "$p" ]; then
+        for f in $(find "$p" -type f 2>/dev/null); do tool "$f" && set -- "$@" "$f"; done
+    elif tool "$p"; then set -- "$@" "$p"
+    fi
+done
+[ "$#" -gt 0 ] || exit 0
+exec tar -cf - "$@" 2>/dev/null
+""".replace("%TOOLS%", "|".join(TOOL_NAMES))
 
 
 def tool_roots(path_env: str, keep: list[str]) -> list[str]:
@@ -94,9 +180,12 @@ def under(path: str, roots: list[str] | tuple[str, ...]) -> bool:
 async def restore_image_tools(sandbox: DockerSandbox, keep: list[str]) -> list[str]:
     """See the module docstring; returns the paths restored or removed."""
     cli, timeout = sandbox.cli, sandbox.options.cli_timeout_sec
-    diff = await cli.run(["container", "diff", sandbox.name], timeout=timeout)
-    if not diff.ok:
-        await sandbox._raise_if_gone_or(diff, "docker container diff failed before grading")
+    with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
+        listing = Path(tmp) / "diff"
+        diff = await cli.run(["container", "diff", sandbox.name], timeout=timeout, stdout_path=listing)
+        if not diff.ok:
+            await sandbox._raise_if_gone_or(diff, "docker container diff failed before grading")
+        lines = listing.read_text(errors="surrogateescape").splitlines()
     image = sandbox.image
     env = (image.record.get("Config") or {}).get("Env") or [] if image is not None else []
     path_env = next((e[5:] for e in env if e.startswith("PATH=")), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
@@ -104,53 +193,70 @@ async def restore_image_tools(sandbox: DockerSandbox, keep: list[str]) -> list[s
     changed: list[str] = []
     deleted: list[str] = []
     added: list[str] = []
-    for line in diff.out.splitlines():
+    elsewhere: list[str] = []  # changed ("F") or deleted ("T") outside the tool roots: back when the image's is a tool
+    for line in lines:
         kind, _, path = line.partition(" ")
-        if not under(path, roots) or under(path, keep):
+        if under(path, keep) or under(path, NEVER_RESTORED):
             continue
-        {"C": changed, "D": deleted, "A": added}.get(kind, []).append(path)
-    if not (changed or deleted or added):
+        if under(path, roots):
+            {"C": changed, "D": deleted, "A": added}.get(kind, []).append(path)
+        elif kind == "A" and any(fnmatch.fnmatchcase(path, h) for h in HOOKS):
+            added.append(path)
+        elif kind in ("C", "D"):
+            elsewhere.append(f"{'F' if kind == 'C' else 'T'} {path}")
+    if not (changed or deleted or added or elsewhere):
         return []
     done: list[str] = []
     if changed:
-        files = await sandbox._root_exec(NOT_DIRS, *changed, timeout=timeout)
+        files = await sandbox._root_exec(NOT_DIRS, timeout=timeout, stdin=_lines(changed))
         changed = [p for p in files.out.splitlines() if p]
     deleted = [p for p in deleted if not under(posixpath.dirname(p), deleted)]  # a deleted folder comes back whole
-    to_copy = changed + deleted
-    if to_copy and image is not None:
-        done += await copy_from_image(sandbox, image.ref, to_copy)
+    if image is not None and (changed or deleted or elsewhere):
+        wanted = [f"R {p}" for p in changed + deleted] + elsewhere
+        done += await copy_from_image(sandbox, image.ref, wanted)
     if added:
-        removed = await sandbox._root_exec(REMOVE_SHADOWS, *added, timeout=timeout)
+        removed = await sandbox._root_exec(REMOVE_SHADOWS, path_env, timeout=timeout, stdin=_lines(added))
         done += [p for p in removed.out.splitlines() if p]
+    modules = [p for p in added if p not in done and p.endswith(MODULE_SUFFIXES)]
+    if modules and image is not None:
+        shadows = await run_in_image(sandbox, image.ref, INTERPRETER_SHADOWS, path_env, stdin=_lines(modules))
+        if shadows.out.strip():
+            removed = await sandbox._root_exec(REMOVE_LISTED, timeout=timeout, stdin=shadows.stdout)
+            done += [p for p in removed.out.splitlines() if p]
     return done
 
 
-async def copy_from_image(sandbox: DockerSandbox, ref: str, paths: list[str]) -> list[str]:
-    """Copy each of ``paths`` from image ``ref`` into the sandbox's container, at the same place; returns those the
-    image has."""
+def _lines(paths: list[str]) -> bytes:
+    return "".join(f"{p}\n" for p in paths if "\n" not in p).encode(errors="surrogateescape")
+
+
+async def run_in_image(sandbox: DockerSandbox, ref: str, script: str, *args: str, stdin: bytes,
+                       stdout_path: Path | None = None) -> CallResult:
+    """Run ``script`` with the toolset in a throwaway container of image ``ref`` (offline, as root): the image's
+    own files, whatever the agent did to the trial's container."""
+    toolset = await asyncio.to_thread(toolset_dir, find_busybox(sandbox.options.toolset_busybox))
+    return await sandbox.cli.run(
+        ["run", "--rm", "-i", "--network", "none", "-u", "0", "--label", "tackroom.managed=1", *mount_args(toolset),
+         "--entrypoint", f"{BIN}/sh", "-e", f"PATH={BIN}", ref, "-c", script, "tackroom", *args],
+        stdin=stdin, stdout_path=stdout_path, timeout=sandbox.options.cli_timeout_sec * 2)
+
+
+async def copy_from_image(sandbox: DockerSandbox, ref: str, wanted: list[str]) -> list[str]:
+    """Put back in the sandbox's container what image ``ref`` holds at ``wanted`` ("R path": whatever is there,
+    "T path": grader tools only, see :data:`IMAGE_FILES`); returns the paths put back."""
     cli, timeout = sandbox.cli, sandbox.options.cli_timeout_sec
-    pristine = f"{sandbox.name}-pristine"
-    made = await cli.run(["create", "--name", pristine, "--label", "tackroom.managed=1", "--network", "none",
-                          "--entrypoint", "true", ref], timeout=timeout)
-    if not made.ok:
-        raise SandboxError(f"could not create a container from {ref} to restore the image's tools: {made.describe()}")
-    gate = asyncio.Semaphore(8)
-
-    async def copy(path: str) -> str | None:
-        async with gate:
-            with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
-                archive = Path(tmp) / "tool.tar"
-                out = await cli.run(["cp", f"{pristine}:{path}", "-"], stdout_path=archive, timeout=timeout)
-                if not out.ok:  # not in the image
-                    return None
-                put = await cli.run(["cp", "-", f"{sandbox.name}:{posixpath.dirname(path) or '/'}"], stdin=archive,
-                                    timeout=timeout)
-            if not put.ok:
-                raise SandboxError(f"could not restore {path} from {ref} into {sandbox.name}: {put.describe()}")
-            return path
-
-    try:
-        results = await asyncio.gather(*(copy(p) for p in paths))
-    finally:
-        await cli.run(["rm", "-f", pristine], timeout=timeout)
-    return [p for p in results if p]
+    with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
+        archive = Path(tmp) / "image-files.tar"
+        read = await run_in_image(sandbox, ref, IMAGE_FILES, stdin=_lines(wanted), stdout_path=archive)
+        if not read.ok:
+            raise SandboxError(f"could not read the image's tools from {ref} to restore them: {read.describe()}")
+        if archive.stat().st_size == 0:
+            return []
+        with tarfile.open(archive) as tar:
+            names = ["/" + m.name.removeprefix("./").lstrip("/") for m in tar.getmembers()]
+        put = await cli.run(["cp", "-", f"{sandbox.name}:/"], stdin=archive, timeout=timeout * 2)
+        if not put.ok:
+            await sandbox._raise_if_gone_or(put, f"could not restore the image's tools from {ref} into {sandbox.name}")
+    asked = {w[2:] for w in wanted}
+    direct = [n for n in names if n in asked]
+    return direct + [n for n in names if n not in asked and not under(n, direct)]

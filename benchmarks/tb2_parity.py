@@ -2,7 +2,7 @@
 
     uv run python benchmarks/tb2_parity.py                                   # ../shared/tb2-sample, tackroom only
     uv run python benchmarks/tb2_parity.py --harbor /path/to/venv/bin/harbor # and Harbor, same tasks, same engine
-    uv run python benchmarks/tb2_parity.py ~/terminal-bench-2 --include 'pypi-*' --harness oracle
+    uv run python benchmarks/tb2_parity.py ~/terminal-bench-2 --force-build --include 'pypi-*' --harness oracle
 
 Runs a folder of Harbor-format tasks (a TB2 checkout, or one task folder) through ``tackroom run`` on the
 docker sandbox with ``--allow-internet`` (every TB2 ``test.sh`` installs its test tools from the internet when
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -59,18 +58,11 @@ def task_dirs(root: Path, include: list[str]) -> list[Path]:
     return found
 
 
-def tackroom_has_flag(flag: str) -> bool:
-    """Does this checkout's ``tackroom run`` know ``flag``? (``--help`` lists every option.)"""
-    out = subprocess.run([sys.executable, "-m", "tackroom", "run", "--help"], capture_output=True, text=True,
-                         env={**os.environ, "COLUMNS": "200"})
-    return flag in out.stdout
-
-
-def run_tackroom(tasks: list[Path], harness: str, out: Path, network_args: list[str]) -> dict[str, dict]:
+def run_tackroom(tasks: list[Path], harness: str, out: Path, extra: list[str]) -> dict[str, dict]:
     """One ``tackroom run`` over ``tasks`` with ``harness``: per task its reward, error, notes and seconds."""
     cmd = [sys.executable, "-m", "tackroom", "run", *map(str, tasks), "--harness", harness, "--sandbox", "docker",
            "--concurrency", "1", "--attempts", "1", "--out", str(out), "--run-id", f"tackroom-{harness}", "--json",
-           *network_args]
+           *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -99,13 +91,14 @@ def engine_has_bridge() -> bool:
     return subprocess.run(["docker", "network", "inspect", "bridge"], capture_output=True).returncode == 0
 
 
-def run_harbor(harbor: str, tasks: list[Path], harness: str, out: Path, overlays: list[Path]) -> dict[str, dict]:
+def run_harbor(harbor: str, tasks: list[Path], harness: str, out: Path, overlays: list[Path],
+               force_build: bool) -> dict[str, dict]:
     """One ``harbor run`` job per task (a job takes one folder: a task or a dataset) with agent ``harness``."""
     rows = {}
     for task in tasks:
         job = f"harbor-{harness}-{task.name}"
         cmd = [harbor, "run", "-p", str(task), "-a", harness, "-e", "docker", "-n", "1", "-y", "-q",
-               "-o", str(out), "--job-name", job]
+               "-o", str(out), "--job-name", job, *(["--force-build"] if force_build else [])]
         for overlay in overlays:
             cmd += ["--extra-docker-compose", str(overlay)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -148,6 +141,8 @@ def main() -> None:
     ap.add_argument("--harbor-network", choices=("auto", "host", "default"), default="auto",
                     help="host: put Harbor's task container on the host network (auto: when the engine has no "
                          "`bridge` network)")
+    ap.add_argument("--force-build", action="store_true",
+                    help="build each task's environment/ even where its task.toml names a docker_image (both sides)")
     ap.add_argument("--out", type=Path, help="keep the run folders here (default: a temporary folder, removed)")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON to this file")
     args = ap.parse_args()
@@ -156,13 +151,7 @@ def main() -> None:
     harnesses = args.harness or list(HARNESSES)
     out = args.out.resolve() if args.out else Path(tempfile.mkdtemp(prefix="tackroom-tb2-"))
     out.mkdir(parents=True, exist_ok=True)
-    network_args = ["--allow-internet"]
-    if not tackroom_has_flag("--allow-internet"):
-        # A checkout from before the network switch: the docker sandbox's own option gives the same network.
-        config = out / "host-network.toml"
-        config.write_text('[sandbox]\nname = "docker"\nnetwork_mode = "host"\n')
-        network_args = ["--config", str(config)]
-        print("  this tackroom has no --allow-internet; using [sandbox] network_mode = \"host\"", file=sys.stderr)
+    tackroom_args = ["--allow-internet", *(["--force-build"] if args.force_build else [])]
 
     overlays = []
     if args.harbor and (args.harbor_network == "host" or (args.harbor_network == "auto" and not engine_has_bridge())):
@@ -173,9 +162,9 @@ def main() -> None:
     try:
         rows: dict[str, dict[str, dict]] = {}
         for harness in harnesses:
-            rows[f"harbor:{harness}"] = run_harbor(args.harbor, tasks, harness, out / "harbor", overlays) \
-                if args.harbor else {}
-            rows[f"tackroom:{harness}"] = run_tackroom(tasks, harness, out / "tackroom", network_args)
+            rows[f"harbor:{harness}"] = run_harbor(args.harbor, tasks, harness, out / "harbor", overlays,
+                                                   args.force_build) if args.harbor else {}
+            rows[f"tackroom:{harness}"] = run_tackroom(tasks, harness, out / "tackroom", tackroom_args)
 
         header = f"{'task':22} {'harness':7} {'tackroom':>8} {'harbor':>7} {'tr s':>6} {'hb s':>6} {'tr/hb':>6}  notes"
         print(header)

@@ -166,11 +166,19 @@ async def test_the_default_kill_tells_a_filled_pid_limit_from_a_broken_sandbox()
 
 
 async def test_test_sh_runs_clean(tmp_path):
-    """A fresh, empty HOME, no user site, the task's [verifier] env."""
+    """HOME is fresh (the image's /etc/skel, nothing of the agent's home), no user site, the task's [verifier] env."""
+    solve = "mkdir -p /root/.config/pip && echo '[global]' > /root/.config/pip/pip.conf && echo x > /root/.gitconfig\n"
     probe = ('if [ "$PYTHONNOUSERSITE" = 1 ] && [ "$GIVEN" = by-the-task ] && [ "$HOME" != /root ] '
-             '&& [ -d "$HOME" ] && [ -z "$(ls -A "$HOME")" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n')
-    result = await run(tmp_path, task_of(tmp_path, test_sh=probe, verifier='env = {GIVEN = "by-the-task"}\n'))
+             '&& [ "$(ls -A "$HOME")" = "$(ls -A /etc/skel 2>/dev/null)" ] && [ ! -e "$HOME/.gitconfig" ]; '
+             "then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n")
+    result = await run(tmp_path / "a", task_of(tmp_path / "a", test_sh=probe, solve_sh=solve,
+                                               verifier='env = {GIVEN = "by-the-task"}\n'))
     assert result.reward == 1.0, (result.error, result.reward_details)
+    # A task whose tests need the agent's home says so: [verifier] env wins.
+    home = 'if [ "$HOME" = /root ] && [ -e "$HOME/.gitconfig" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
+    opted = await run(tmp_path / "b", task_of(tmp_path / "b", test_sh=home, solve_sh=solve,
+                                              verifier='env = {HOME = "/root"}\n'))
+    assert opted.reward == 1.0, (opted.error, opted.reward_details)
 
 
 async def test_separate_grading_copies_at_most_the_tasks_storage(tmp_path):

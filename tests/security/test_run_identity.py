@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tackroom import ConfigError, RunConfig, load_dataset, load_task, testing
+from tackroom import ConfigError, RunConfig, TaskError, load_dataset, load_task, testing
 from tackroom._task import task_source_hash
 from tackroom._trial import Trial, label_part
 from tackroom.app import claim_run_dir, run_config
@@ -103,6 +103,9 @@ def test_hashing_a_hostile_task_never_hangs_or_follows_links(tmp_path):
     (task_dir / "zero").unlink()
     (task_dir / "zero").symlink_to("/dev/null")
     assert task_source_hash(task_dir) != before, "a link's target is part of the content"
+    with pytest.raises(TaskError, match="zero: a symbolic link that points outside the task folder"):
+        load_task(task_dir)  # a task may not link out of its folder; the loop back into it is fine
+    (task_dir / "zero").unlink()
     assert load_task(task_dir).source_hash == task_source_hash(task_dir)
 
 

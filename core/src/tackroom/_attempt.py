@@ -1,22 +1,16 @@
 """One trial attempt as data, and its phases.
 
-The runtime builds an :class:`AttemptPlan` once per attempt: the trial, its task,
-each plugin as a :class:`PluginRef` (``module:qualname`` plus options as data), the
-policy, the :class:`AttemptDeadlines` and the run's network default. An executor hands
-the plan to :func:`run_attempt`, here or in another process (a plan pickles by
-reference: the live objects a reference may carry in this process stay behind), and
-never sees the runtime. The runtime keeps what is per run: retries, policy sessions,
-hooks, files.
+The runtime builds an :class:`AttemptPlan` once per attempt (the trial, its task, each plugin as a
+:class:`PluginRef`, the policy, the :class:`AttemptDeadlines`, the run's network default); an executor hands
+it to :func:`run_attempt`, here or in another process (a plan pickles by reference), and never sees the
+runtime, which keeps what is per run: retries, policy sessions, hooks, files.
 
-An attempt is five phases, each a method of :class:`Attempt` with its own limit, error
-class and notes: start (the sandbox), setup (verifier prepare, harness setup), agent
-(the harness run; its own failure is the model's and grading still runs), stop (the
-agent's processes, its services kept frozen where the task wants them) and grade
-(the grading network, the image's tools, the verifier, a regrade when grading fails).
-The sum of the limits, :meth:`AttemptDeadlines.time_limit`, is computed here and
-nowhere else. Failures are classified by the ``tackroom_classify_error`` hook (then by
-built-in rules) into ``infra``, ``model`` and ``task``; :meth:`Attempt.decide` is the one
-place that picks the trial's error (``task`` > ``infra`` > ``model``, the first of a class).
+An attempt is five phases, each a method of :class:`Attempt` with its own limit, error class and notes:
+start, setup (verifier prepare, harness setup), agent (its own failure is the model's; grading still runs),
+stop (the agent's processes; listening ones kept frozen where the task wants them) and grade (the grading
+network, the image's tools, the verifier, a regrade). :meth:`AttemptDeadlines.time_limit` sums the limits;
+failures are classified by the ``tackroom_classify_error`` hook (then built-in rules), and
+:meth:`Attempt.decide` is the one place that picks the trial's error.
 """
 
 from __future__ import annotations
@@ -360,7 +354,7 @@ class Attempt:
             return
         if kept:
             shown = "; ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
-            self.note(f"kept {len(kept)} listening process(es) into grading, frozen but while test.sh runs: {shown}")
+            self.note(f"kept {len(kept)} listening process(es) into grading, frozen except while test.sh runs: {shown}")
 
     async def grade(self) -> None:
         """The verifier's reward, on the grading phase's network; a ``task`` failure is regraded on an untouched
@@ -489,12 +483,12 @@ class Attempt:
         network may be what it missed (Harbor's default for such a task is the internet)."""
         how = "`--allow-internet` or `[runtime] network = \"public\"` gives it the internet (Harbor's default)"
         if not self.networks.agent_declared and not self.networks.agent.online:
-            self.note(f"the agent ran offline: the task declares no network and the run gives none; {how}")
+            self.note(f"the agent ran offline: the task declares no network for its turn and the run gives none; {how}")
         if self.networks.grading_declared or self.networks.grading.online or self.result.timings.get("verify") is None:
             return
-        error, low = self.result.error, self.task.config.verifier.reward_range[1]
-        failed = (error is not None and error.phase in ("verify", "regrade")) or (self.result.reward or 0.0) < low
-        self.note(f"grading ran offline: the task declares no network and the run gives none; {how}"
+        error, top = self.result.error, self.task.config.verifier.reward_range[1]
+        failed = (error is not None and error.phase in ("verify", "regrade")) or (self.result.reward or 0.0) < top
+        self.note(f"grading ran offline: the task declares no network for grading and the run gives none; {how}"
                   + ("; grading failed, and a test.sh that installs its tools (apt, pip, uv) fails without the network"
                      if failed else ""))
 

@@ -297,7 +297,9 @@ class Sandbox(abc.ABC):
         whole of what the agent changed (or does not depend on a listing of it), covers every executable,
         shared library and interpreter module the image holds wherever it lies (not only the ``PATH``
         folders), and removes the start-up hooks the agent added anywhere an interpreter looks
-        (``sitecustomize``/``usercustomize``, ``*.pth``, perl's ``sitecustomize.pl``, ...).
+        (``sitecustomize``/``usercustomize``, ``*.pth``, perl's ``sitecustomize.pl``, a module earlier on
+        ``@INC`` or ``sys.path`` than the image's, ...) and the shell start-up files it changed in ``/etc``
+        (``profile``, ``profile.d``, ``bash.bashrc``, ``skel``).
         """
         return None
 
@@ -375,8 +377,11 @@ class Sandbox(abc.ABC):
           write it (a private mount namespace with tmpfs copies, or the sandbox's equivalent).
         - Services kept by ``kill_processes(keep_listening=True)`` are resumed once the private view exists,
           for the command's duration, and frozen again when it ends.
-        - The command starts clean: ``HOME`` is a fresh private folder, :data:`GRADER_CLEAN_ENV` is set, none
-          of :data:`GRADER_SCRUBBED_ENV` comes from anywhere but ``env``; bash reads no rc files.
+        - The command starts clean: ``HOME`` is a fresh private folder holding only a copy of the image's
+          ``/etc/skel`` (so a login shell a test starts reads a ``.profile`` that sources ``~/.bashrc``, as in
+          the image's own home, and nothing the agent put in its home: ``.gitconfig`` hooks, ``pip.conf``, rc
+          files), :data:`GRADER_CLEAN_ENV` is set, none of :data:`GRADER_SCRUBBED_ENV` comes from anywhere but
+          ``env`` (which may also set ``HOME``); bash reads no rc files.
         - When it ends, the private copy of ``collect`` (one of ``private``) is copied to the host folder
           ``dest`` (regular files and folders only, never following links); the reward is read there, and
           whatever the sandbox's own ``collect`` holds is never read.
@@ -395,8 +400,8 @@ class Sandbox(abc.ABC):
         await self.fresh_folder(home)
         unset = " ".join(f"-u {name}" for name in GRADER_SCRUBBED_ENV)
         assign = " ".join(shlex.quote(f"{k}={v}") for k, v in {"HOME": home, **GRADER_CLEAN_ENV, **(env or {})}.items())
-        result = await self.exec(["/bin/sh", "-c", f"exec /usr/bin/env {unset} {assign} {shlex.join(cmd)}"],
-                                 cwd=cwd, timeout=timeout)
+        result = await self.exec(["/bin/sh", "-c", f"cp -a /etc/skel/. {home}/ 2>/dev/null; "
+                                  f"exec /usr/bin/env {unset} {assign} {shlex.join(cmd)}"], cwd=cwd, timeout=timeout)
         await self.kill_processes()
         await self.download(collect, dest)
         return result

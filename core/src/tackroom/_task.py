@@ -283,20 +283,15 @@ class Task(BaseModel):
         """What a user should hear about this task.toml once: keys in core's sections that nothing reads (a
         typo, or a Harbor key tackroom has no use for: they change nothing here), and sizes given twice."""
         c = self.config
-        unread = [f"{name}.{key}" for name, section in (("agent", c.agent), ("verifier", c.verifier),
-                                                        ("environment", c.environment), *_harbor_sections(c))
-                  for key in (section.model_extra or {})]
+        solution = (c.model_extra or {}).get("solution")  # Harbor's [solution] env is for Harbor's oracle
+        sections = {"agent": c.agent.model_extra, "verifier": c.verifier.model_extra,
+                    "environment": c.environment.model_extra, "solution": solution if isinstance(solution, dict) else {}}
+        unread = [f"{name}.{key}" for name, extra in sections.items() for key in (extra or {})]
         out = [f"task.toml keys that tackroom does not read (they have no effect): {', '.join(unread)}"] if unread else []
         env = c.environment
         if env.memory is not None and env.memory != env.memory_mb:
             out.append(f"task.toml: [environment] memory ({env.memory} MB) ignored; memory_mb ({env.memory_mb}) wins")
         return out
-
-
-def _harbor_sections(config: TaskConfig) -> list[tuple[str, _Section]]:
-    """Harbor's ``[solution]`` (its ``env`` is for Harbor's oracle): read by nothing in tackroom."""
-    raw = (config.model_extra or {}).get("solution")
-    return [("solution", _Section.model_validate(raw))] if isinstance(raw, dict) else []
 
 
 class PhaseNetworks(BaseModel):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from tackroom._attempt import sandbox_spec
 from tackroom._config import (
     FieldError,
+    NetworkDefaults,
     RuntimeConfig,
     TaskSelection,
     check_run_id,
@@ -110,6 +111,7 @@ __all__ = [
     "FieldError",
     "PluginManager",
     "Endpoint",
+    "NetworkDefaults",
     "RuntimeConfig",
     "TaskSelection",
     "TaskLoadFailure",

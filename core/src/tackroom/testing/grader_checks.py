@@ -97,6 +97,7 @@ async def check_shadowed_shell(sb: Sandbox, ctx: CheckContext) -> None:
     finally:
         await sb.exec([bash, "-c", f"for n in {' '.join(SHADOWED)}; do if [ -e {first}/$n ] && "
                        f"[ \"$(head -c 9 {first}/$n)\" = '#!/bin/sh' ]; then unlink {first}/$n; fi; done; true"], timeout=30)
+        await sb.kill_processes(timeout=30)  # the writer, where the shadowed kill left it running
 
 
 PTH = "import sys; sys.stdout.write('HOOKED-pth\\n')\n"

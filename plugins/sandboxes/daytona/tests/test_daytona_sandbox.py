@@ -221,3 +221,11 @@ def test_storage_mb_and_tool_restores_are_documented_gaps_said_in_the_notes() ->
     sb = DaytonaProvider(FAST).create(spec(storage_mb=256))
     assert any("storage_mb = 256 is not enforced" in n for n in sb.notes)
     assert asyncio.run(sb.restore_image_tools()) is None  # the runtime notes that grading used the agent's tools
+
+
+async def test_an_allowlist_network_is_refused_by_name_before_anything_is_created(fake_daytona: Any) -> None:
+    p = DaytonaProvider(FAST)
+    sb = p.create(spec(image="python:3.12-slim", network={"mode": "allowlist", "allowed_hosts": ["pypi.org"]}))
+    with pytest.raises(SandboxError, match=r"none and public, not allowlist \(only pypi.org\)"):
+        await sb.start()
+    fake_daytona.client.create.assert_not_awaited()

@@ -566,3 +566,17 @@ def test_devices_fifos_and_setuid_bits_do_not_reach_the_host(tmp_path):
 def test_members_outside_the_downloaded_entry_are_refused(tmp_path):
     with pytest.raises(SandboxPathError, match="outside"):
         extract_tar(_tar(("top", "dir", ""), ("other/x", "file", "x")), tmp_path / "dest", top="top")
+
+
+@docker
+async def test_a_sparse_file_cannot_fill_the_host_through_a_download(provider, tmp_path):
+    from tackroom import SandboxExhaustedError
+
+    async with provider.create(new_spec(storage_mb=64)) as sb:
+        await sh(sb, "mkdir -p /app/out && truncate -s 200G /app/out/huge && echo ok > /app/out/small")
+        with pytest.raises(SandboxExhaustedError, match="holes"):
+            await sb.download("/app/out", tmp_path / "out", timeout=60)
+        assert not (tmp_path / "out" / "huge").exists()
+        await sh(sb, "rm /app/out/huge")
+        await sb.download("/app/out", tmp_path / "out2", timeout=60)
+        assert (tmp_path / "out2" / "small").read_text() == "ok\n"

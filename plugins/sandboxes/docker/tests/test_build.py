@@ -144,3 +144,43 @@ async def test_an_image_without_bash_runs_string_commands_under_sh(provider, tmp
         r = await sandbox.exec("echo $((40 + 2)) from sh")
         assert r.stdout == "42 from sh\n", r
         assert any("no bash" in note for note in sandbox.notes)
+
+
+def _marked_environment(tmp_path: Path) -> Path:
+    env = tmp_path / f"environment-{uuid.uuid4().hex[:6]}"
+    env.mkdir()
+    (env / "Dockerfile").write_text(f"FROM debian:bookworm-slim\nRUN echo {env.name} > /built-from-dockerfile\n")
+    return env
+
+
+@pytest.mark.parametrize("pull", ["missing", "never"])
+async def test_an_image_that_cannot_be_pulled_is_built_from_the_dockerfile_with_a_note(base_image, tmp_path, pull):
+    from tackroom_docker import DockerProvider
+
+    env = _marked_environment(tmp_path)
+    missing = f"registry.invalid/tackroom-test/absent-{uuid.uuid4().hex[:6]}:1"
+    sb = DockerProvider({"pull": pull, "pull_timeout_sec": 60}).create(
+        SandboxSpec(name=f"build-{uuid.uuid4().hex[:8]}", image=missing, environment_dir=env))
+    async with sb:
+        assert (await sb.exec("cat /built-from-dockerfile")).stdout.strip() == env.name
+    assert any(missing in n and "built" in n and "Dockerfile" in n for n in sb.notes), sb.notes
+
+
+async def test_an_image_that_cannot_be_pulled_without_a_dockerfile_is_still_an_error(provider, tmp_path):
+    from tackroom import SandboxError
+
+    sb = provider.create(SandboxSpec(name=f"build-{uuid.uuid4().hex[:8]}", image="registry.invalid/absent:1"))
+    with pytest.raises(SandboxError, match="could not be pulled"):
+        await sb.start()
+    await sb.stop()
+
+
+async def test_force_build_builds_the_dockerfile_although_the_image_is_present(provider, tmp_path):
+    env = _marked_environment(tmp_path)
+    spec = SandboxSpec(name=f"build-{uuid.uuid4().hex[:8]}", image="debian:bookworm-slim", environment_dir=env,
+                       force_build=True)
+    async with provider.create(spec) as sb:
+        assert (await sb.exec("cat /built-from-dockerfile")).stdout.strip() == env.name
+        assert sb.image.how == "built" and any("force_build" in n for n in sb.notes)
+    async with provider.create(spec.model_copy(update={"force_build": False, "name": f"b-{uuid.uuid4().hex[:6]}"})) as sb:
+        assert not (await sb.exec("test -e /built-from-dockerfile")).ok, "without force_build the named image runs"

@@ -14,6 +14,7 @@ import pytest
 
 from tackroom import GradingSabotagedError, NetworkPolicy, SandboxError, SandboxSpec
 from tackroom_docker import DockerProvider
+from tackroom_docker.grading import pids_exhausted
 from tackroom_docker.sandbox import DockerSandbox
 
 docker = pytest.mark.docker
@@ -103,8 +104,9 @@ async def test_a_kept_service_cannot_write_the_reward_or_the_tests_while_grading
     assert result.exit_code == 0, result.stderr
     assert (dest / "reward.txt").read_text() == "0\n"
     assert (dest / "seen").read_text() == "task\n", "the service changed the tests the grader ran"
-    assert await sh(sandbox, "cat /var/tmp/ran") == "yes\n", "the service did not run during grading"
-    assert await sh(sandbox, "cat /logs/verifier/reward.txt") == "1\n", "(its writes went to the container's own folder)"
+    # (frozen again at any point of its loop: a file it was rewriting may be empty)
+    assert (await sandbox.exec("test -e /var/tmp/ran")).ok, "the service did not run during grading"
+    assert (await sandbox.exec("test -e /logs/verifier/reward.txt")).ok, "(its writes went to the container's own folder)"
 
 
 @docker
@@ -172,7 +174,9 @@ async def test_kill_processes_with_the_pids_limit_exhausted_keeps_the_service_an
         await sh(sb, f"{SERVICE} sleep 1")
         await sb.exec("(bomb() { bomb | bomb & }; setsid bash -c \"$(declare -f bomb); bomb\" &) >/dev/null 2>&1; sleep 3",
                       timeout=30)
+        assert pids_exhausted(sb._pid), "the bomb did not fill the pids limit"  # the evidence for the model's 0
         kept = await sb.kill_processes(keep_listening=True, timeout=20)
+        assert not pids_exhausted(sb._pid)
         assert [k.split(" ", 2)[2] for k in kept] == ["perl: tcp 0.0.0.0:8080"], kept
         code, files = await grade(sb, f"{READ_SERVICE} > /logs/verifier/got", tmp_path)
         assert files.get("got") == "served\n", files
@@ -199,7 +203,10 @@ async def test_grading_online_after_an_offline_agent_phase(sandbox, tmp_path):
     code, files = await grade(sandbox, f"{reach} > /logs/verifier/got", tmp_path)
     assert files.get("got") == "from the host\n", files
     assert any("host's network" in n for n in sandbox.notes)
-    assert not (await sandbox.exec(reach, timeout=10)).ok, "other commands stay offline"
+    threading.Thread(target=answer, daemon=True).start()
+    assert (await sandbox.exec(reach, timeout=10)).stdout == "from the host\n", "a command after set_network is offline"
+    await sandbox.set_network(NetworkPolicy(mode="none"))
+    assert not (await sandbox.exec(reach, timeout=10)).ok, "set_network(none) left the network on"
     server.close()
 
 

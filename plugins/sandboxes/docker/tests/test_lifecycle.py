@@ -224,3 +224,20 @@ def test_a_missing_docker_cli_is_a_clear_error(tmp_path):
     sandbox = DockerProvider({"docker_binary": str(Path(tmp_path) / "no-docker")}).create(new_spec())
     with pytest.raises(DockerEngineError, match="not on PATH"):
         asyncio.run(sandbox.start())
+
+
+async def test_a_remote_engine_is_refused_with_why(provider, monkeypatch, containers):
+    """The root helpers enter the container from the host: an engine elsewhere (none can exist here, so its
+    `docker info` answer is stood in for) is a ConfigError before anything is created."""
+    real = await provider.cli.info()
+
+    async def remote_info(**kw):
+        return real.model_copy(update={"local": False})
+
+    spec = new_spec()
+    sandbox = provider.create(spec)
+    monkeypatch.setattr(sandbox.cli, "info", remote_info)
+    with pytest.raises(ConfigError, match="local engine"):
+        await sandbox.start()
+    await sandbox.stop()
+    assert containers(f"tackroom._trial={spec.name}") == []

@@ -269,3 +269,12 @@ def test_storage_mb_and_tool_restores_are_documented_gaps_said_in_the_notes() ->
     sb = ModalProvider(FAST).create(spec(storage_mb=256))
     assert any("storage_mb = 256 is not enforced" in n for n in sb.notes)
     assert asyncio.run(sb.restore_image_tools()) is None  # the runtime notes that grading used the agent's tools
+
+
+async def test_an_allowlist_network_is_refused_by_name_before_anything_is_created(fake_modal: Any) -> None:
+    p = ModalProvider(FAST)
+    sb = p.create(spec(image="python:3.12-slim", network={"mode": "allowlist", "allowed_hosts": ["pypi.org"]}))
+    with pytest.raises(SandboxError, match=r"none and public, not allowlist \(only pypi.org\)"):
+        await sb.start()
+    fake_modal.create.aio.assert_not_awaited()
+    assert p.slots._value == p.options.max_concurrent

@@ -224,3 +224,15 @@ def test_overfit_example_maps_onto_one_gpu_pair(tmp_path):
     assert o["generator.inference_engine.num_engines"] == 1 and o["trainer.placement.policy_num_gpus_per_node"] == 1
     assert o["trainer.fully_async.num_parallel_generation_workers"] == 6  # (1 + 1) × 3 groups
     build_skyrl_config(o)
+
+
+def test_rollout_network_sets_the_network_of_tasks_that_declare_none(config_path):
+    assert not load_train_config(config_path).rollout.network.grading.online  # offline by default
+    text = config_path.read_text().replace("infra_attempts = 2\n", 'infra_attempts = 2\nnetwork = {agent = "none", '
+                                                                 'grading = "public"}\n')
+    config_path.write_text(text)
+    network = load_train_config(config_path).rollout.network
+    assert (network.agent.mode, network.grading.mode) == ("none", "public")
+    config_path.write_text(text.replace('grading = "public"', 'grading = "internet"'))
+    with pytest.raises(ConfigError, match="rollout.network.grading.mode"):
+        load_train_config(config_path)

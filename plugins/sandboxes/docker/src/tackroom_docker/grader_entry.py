@@ -29,6 +29,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 0x4000, 1 << 18
 MNT_DETACH = 2
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
 
 
@@ -36,7 +37,7 @@ def main() -> int:
     cfg = json.loads(sys.argv[1])
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     status = os.open(cfg["status"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    collect_out = os.open(cfg["collect_tar"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    collect_out = os.open(cfg["collect_tar"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) if cfg["collect"] else -1
     cgroups = [os.open(p, os.O_WRONLY) for p in cfg["cgroup_procs"]]
 
     def report(**fields: object) -> None:
@@ -95,6 +96,8 @@ def grade(cfg: dict, libc: ctypes.CDLL, status: int, collect_out: int, cgroups: 
         report(step="setup", error=f"mount --make-rprivate / failed: {os.strerror(ctypes.get_errno())}")
         return 1
     unguard(libc, guarded)  # in this namespace only: the command runs with the tools writable
+    if cfg["net"] != "container":  # /sys/class/net of the network namespace the command is in
+        libc.mount(b"sysfs", b"/sys", b"sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
     env = {"PATH": cfg["bin"], "HOME": "/", "LC_ALL": "C"}
     sh = f"{cfg['bin']}/sh"
 
@@ -109,7 +112,10 @@ def grade(cfg: dict, libc: ctypes.CDLL, status: int, collect_out: int, cgroups: 
                 os._exit(127)
         return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
 
-    rc = run(cfg["setup_script"], *cfg["setup_args"])
+    if cfg["net"] == "isolated" and run("ip link set lo up") != 0:
+        report(step="setup", error="could not bring up loopback in the grader's network namespace")
+        return 1
+    rc = run(cfg["setup_script"], *cfg["setup_args"]) if cfg["setup_script"] else 0
     if rc != 0:
         report(step="setup", exit=rc)
         return 1
@@ -141,6 +147,9 @@ def grade(cfg: dict, libc: ctypes.CDLL, status: int, collect_out: int, cgroups: 
             os._exit(127)
     code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
     exit_code = code if code >= 0 else 128 - code
+    if not cfg["collect"]:  # a plain command (exec after set_network): nothing to freeze or collect
+        report(step="done", exit=exit_code)
+        return 0
     # Freeze what runs: kept services and anything the command left behind (the runtime kills it later).
     run("kill -STOP -1 2>/dev/null; exit 0")
     packed = run('cd "$1" && tar -cf - .', cfg["collect"], stdout=collect_out)

@@ -56,7 +56,6 @@ for p in "$@"; do
     mkdir "%STAGE%/$i" && cp -a "$p/." "%STAGE%/$i/" || exit 11
     mount --bind "%STAGE%/$i" "$p" || exit 12
 done
-if [ "$net" = isolated ]; then ip link set lo up || exit 13; fi
 exit 0
 """.replace("%STAGE%", STAGE)
 
@@ -89,11 +88,50 @@ def clean_env(image_env: list[str], spec_env: dict[str, str], extra: dict[str, s
     return env
 
 
+def image_env(sb: DockerSandbox) -> list[str]:
+    return (sb.image.record.get("Config") or {}).get("Env") or [] if sb.image is not None else []
+
+
+def entry_settings(sb: DockerSandbox, cmd: list[str], status: Path, *, cwd: str, env: dict[str, str]) -> dict:
+    """:mod:`tackroom_docker.grader_entry`'s settings for a plain command: no private folders, no guards."""
+    pid = sb._pid
+    return {
+        "pid": pid, "net": sb._grading_net, "bin": BIN, "status": str(status), "collect_tar": "", "collect": "",
+        "cgroup_procs": cgroup_procs(pid), "cap_bounding": capability_bounding_set(pid),
+        "cap_last": Path("/proc/sys/kernel/cap_last_cap").read_text().strip(),
+        "setup_script": "", "setup_args": [], "kept": [], "readonly": [], "readonly_files": [],
+        "cwd": cwd, "env": env, "cmd": list(cmd),
+    }
+
+
+async def exec_in_namespaces(sb: DockerSandbox, cmd: list[str], *, cwd: str, env: dict[str, str], timeout: float,
+                             stdin: bytes | None) -> ExecResult:
+    """A command in the container's namespaces but the grading network (after ``set_network``), as the container's
+    root with its capabilities and cgroups: what ``docker exec`` would run, on the host's network."""
+    with tempfile.TemporaryDirectory(prefix="tackroom-exec-") as tmp:
+        status_path = Path(tmp) / "status.json"
+        full_env = {k: v for k, v in (item.partition("=")[::2] for item in image_env(sb))}
+        full_env.update({**sb.spec.env, **env})
+        cfg = entry_settings(sb, cmd, status_path, cwd=cwd, env=full_env)
+        argv = [sys.executable, "-I", "-S", str(ENTRY), json.dumps(cfg)]
+        result = await run_host(argv, timeout=timeout, stdin=stdin, output_limit=sb.options.output_limit_bytes,
+                                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
+        try:
+            status = json.loads(status_path.read_text() or "{}")
+        except (OSError, ValueError):
+            status = {}
+    if status.get("step") != "done":
+        await sb._raise_if_gone(None)
+        raise SandboxError(f"could not run a command in {sb.name} on the grading network ({status or 'no status'}): "
+                           f"{result.err[-1000:]}")
+    return ExecResult(exit_code=int(status["exit"]), stdout=result.out, stderr=result.err, truncated=result.truncated,
+                      duration_s=result.duration_s)
+
+
 def guarded_roots(sb: DockerSandbox) -> list[str]:
     """The folders kept services find read-only while the grader's command runs: the image's tool roots (as
     restore sees them, less the working directory and ``grading_paths``) and the interpreters' config folders."""
-    image_env = (sb.image.record.get("Config") or {}).get("Env") or [] if sb.image is not None else []
-    path_env = next((e[5:] for e in image_env if e.startswith("PATH=")), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    path_env = next((e[5:] for e in image_env(sb) if e.startswith("PATH=")), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
     roots = [r for r in tool_roots(path_env, [sb.workdir, *sb._keep]) if not r.startswith("/etc/ld.so")]
     return [*sorted(roots), "/etc/perl", "/etc/python*"]
 
@@ -112,6 +150,21 @@ def cgroup_procs(pid: int) -> list[str]:
         if procs.exists() and str(procs) not in found:
             found.append(str(procs))
     return found
+
+
+def pids_exhausted(pid: int) -> bool:
+    """Whether the container of process ``pid`` holds every pid its limit allows (``pids.current`` >= ``pids.max``)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers and "pids" not in controllers.split(","):
+            continue
+        base = Path("/sys/fs/cgroup") / ("pids" if controllers else "") / path.lstrip("/")
+        try:
+            limit = (base / "pids.max").read_text().strip()
+            return limit != "max" and int((base / "pids.current").read_text()) >= int(limit)
+        except (OSError, ValueError):
+            continue
+    return False
 
 
 def capability_bounding_set(pid: int) -> str:
@@ -138,29 +191,19 @@ async def run_grader(
     collected = sb._resolve(collect)
     if collected not in folders:
         raise ValueError(f"collect={collect!r} must be one of private={private!r}")
-    pid = sb._pid
-    image_env = (sb.image.record.get("Config") or {}).get("Env") or [] if sb.image is not None else []
     with tempfile.TemporaryDirectory(prefix="tackroom-grader-") as tmp:
         status_path, tar_path = Path(tmp) / "status.json", Path(tmp) / "collect.tar"
-        cfg = {
-            "pid": pid,
-            "net": sb._grading_net,
-            "bin": BIN,
-            "status": str(status_path),
+        cfg = entry_settings(sb, cmd, status_path, cwd=sb._resolve(cwd) if cwd is not None else sb.workdir,
+                             env=clean_env(image_env(sb), sb.spec.env, env))
+        cfg.update({
             "collect_tar": str(tar_path),
-            "cgroup_procs": cgroup_procs(pid),
-            "cap_bounding": capability_bounding_set(pid),
-            "cap_last": Path("/proc/sys/kernel/cap_last_cap").read_text().strip(),
             "setup_script": SETUP,
             "setup_args": [sb._grading_net, str(sb.spec.storage_mb or 2048), *folders],
             "kept": sb._kept,
             "readonly": guarded_roots(sb),
             "readonly_files": ["/etc/ld.so.preload"],
-            "cwd": sb._resolve(cwd) if cwd is not None else sb.workdir,
-            "env": clean_env(image_env, sb.spec.env, env),
-            "cmd": list(cmd),
             "collect": collected,
-        }
+        })
         argv = [sys.executable, "-I", "-S", str(ENTRY), json.dumps(cfg)]
         try:
             result = await run_host(argv, timeout=timeout, output_limit=sb.options.output_limit_bytes,

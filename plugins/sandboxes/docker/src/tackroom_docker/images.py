@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tackroom import SandboxBuildError, SandboxError, SandboxSpec, SandboxTimeoutError
-from tackroom_docker.engine import DockerCLI
+from tackroom_docker.engine import DockerCLI, DockerEngineError
 from tackroom_docker.options import DockerOptions
 
 ENV_REPOSITORY = "tackroom-env"
@@ -72,6 +72,8 @@ class ResolvedImage:
         self.record = record
         self.how = how
         """``built``, ``cached`` (build-cache hit), ``local`` or ``pulled``."""
+        self.note = ""
+        """Why the image is not the one the task named (built from its Dockerfile instead), for the trial's notes."""
 
     @property
     def working_dir(self) -> str:
@@ -86,11 +88,28 @@ class ImageResolver:
         self.options = options
 
     async def resolve(self, spec: SandboxSpec) -> ResolvedImage:
-        if spec.image:
-            return await self.named(spec.image)
-        dockerfile = spec.environment_dir / "Dockerfile" if spec.environment_dir is not None else None
-        if dockerfile is not None and dockerfile.is_file():
-            return await self.build(spec.environment_dir, timeout=spec.build_timeout_sec)  # type: ignore[arg-type]
+        """The task's ``image`` (pulled if missing), else its Dockerfile built, else ``default_image``. With a
+        Dockerfile present, ``spec.force_build`` builds it even when ``image`` is set, and an ``image`` that is
+        neither present nor pullable is built from it instead (as Harbor does), with a note."""
+        directory = spec.environment_dir
+        has_dockerfile = directory is not None and (directory / "Dockerfile").is_file()
+        if spec.image and not (spec.force_build and has_dockerfile):
+            try:
+                return await self.named(spec.image)
+            except DockerEngineError:
+                raise
+            except SandboxError as exc:
+                if not has_dockerfile:
+                    raise
+                built = await self.build(directory, timeout=spec.build_timeout_sec)  # type: ignore[arg-type]
+                built.note = (f"image {spec.image} is not present and could not be pulled ({str(exc).split('. ')[0]}); "
+                              f"built {directory}/Dockerfile instead")
+                return built
+        if has_dockerfile:
+            built = await self.build(directory, timeout=spec.build_timeout_sec)  # type: ignore[arg-type]
+            if spec.image:
+                built.note = f"force_build: built {directory}/Dockerfile instead of using image {spec.image}"
+            return built
         return await self.named(self.options.default_image)
 
     async def named(self, ref: str) -> ResolvedImage:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import posixpath
 import re
 import secrets
@@ -21,6 +22,7 @@ from tackroom import (
     NetworkPolicy,
     Sandbox,
     SandboxError,
+    SandboxExhaustedError,
     SandboxPathError,
     SandboxSpec,
     SandboxTimeoutError,
@@ -64,16 +66,24 @@ rm -rf "$p" 2>/dev/null; mkdir -p "$p" && [ -d "$p" ] && [ ! -L "$p" ] && [ -z "
 
 # snapshot(): a tar of the paths that exist and do not go through a link, on stdout.
 SNAPSHOT = r"""
-for p in "$@"; do
+n=$#
+while [ "$n" -gt 0 ]; do
+    n=$((n - 1)); p=$1
     ok=1; cur=; rest=${p#/}
     while [ -n "$rest" ]; do
         case $rest in */*) c=${rest%%/*}; rest=${rest#*/} ;; *) c=$rest; rest= ;; esac
         cur=$cur/$c
         if [ -n "$rest" ] && { [ -L "$cur" ] || [ ! -d "$cur" ]; }; then ok=; break; fi
     done
-    if [ -n "$ok" ] && { [ -e "$p" ] || [ -L "$p" ]; }; then printf '%s\0' "$p"; fi
-done | tar --null -cf - -T - 2>/dev/null
+    if [ -n "$ok" ] && { [ -e "$p" ] || [ -L "$p" ]; }; then set -- "$@" "$p"; fi
+    shift
+done
+if [ "$#" -eq 0 ]; then exec dd if=/dev/zero bs=512 count=2 2>/dev/null; fi  # an empty archive
+exec tar -cf - "$@" 2>/dev/null
 """
+
+DOWNLOAD_LIMIT_MB = 10240
+"""The most a download may hold (apparent size) for a task without ``storage_mb``."""
 
 NETWORK_MODES_ERROR = (
     "the docker sandbox cannot enforce network mode {mode!r}: its engine offers 'none' (--network none, loopback "
@@ -133,6 +143,8 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         self.timings["image_s"] = time.monotonic() - t0
         if self.image.how in ("built", "cached"):
             self.notes.append(f"image {self.image.ref} ({self.image.how} from {self.spec.environment_dir})")
+        if self.image.note:
+            self.notes.append(self.image.note)
         argv = await self._run_argv(self.image)
         if self._stopped:
             raise SandboxError(f"sandbox {self.name} was stopped while it was starting")
@@ -164,10 +176,15 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             # The tmpfs volume hides what the image put in the working directory: copied in from the image.
             from tackroom_docker.tools import copy_from_image
 
-            await copy_from_image(self, self.image.ref, [self.workdir])
+            await copy_from_image(self, self.image.ref, [f"R {self.workdir}"])
 
     async def _run_argv(self, image: ResolvedImage) -> list[str]:
         info = await self.cli.info(timeout=self.options.cli_timeout_sec)
+        if not info.local or os.geteuid() != 0:
+            raise ConfigError(
+                "the docker sandbox runs its root helpers (kill, restore, transfer checks, grading) from the host with "
+                "nsenter into the container, so it needs a local engine and tackroom running as root"
+                + ("" if info.local else f" (DOCKER_HOST is {os.environ.get('DOCKER_HOST')})"))
         spec = self.spec
         cpus = spec.cpus
         if cpus > info.ncpu:
@@ -283,6 +300,8 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         stdin: str | bytes | None = None,
     ) -> ExecResult:
         self._require_started()
+        if self._grading_net != "container":
+            return await self._exec_on_grading_network(cmd, cwd=cwd, env=env, timeout=timeout, stdin=stdin)
         marker = f"{EXEC_MARKER_ENV}={secrets.token_hex(8)}"
         argv = ["exec", "-e", marker]
         if stdin is not None:
@@ -326,6 +345,20 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             duration_s=result.duration_s,
         )
 
+    async def _exec_on_grading_network(self, cmd: str | list[str], *, cwd: str | None, env: dict[str, str] | None,
+                                       timeout: float, stdin: str | bytes | None) -> ExecResult:
+        """After ``set_network`` changed the network: the command enters the container's namespaces from the host
+        but the grading network's (see :func:`tackroom_docker.grading.exec_in_namespaces`)."""
+        from tackroom_docker.grading import exec_in_namespaces
+
+        command = [self._shell, "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        try:
+            return await exec_in_namespaces(self, command, cwd=self._resolve(cwd) if cwd is not None else self.workdir,
+                                            env=env or {}, timeout=timeout, stdin=data)
+        except SandboxTimeoutError:
+            raise SandboxTimeoutError(f"command exceeded its {timeout:g}s timeout and was killed: {_short(cmd)}") from None
+
     async def _kill_marked(self, marker: str) -> None:
         """Kill, inside the container, every process carrying the exec's marker variable."""
         try:
@@ -365,9 +398,13 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         confirm_s = str(max(1, int(timeout) - 1))
         result = await self._root_exec(KILL_ALL, mode, confirm_s, "1" if keep_listening else "0", timeout=timeout)
         if result.returncode != 0:
-            raise SandboxError(
-                f"processes survived kill_processes() in {self.name}: {(result.out + result.err).strip()[:500]}"
-            )
+            from tackroom_docker.grading import pids_exhausted
+
+            said = (result.out + result.err).strip()[:500]
+            if await asyncio.to_thread(pids_exhausted, self._pid):
+                raise SandboxExhaustedError(f"the agent holds every pid the container allows, so its processes could not "
+                                            f"all be killed in {self.name} ({said}); graded 0")
+            raise SandboxError(f"processes survived kill_processes() in {self.name}: {said}")
         kept = [line.removeprefix("kept ") for line in result.out.splitlines() if line.startswith("kept ")]
         self._kept = [int(line.split()[0]) for line in kept]
         return [f"pid {line}" for line in kept]
@@ -401,8 +438,9 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             self._grading_net = "container"
         elif mode == "public":
             self._grading_net = "host"
-            self.notes.append("grading ran on the host's network (the agent's container was offline); services the "
-                              "agent left listening stay in the container's own network")
+            self.notes.append("grading ran on the host's network (the agent's container was offline): the grader's "
+                              "commands enter the container from the host; services the agent left listening stay in "
+                              "the container's own network")
         else:
             self._grading_net = "isolated"
             self.notes.append("grading ran with loopback only (the agent's container was on the host network)")
@@ -463,10 +501,12 @@ class DockerSandbox(NamespaceForwards, Sandbox):
 
     async def _made_during_trial(self, path: str) -> bool:
         """Whether ``docker container diff`` lists ``path`` as added or changed since the container was created."""
-        result = await self.cli.run(["container", "diff", self.name], timeout=self.options.cli_timeout_sec)
-        return result.ok and any(
-            line[:1] in ("A", "C") and line[2:] == path for line in result.out.splitlines()
-        )
+        with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
+            listing = Path(tmp) / "diff"
+            result = await self.cli.run(["container", "diff", self.name], timeout=self.options.cli_timeout_sec,
+                                        stdout_path=listing)
+            lines = listing.read_text(errors="replace").splitlines() if result.ok else []
+        return any(line[:1] in ("A", "C") and line[2:] == path for line in lines)
 
     async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
         """Copy a local file or directory to ``dest``; a link or special file at ``dest`` is replaced.
@@ -505,6 +545,7 @@ class DockerSandbox(NamespaceForwards, Sandbox):
 
         full = self._resolve(source)
         self._require_started()
+        await self._check_download_size(full, timeout)
         with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
             archive = Path(tmp) / "download.tar"
             # No -L: a link at `source` comes as a link (and is refused), never as what it points to.
@@ -527,6 +568,18 @@ class DockerSandbox(NamespaceForwards, Sandbox):
                     raise FileNotFoundError(f"{full} does not exist in the sandbox")
                 await self._raise_if_gone_or(result, f"download of {full} failed")
             await asyncio.to_thread(unpack_download, archive, Path(dest))
+
+    async def _check_download_size(self, full: str, timeout: float) -> None:
+        """``docker cp`` sends a sparse file's holes as zeros: a file the agent made with ``truncate -s 1T`` would
+        land on the host whole. Its apparent size is measured first (the toolset's ``du -sb``, links not followed);
+        more than the task's storage (``storage_mb``, else 10 GiB) is the agent's doing, the model's 0."""
+        limit_mb = self.spec.storage_mb or DOWNLOAD_LIMIT_MB
+        result = await self._root_exec('du -sb "$1" 2>/dev/null', full, timeout=min(timeout, self.options.cli_timeout_sec))
+        size = result.out.split()[0] if result.out.split() else ""
+        if size.isdigit() and int(size) > limit_mb * 1024 * 1024:
+            raise SandboxExhaustedError(
+                f"{full} holds {int(size) // 1024 // 1024} MB counting holes (sparse files expand when copied out), more "
+                f"than the task's storage ({limit_mb} MB); it is not downloaded, graded 0")
 
     async def snapshot(self, paths: list[str], *, timeout: float = 120.0) -> bytes:
         """A tar of ``paths``, streamed out of the container (no file inside it that the agent could have planted).

@@ -48,6 +48,9 @@ class ModalSandbox(TarTransfer, Sandbox):
         self.provider.require_credentials()
         if self._stopped:
             raise SandboxError(f"sandbox {self.spec.name} was stopped; create a new one")
+        if self.spec.network.mode == "allowlist":  # never silently more or less network than the task asked for
+            raise SandboxError(f"the modal sandbox enforces network modes none and public, not allowlist "
+                               f"({self.spec.network.describe()}): give the task network_mode public or no-network")
         await self.provider.slots.acquire()
         self._holding_slot = True
         try:

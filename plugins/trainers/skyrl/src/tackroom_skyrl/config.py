@@ -32,7 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tackroom import AGGREGATIONS, ConfigError, PluginSelection
-from tackroom.app import Endpoint, ExecutorName, TaskSelection, read_toml, validate
+from tackroom.app import Endpoint, ExecutorName, NetworkDefaults, TaskSelection, read_toml, validate
 from tackroom_skyrl.arms import ArmSpec, EvalSection, unique_labels
 from tackroom_skyrl.tinker.server import TinkerSettings
 
@@ -148,6 +148,9 @@ class RolloutRules(BaseModel):
     """Run directory root: one folder per generate() call, with each trial's result and trajectory."""
     max_concurrency: int | None = Field(default=None, ge=1)
     """Cap on trials in flight; default: the derived rollout concurrency."""
+    network: NetworkDefaults = NetworkDefaults()
+    """Each phase's network for tasks that declare none (as ``[runtime] network`` of a run): offline by default;
+    ``{agent = "none", grading = "public"}`` keeps the policy offline while test.sh fetches its tools."""
 
 
 class TrainConfig(TaskSelection):

@@ -172,7 +172,8 @@ class TackroomGenerator(GeneratorInterface):
             items.append((trial, task, plugins))
         runtime = TrialRuntime(run_dir, attempts=self.config.rollout.infra_attempts,
                                concurrency=min(n, self.concurrency or n), retry_backoff_sec=self.retry_backoff_sec,
-                               progress=False, manager=self.manager, executor=self.config.rollout.executor)
+                               progress=False, manager=self.manager, executor=self.config.rollout.executor,
+                               network=self.config.rollout.network)
         outcomes = await runtime.run_outcomes(items)
         rows = [RolloutRow(o.result, o.trajectory) for o in outcomes]
         return self._output(rows, ids, input_batch["prompts"])

@@ -133,8 +133,9 @@ async def test_the_grader_starts_clean_whatever_the_task_env_and_the_agents_home
     await sb.start()
     try:
         await sh(sb, "echo 'echo HOOKED' > /root/.hook; mkdir -p /root/.local/lib; echo 'echo HOOKED' >> /root/.bashrc")
-        code, files = await grade(sb, "env > /logs/verifier/env; echo 1 > /logs/verifier/reward.txt", tmp_path,
-                                  env={"EXTRA": "1"})
+        code, files = await grade(sb, "env > /logs/verifier/env; ls -A $HOME > /logs/verifier/home; "
+                                      "echo 1 > /logs/verifier/reward.txt", tmp_path, env={"EXTRA": "1"})
+        assert set(files["home"].split()) == {".bash_logout", ".bashrc", ".profile"}, "HOME is not the image's /etc/skel"
         env = dict(line.split("=", 1) for line in files["env"].splitlines() if "=" in line)
         assert "HOOKED" not in files["(output)"]
         assert "BASH_ENV" not in env and "PERL5OPT" not in env, env
@@ -174,7 +175,12 @@ async def test_kill_processes_with_the_pids_limit_exhausted_keeps_the_service_an
         await sh(sb, f"{SERVICE} sleep 1")
         await sb.exec("(bomb() { bomb | bomb & }; setsid bash -c \"$(declare -f bomb); bomb\" &) >/dev/null 2>&1; sleep 3",
                       timeout=30)
-        assert pids_exhausted(sb._pid), "the bomb did not fill the pids limit"  # the evidence for the model's 0
+        for _ in range(60):  # the evidence kill_processes() would give for the model's 0
+            if pids_exhausted(sb._pid):
+                break
+            await asyncio.sleep(0.25)
+        else:
+            pytest.fail("the bomb never filled the pids limit")
         kept = await sb.kill_processes(keep_listening=True, timeout=20)
         assert not pids_exhausted(sb._pid)
         assert [k.split(" ", 2)[2] for k in kept] == ["perl: tcp 0.0.0.0:8080"], kept

@@ -97,12 +97,15 @@ async def test_start_up_hooks_the_agent_adds_are_removed_wherever_an_interpreter
         "> /usr/local/share/perl/5.36.0/warnings.pm; "  # earlier on @INC than perl-base's warnings.pm
         "mkdir -p /usr/local/lib/python3.11/dist-packages /opt/tool && echo 'import os' > /usr/local/lib/python3.11/dist-packages/evil.pth; "
         "echo 'print(1)' > /opt/tool/sitecustomize.py; echo 'print(1)' > /usr/local/lib/python3.11/dist-packages/usercustomize.py; "
-        "echo 'mine' > /usr/local/share/perl/5.36.0/Mine.pm")
+        "echo 'mine' > /usr/local/share/perl/5.36.0/Mine.pm; "
+        "echo 'echo HOOKED' > /etc/profile.d/zz-agent.sh; echo 'echo HOOKED' >> /etc/skel/.bashrc")
     assert "pwned" in await out(sandbox, "perl -e 'use strict; use warnings; print qq(ok\\n)'")
     restored = set(await sandbox.restore_image_tools())
     assert {"/etc/perl/strict.pm", "/usr/local/share/perl/5.36.0/warnings.pm", "/opt/tool/sitecustomize.py",
             "/usr/local/lib/python3.11/dist-packages/evil.pth",
-            "/usr/local/lib/python3.11/dist-packages/usercustomize.py"} <= restored, restored
+            "/usr/local/lib/python3.11/dist-packages/usercustomize.py", "/etc/profile.d/zz-agent.sh",
+            "/etc/skel/.bashrc"} <= restored, restored
+    assert "HOOKED" not in await out(sandbox, "cat /etc/skel/.bashrc")
     assert await out(sandbox, "perl -e 'use strict; use warnings; print qq(ok\\n)'") == "ok"
     assert (await sandbox.exec("test -f /usr/local/share/perl/5.36.0/Mine.pm")).ok, "a module of its own stays"
 

@@ -43,6 +43,8 @@ SETUP = r"""
 net=$1; size=$2; shift 2
 mount -t tmpfs -o "size=${size}m,mode=0755" tackroom-grader %STAGE% || exit 10
 mkdir -m 0700 %STAGE%/home || exit 10
+# HOME starts as the image's skeleton (restored before grading): a login shell a test starts reads its .profile
+if [ -d /etc/skel ] && [ ! -L /etc/skel ]; then cp -a /etc/skel/. %STAGE%/home/ 2>/dev/null; fi
 i=0
 for p in "$@"; do
     cur=; rest=${p#/}

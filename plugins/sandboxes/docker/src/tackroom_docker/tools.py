@@ -5,8 +5,8 @@ container's writable layer since it was created. Paths are compared as the layer
 merged-/usr image (``/bin -> usr/bin``) ``/usr/bin/x`` and ``/bin/x`` are one file.
 
 - Under the tool roots (:func:`tool_roots`: /usr, /bin, /sbin, /lib*, the dynamic loader's files in /etc,
-  /etc/alternatives, every folder on the image's ``PATH``) a file the agent changed or deleted comes back from
-  the image.
+  /etc/alternatives, the shells' start-up files in /etc, every folder on the image's ``PATH``) a file the agent
+  changed or deleted comes back from the image.
 - Anywhere else, a changed or deleted file comes back when the image's version is a grader tool: an executable,
   a shared library or an interpreter module (:data:`TOOL_NAMES`). Config and data the agent was asked to change
   stay as the agent left them.
@@ -14,7 +14,8 @@ merged-/usr image (``/bin -> usr/bin``) ``/usr/bin/x`` and ``/bin/x`` are one fi
   the image's of the same name (a different file, by real path), a shared library of the same name as one in
   the image's library folders; or when it is a start-up hook an interpreter loads (:data:`HOOKS`: Python's
   ``sitecustomize``/``usercustomize``, ``*.pth``, a ``pythonNN.zip`` on ``sys.path``, Perl's
-  ``sitecustomize.pl`` or a module in /etc/perl, ``/etc/ld.so.preload``), wherever it lies. Other added files (a
+  ``sitecustomize.pl`` or a module in /etc/perl, ``/etc/ld.so.preload``, a shell start-up file in
+  /etc/profile.d or the /etc/skel the grader's HOME is made from), wherever it lies. Other added files (a
   tool the agent installed) stay: tests may need them.
 
 The image's files are read from a container of the image that the agent never touched, with the sandbox's
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
     from tackroom_docker.sandbox import DockerSandbox
 
 FIXED_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.preload",
-               "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.cache", "/etc/alternatives")
+               "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.cache", "/etc/alternatives",
+               "/etc/profile", "/etc/profile.d", "/etc/bash.bashrc", "/etc/skel", "/etc/environment")
 LIB_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/lib/x86_64-linux-gnu",
             "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
 NEVER_RESTORED = ("/proc", "/sys", "/dev", "/tmp", "/var/tmp", "/run", "/var/run", "/var/log", "/var/cache",
@@ -49,7 +51,7 @@ NEVER_RESTORED = ("/proc", "/sys", "/dev", "/tmp", "/var/tmp", "/run", "/var/run
 TOOL_NAMES = ("*.so", "*.so.*", "*.py", "*.pyc", "*.pm", "*.pl", "*.rb", "*.js", "*.mjs", "*.cjs", "*.lua", "*.jar")
 """Names of grader tools that are not executable files: shared libraries and interpreter modules."""
 HOOKS = ("/etc/ld.so.preload", "*/sitecustomize.py", "*/usercustomize.py", "*/sitecustomize.pl", "*.pth",
-         "*/python[0-9]*.zip", "/etc/perl/*.pm", "/etc/perl/*/*.pm")
+         "*/python[0-9]*.zip", "/etc/perl/*.pm", "/etc/perl/*/*.pm", "/etc/profile.d/*", "/etc/skel/*")
 """Files an interpreter or the loader runs at start when they exist: removed wherever the agent added them."""
 MODULE_SUFFIXES = (".pm", ".py", ".pyc", ".so")
 """Added files judged against the image's perl @INC and python sys.path (:data:`INTERPRETER_SHADOWS`)."""

@@ -207,6 +207,13 @@ while (1) {
     my $wrote = open(my $r, ">", "$reward/reward.txt") ? "wrote" : "blocked"; print $r "1\n" if $wrote eq "wrote"; close($r) if $wrote eq "wrote";
     my $saw = -e "$tests/grader-only.txt" ? "saw" : "blind";
     print $c "alive $wrote $saw\n"; close($c);
+    # then, for a while, through every process's root: a grader in a mount namespace of its own is reachable
+    # there unless the sandbox keeps the service from seeing (or entering) the grader's processes
+    my $until = time + 1;
+    while (time < $until) {
+        for my $root (glob("/proc/[0-9]*/root")) { if (open(my $w, ">", "$root$reward/reward.txt")) { print $w "1\n"; close($w); } }
+        select(undef, undef, undef, 0.01);
+    }
 }
 """
 
@@ -244,7 +251,7 @@ async def check_kept_services(sb: Sandbox, ctx: CheckContext) -> None:
     assert await size(other) == other_a, "a process listening on nothing was kept running"
     assert await size(log) == log_a, "the kept service ran on after kill_processes(keep_listening=True): it was not frozen"
     grader = (f"echo grader > {tests}/grader-only.txt; exec 3<>/dev/tcp/127.0.0.1/{port} && read -r line <&3; "
-              f"echo \"$line\"; echo 0.5 > {rewards}/reward.txt")
+              f"echo \"$line\"; echo 0.5 > {rewards}/reward.txt; sleep 0.5")
     try:
         result = await sb.run_grader(["bash", "-c", grader], private=[tests, rewards], collect=rewards,
                                      dest=ctx.local / "svc", timeout=60)

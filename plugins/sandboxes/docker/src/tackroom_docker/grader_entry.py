@@ -4,7 +4,7 @@ Everything is imported and every host file is opened before the process joins th
 ``setns`` into the container's mount namespace, paths resolve in the container, where the agent wrote.
 
 Steps (one JSON argument holds the settings, see ``tackroom_docker.grading``):
-1. join the container's ipc, uts, pid and mount namespaces, and its network namespace (``net = "container"``),
+1. join the container's ipc, uts and mount namespaces, and its network namespace (``net = "container"``),
    or stay on the host's (``"host"``: grading online while the agent ran offline), or a fresh one with only
    loopback (``"isolated"``); make the ``readonly`` folders (the image's tool roots) read-only bind mounts in
    the container's mount namespace, so kept services cannot rewrite a grader tool while they run; then a
@@ -12,7 +12,10 @@ Steps (one JSON argument holds the settings, see ``tackroom_docker.grading``):
 2. the toolset's sh, with full capabilities, copies each ``private`` folder into a tmpfs and mounts the copy
    over it, in this namespace only: no process of the container sees or writes the copies;
 3. kept services are resumed (SIGCONT) and the command runs: in the container's cgroups, with the container's
-   capability bounding set, ``no_new_privs``, a clean environment, from ``cwd``;
+   capability bounding set, ``no_new_privs``, a clean environment, from ``cwd``, as PID 1 of a pid namespace of
+   its own whose parent is the host's, not the container's: no process of the container (a kept service, root
+   with Docker's capabilities) can see the command's processes, so none can reach its private folders through
+   ``/proc/PID/root`` or ``/proc/PID/fd``, ptrace it or signal it; it gets a ``/proc`` of its own namespace;
 4. every process of the container but PID 1 is frozen again (SIGSTOP), and the private copy of ``collect`` is
    written as a tar to the host file ``collect_tar``.
 The outcome (the command's exit code, or the step that failed and why) goes to the host file ``status``.
@@ -26,11 +29,15 @@ import signal
 import sys
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 0x4000, 1 << 18
 MNT_DETACH = 2
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+PROC_MASKED = ("/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+               "/proc/sched_debug")
+PROC_READONLY = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
 
 
 def main() -> int:
@@ -44,9 +51,9 @@ def main() -> int:
         os.write(status, json.dumps(fields).encode())
 
     pid = cfg["pid"]
-    names = ["ipc", "uts", *(["net"] if cfg["net"] == "container" else []), "pid", "mnt"]
-    fds = {n: os.open(f"/proc/{pid}/ns/{n}", os.O_RDONLY) for n in names}
-    for n in names:
+    names = ["ipc", "uts", *(["net"] if cfg["net"] == "container" else []), "mnt"]
+    fds = {n: os.open(f"/proc/{pid}/ns/{n}", os.O_RDONLY) for n in [*names, "pid"]}
+    for n in names:  # not the pid namespace: only the helpers below enter it (see run), never the command
         os.setns(fds[n], 0)
     os.chdir("/")
     guarded: list[bytes] = []
@@ -70,7 +77,7 @@ def main() -> int:
             made.append(path)
         guard(libc, path.encode(), guarded)
     try:
-        return grade(cfg, libc, status, collect_out, cgroups, report, guarded)
+        return grade(cfg, libc, status, collect_out, cgroups, report, guarded, fds["pid"])
     finally:
         os.setns(fds["mnt"], 0)  # back in the container's mount namespace: the tools are writable again
         unguard(libc, guarded)
@@ -90,7 +97,8 @@ def unguard(libc: ctypes.CDLL, guarded: list[bytes]) -> None:
         libc.umount2(p, MNT_DETACH)
 
 
-def grade(cfg: dict, libc: ctypes.CDLL, status: int, collect_out: int, cgroups: list[int], report, guarded: list[bytes]) -> int:
+def grade(cfg: dict, libc: ctypes.CDLL, status: int, collect_out: int, cgroups: list[int], report, guarded: list[bytes],
+          container_pids: int) -> int:
     os.unshare(CLONE_NEWNS | (CLONE_NEWNET if cfg["net"] == "isolated" else 0))
     if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         report(step="setup", error=f"mount --make-rprivate / failed: {os.strerror(ctypes.get_errno())}")
@@ -102,12 +110,18 @@ def grade(cfg: dict, libc: ctypes.CDLL, status: int, collect_out: int, cgroups: 
     sh = f"{cfg['bin']}/sh"
 
     def run(script: str, *args: str, stdout: int | None = None) -> int:
+        """The toolset's sh in the container's pid namespace (its kill reaches the container's processes)."""
         child = os.fork()
         if child == 0:
             try:
-                if stdout is not None:
-                    os.dup2(stdout, 1)
-                os.execve(sh, [sh, "-c", script, "tackroom", *args], env)
+                os.setns(container_pids, 0)  # for this process's children
+                grandchild = os.fork()
+                if grandchild == 0:
+                    if stdout is not None:
+                        os.dup2(stdout, 1)
+                    os.execve(sh, [sh, "-c", script, "tackroom", *args], env)
+                code = os.waitstatus_to_exitcode(os.waitpid(grandchild, 0)[1])
+                os._exit(code if code >= 0 else 128 - code)
             finally:
                 os._exit(127)
         return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
@@ -125,8 +139,22 @@ def grade(cfg: dict, libc: ctypes.CDLL, status: int, collect_out: int, cgroups: 
     child = os.fork()
     if child == 0:
         try:
+            os.unshare(CLONE_NEWPID)  # a child of the host's pid namespace (this process never joined the container's)
+            init = os.fork()
+            if init != 0:  # the command is PID 1 there: when it ends, the kernel ends whatever it left running
+                code = os.waitstatus_to_exitcode(os.waitpid(init, 0)[1])
+                os._exit(code if code >= 0 else 128 - code)
+            if libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
+                os._exit(125)
+            for path in PROC_MASKED:  # what Docker hides of /proc in its containers, hidden here too
+                if os.path.exists(path):
+                    libc.mount(b"/dev/null", path.encode(), None, MS_BIND, None)
+            for path in PROC_READONLY:
+                p = path.encode()
+                if os.path.exists(path) and libc.mount(p, p, None, MS_BIND | MS_REC, None) == 0:
+                    libc.mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
             for fd in cgroups:
-                os.write(fd, str(os.getpid()).encode())
+                os.write(fd, b"0")  # this process (its pid here is 1, which the cgroup would read as its own)
             keep = int(cfg["cap_bounding"], 16)
             for cap in range(int(cfg["cap_last"]) + 1):
                 if not keep >> cap & 1:

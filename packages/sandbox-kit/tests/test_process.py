@@ -28,6 +28,22 @@ async def test_output_stdin_and_exit_code():
     assert (out.returncode, out.stdout, out.stderr, out.truncated, out.timed_out) == (3, b"HI\n", b"err\n", False, False)
 
 
+async def test_stdin_from_a_file_stdout_to_a_file_and_a_passed_descriptor(tmp_path):
+    source, sink = tmp_path / "in", tmp_path / "out"
+    source.write_bytes(b"from a file")
+    read_end, write_end = os.pipe()
+    try:
+        out = await run_process([sys.executable, "-c", f"import os, sys; os.write({write_end}, b'fd'); "
+                                 "sys.stdout.write(sys.stdin.read().upper()); print('err', file=sys.stderr)"],
+                                timeout=30, stdin=source, stdout_path=sink, pass_fds=[write_end])
+        assert os.read(read_end, 10) == b"fd"
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert (out.returncode, out.stdout, out.stderr, out.truncated) == (0, b"", b"err\n", False)
+    assert sink.read_bytes() == b"FROM A FILE"
+
+
 async def test_output_past_the_limit_is_read_and_dropped_not_blocking_the_child():
     out = await run_process([sys.executable, "-c", "import sys; sys.stdout.write('x' * 5_000_000); print('done', "
                              "file=sys.stderr)"], timeout=30, output_limit=1000)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -48,26 +50,38 @@ async def run_process(
     argv: Sequence[str],
     *,
     timeout: float,
-    stdin: bytes | None = None,
+    stdin: bytes | Path | None = None,
+    stdout_path: Path | None = None,
     output_limit: int = 1_000_000,
     env: dict[str, str] | None = None,
     cwd: str | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> ProcessOutput:
     """Run ``argv`` in its own process group; on timeout kill the whole group.
 
-    Output beyond ``output_limit`` bytes per stream is read and discarded (the
-    child never blocks on a full pipe) and reported as ``truncated``.
+    ``stdin`` is bytes or a host file to read; ``stdout_path`` sends stdout to a host file instead of the
+    result. Output beyond ``output_limit`` bytes per stream is read and discarded (the child never blocks
+    on a full pipe) and reported as ``truncated``.
     """
     start = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-        env=env,
-        cwd=cwd,
-    )
+    with contextlib.ExitStack() as files:
+        stdin_file = files.enter_context(open(stdin, "rb")) if isinstance(stdin, Path) else None
+        stdout_file = files.enter_context(open(stdout_path, "wb")) if stdout_path is not None else None
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=stdin_file or (asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL),
+            stdout=stdout_file or asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            env=env,
+            cwd=cwd,
+            pass_fds=pass_fds,
+        )
+        return await _communicate(proc, stdin if isinstance(stdin, bytes) else None, timeout, output_limit, start)
+
+
+async def _communicate(proc: asyncio.subprocess.Process, stdin: bytes | None, timeout: float, output_limit: int,
+                       start: float) -> ProcessOutput:
     out, err = bytearray(), bytearray()
 
     async def communicate() -> tuple[bool, bool]:
@@ -79,10 +93,13 @@ async def run_process(
             except (BrokenPipeError, ConnectionResetError):
                 pass
             proc.stdin.close()
-        assert proc.stdout is not None and proc.stderr is not None
-        dropped = await asyncio.gather(drain_capped(proc.stdout, output_limit, out), drain_capped(proc.stderr, output_limit, err))
+        assert proc.stderr is not None
+        readers = [drain_capped(proc.stderr, output_limit, err)]
+        if proc.stdout is not None:  # else stdout goes to a file
+            readers.append(drain_capped(proc.stdout, output_limit, out))
+        dropped = await asyncio.gather(*readers)
         await proc.wait()
-        return dropped[0], dropped[1]
+        return (dropped[1] if len(dropped) > 1 else False), dropped[0]
 
     timed_out = False
     try:

@@ -6,11 +6,9 @@ to reproduce a problem, so this plugin talks to the engine only through it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tackroom import SandboxError, SandboxTimeoutError
-from tackroom_sandbox_kit import drain_capped, kill_group
+from tackroom_sandbox_kit import run_process
 
 ENGINE_DOWN_MARKERS = (
     "Cannot connect to the Docker daemon",
@@ -181,70 +179,13 @@ async def run_host(
     pass_fds: Sequence[int] = (),
 ) -> CallResult:
     """Run a host program in its own process group with a hard timeout (the whole group is killed) and capped
-    output; ``stdin`` may be bytes or a file, ``stdout_path`` sends stdout to a file. Raises
-    :class:`SandboxTimeoutError` on timeout and ``FileNotFoundError`` when the program does not exist."""
-    started = time.monotonic()
-    stdin_file = open(stdin, "rb") if isinstance(stdin, Path) else None
-    stdout_file = open(stdout_path, "wb") if stdout_path is not None else None
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=stdin_file if stdin_file else (asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL),
-            stdout=stdout_file if stdout_file else asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            env=env,
-            pass_fds=pass_fds,
-        )
-        out, err = bytearray(), bytearray()
-
-        async def communicate() -> bool:
-            if isinstance(stdin, bytes):
-                assert proc.stdin is not None
-                try:
-                    proc.stdin.write(stdin)
-                    await proc.stdin.drain()
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-                proc.stdin.close()
-            assert proc.stderr is not None
-            readers = [drain_capped(proc.stderr, output_limit, err)]
-            if proc.stdout is not None:
-                readers.insert(0, drain_capped(proc.stdout, output_limit, out))
-            dropped = await asyncio.gather(*readers)
-            await proc.wait()
-            return any(dropped)
-
-        try:
-            truncated = await asyncio.wait_for(communicate(), timeout)
-        except TimeoutError:
-            if proc.returncode is None:
-                kill_group(proc)
-            await _reap(proc)
-            raise SandboxTimeoutError(
-                f"`{Path(argv[0]).name} {' '.join(argv[1:3])} …` did not finish within {timeout:g}s and was killed"
-            ) from None
-        except BaseException:
-            if proc.returncode is None:
-                kill_group(proc)
-            raise
-    finally:
-        for f in (stdin_file, stdout_file):
-            if f is not None:
-                f.close()
-    result = CallResult(
-        argv=list(argv),
-        returncode=proc.returncode if proc.returncode is not None else -9,
-        stdout=bytes(out),
-        stderr=bytes(err),
-        truncated=truncated,
-        duration_s=time.monotonic() - started,
-    )
-    return result
-
-
-async def _reap(proc: asyncio.subprocess.Process) -> None:
-    try:
-        await asyncio.wait_for(proc.wait(), 5)
-    except TimeoutError:
-        pass
+    output (tackroom_sandbox_kit's ``run_process``); ``stdin`` may be bytes or a file, ``stdout_path`` sends
+    stdout to a file. Raises :class:`SandboxTimeoutError` on timeout and ``FileNotFoundError`` when the program
+    does not exist."""
+    out = await run_process(argv, timeout=timeout, stdin=stdin, stdout_path=stdout_path, output_limit=output_limit,
+                            env=env, pass_fds=pass_fds)
+    if out.timed_out:
+        raise SandboxTimeoutError(
+            f"`{Path(argv[0]).name} {' '.join(argv[1:3])} …` did not finish within {timeout:g}s and was killed")
+    return CallResult(argv=list(argv), returncode=out.returncode, stdout=out.stdout, stderr=out.stderr,
+                      truncated=out.truncated, duration_s=out.duration_s)

@@ -168,6 +168,13 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             raise SandboxError(f"could not start a container from {self.image.ref}: {result.describe()}")
         self.timings["run_s"] = time.monotonic() - t1
         self._started = True
+        try:
+            await self._after_run()
+        except BaseException:  # cancelled or failed once the container exists: a start leaves nothing behind
+            await self._remove_after_failed_start(run, settle=False)
+            raise
+
+    async def _after_run(self) -> None:
         pid = await self.cli.run(["inspect", "--format", "{{.State.Pid}}", self.name], timeout=self.options.cli_timeout_sec)
         if not pid.ok or not pid.out.strip().isdigit() or pid.out.strip() == "0":
             raise SandboxError(f"could not find the process of container {self.name}: {pid.describe()}")

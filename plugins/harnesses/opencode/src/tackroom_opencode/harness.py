@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import Field
 
-from tackroom import ConfigError, Harness, InfraError, PluginOptions, Policy, Sandbox, SandboxError, Task, Trajectory
+from tackroom import (ConfigError, ExecResult, Harness, InfraError, PluginOptions, Policy, Sandbox, SandboxError, Task,
+                      Trajectory)
 from tackroom_opencode.config import (
     COMPACT_PROMPT,
     COMPACT_TOOLS,
@@ -305,6 +306,17 @@ class OpenCodeHarness(Harness):
             raise OpenCodeCrashError(f"could not start OpenCode in the sandbox (exit {result.exit_code}): "
                                      f"{(result.stderr or result.stdout).strip()[-1000:]}")
 
+    async def _poll(self, sandbox: Sandbox) -> ExecResult:
+        """One look at OpenCode's state. At the sandbox's memory limit the kernel may kill the poll itself rather
+        than OpenCode (SIGKILL: -9 or 137); the memory is free again once OpenCode is gone, so look again."""
+        cmd = f"bash {self._ctl} poll {shlex.quote(self.options.sandbox_dir)}"
+        for attempt in range(4):
+            result = await sandbox.exec(cmd, timeout=60)
+            if result.exit_code not in (-9, 137):
+                return result
+            await asyncio.sleep(0.5 * (attempt + 1))
+        return result
+
     async def _watch(self, sandbox: Sandbox, relay: ModelRelay, deadline: float) -> str:
         """Wait until OpenCode exits (``exited``), dies (``died``), is refused a call past the turn limit
         (``max_turns``), keeps failing to reach the model (``model_errors``), makes no progress with no model
@@ -313,7 +325,7 @@ class OpenCodeHarness(Harness):
         last_progress = time.monotonic()
         pause = 0.2
         while True:
-            result = await sandbox.exec(f"bash {self._ctl} poll {shlex.quote(self.options.sandbox_dir)}", timeout=60)
+            result = await self._poll(sandbox)
             fields = result.stdout.split()
             if not result.ok or len(fields) != 5:
                 raise OpenCodeCrashError(f"could not check on OpenCode (exit {result.exit_code}): "

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,24 +126,24 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-async def one(client: httpx.AsyncClient, url: str, body: dict[str, Any], stream: bool) -> tuple[float, float, int]:
+async def one(client: aiohttp.ClientSession, url: str, body: dict[str, Any], stream: bool) -> tuple[float, float, int]:
     """(latency s, time to first token s, completion tokens)."""
     start = time.perf_counter()
     if not stream:
-        r = await client.post(url, json=body)
-        r.raise_for_status()
-        data = r.json()
+        async with client.post(url, json=body) as r:
+            r.raise_for_status()
+            data = await r.json()
         n = data["usage"]["completion_tokens"] if "usage" in data and data.get("object") == "chat.completion" else len(data["choices"][0]["token_ids"])
         t = time.perf_counter() - start
         return t, t, n
     first = None
     n = 0
-    async with client.stream("POST", url, json={**body, "stream": True}) as r:
+    async with client.post(url, json={**body, "stream": True}) as r:
         r.raise_for_status()
-        async for line in r.aiter_lines():
-            if not line.startswith("data: {"):
+        async for raw in r.content:
+            if not raw.startswith(b"data: {"):
                 continue
-            obj = json.loads(line[6:])
+            obj = json.loads(raw[6:])
             for ch in obj.get("choices") or []:
                 if "token_ids" in ch:
                     n += len(ch["token_ids"] or [])
@@ -174,9 +175,10 @@ async def batch(client, requests: list[tuple[str, dict]], concurrency: int, stre
 async def open_sessions(client, gateway_url: str, admin_token: str, ids: list[str]) -> list[str]:
     """Each session's base URL (``.../sessions/<id>/<token>/v1``), from ``POST /sessions`` (untimed)."""
     async def one_session(sid: str) -> str:
-        r = await client.post(f"{gateway_url}/sessions", json={"session_id": sid}, headers={"Authorization": f"Bearer {admin_token}"})
-        r.raise_for_status()
-        return r.json()["base_url"]
+        async with client.post(f"{gateway_url}/sessions", json={"session_id": sid},
+                               headers={"Authorization": f"Bearer {admin_token}"}) as r:
+            r.raise_for_status()
+            return (await r.json())["base_url"]
 
     return list(await asyncio.gather(*(one_session(sid) for sid in ids)))
 
@@ -189,10 +191,13 @@ async def measure(engine_url: str, gateway_url: str, gateway_pid: int, admin_tok
     topics = ["horses", "saddles", "bridles", "stables", "oats", "hay", "spurs", "reins", "ponies", "foals", "mules", "carts"]
     rows = []
     most = max(args.concurrency)
-    # Idle connections are let go before the servers' keep-alive timeout (uvicorn's 5 s) closes them under a request.
-    limits = httpx.Limits(max_connections=most, max_keepalive_connections=most, keepalive_expiry=4.0)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
-        model = (await client.get(engine_url + "/models")).json()["data"][0]["id"]
+    # The load generator is aiohttp (its HTTP parser is C): on 2 cores a pure-Python client (httpx) took CPU from
+    # the servers it measures. Idle connections are let go before the servers' keep-alive timeout (uvicorn's
+    # 5 s) closes them under a request.
+    connector = aiohttp.TCPConnector(limit=most, keepalive_timeout=4.0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as client:
+        async with client.get(engine_url + "/models") as r:
+            model = (await r.json())["data"][0]["id"]
         for conc in args.concurrency:
             for stream in args.modes:
                 acc = {"direct": ([], [], 0, 0.0), "gateway": ([], [], 0, 0.0)}

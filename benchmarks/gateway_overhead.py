@@ -184,7 +184,7 @@ async def open_sessions(client, gateway_url: str, admin_token: str, ids: list[st
 
 
 async def measure(engine_url: str, gateway_url: str, gateway_pid: int, admin_token: str,
-                  args: argparse.Namespace) -> list[dict[str, Any]]:
+                  args: argparse.Namespace, engine_pid: int | None = None) -> list[dict[str, Any]]:
     from tackroom_gateway import ChatTemplate
 
     tmpl = ChatTemplate.from_path(args.tokenizer)
@@ -201,7 +201,7 @@ async def measure(engine_url: str, gateway_url: str, gateway_pid: int, admin_tok
         for conc in args.concurrency:
             for stream in args.modes:
                 acc = {"direct": ([], [], 0, 0.0), "gateway": ([], [], 0, 0.0)}
-                gw_cpu = 0.0
+                gw_cpu, stub_cpu, client_cpu = 0.0, 0.0, {"direct": 0.0, "gateway": 0.0}
                 opened, rss0 = 0, rss_bytes(gateway_pid)
                 for rnd in range(args.rounds):
                     n = max(conc, args.requests)
@@ -213,10 +213,13 @@ async def measure(engine_url: str, gateway_url: str, gateway_pid: int, admin_tok
                     via = [(f"{base}/chat/completions", {"messages": m, **common}) for base, m in zip(bases, msgs, strict=True)]
                     order = [("direct", direct), ("gateway", via)] if rnd % 2 == 0 else [("gateway", via), ("direct", direct)]
                     for name, reqs in order:
-                        cpu0 = cpu_seconds(gateway_pid)
+                        cpu0, stub0, own0 = cpu_seconds(gateway_pid), cpu_seconds(engine_pid or 0), time.process_time()
                         lat, ttft, tok, wall = await batch(client, reqs, conc, stream)
+                        client_cpu[name] += time.process_time() - own0
                         if name == "gateway":
                             gw_cpu += cpu_seconds(gateway_pid) - cpu0
+                        else:
+                            stub_cpu += cpu_seconds(engine_pid or 0) - stub0
                         a = acc[name]
                         acc[name] = (a[0] + lat, a[1] + ttft, a[2] + tok, a[3] + wall)
                 d, g = acc["direct"], acc["gateway"]
@@ -227,6 +230,8 @@ async def measure(engine_url: str, gateway_url: str, gateway_pid: int, admin_tok
                     "direct_p99": pct(d[0], 0.99) * 1000, "gateway_p99": pct(g[0], 0.99) * 1000,
                     "ttft_added_p50": (pct(g[1], 0.5) - pct(d[1], 0.5)) * 1000,
                     "gateway_cpu_ms": gw_cpu / len(g[0]) * 1000,
+                    "engine_cpu_ms": stub_cpu / len(d[0]) * 1000 if engine_pid else None,
+                    "client_cpu_ms": client_cpu["direct"] / len(d[0]) * 1000,
                     "kib_per_session": (rss_bytes(gateway_pid) - rss0) / opened / 1024,
                 })
     return rows
@@ -242,7 +247,7 @@ def stop_all(procs: list[subprocess.Popen]) -> None:
                 os.killpg(p.pid, signal.SIGKILL)
 
 
-def run_against(engine: str, label: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+def run_against(engine: str, label: str, args: argparse.Namespace, engine_pid: int | None = None) -> list[dict[str, Any]]:
     """Start a gateway in its own process in front of ``engine`` and measure; the gateway is stopped after."""
     gport = free_port()
     prefix = [sys.executable, "-m", "cProfile", "-o", args.profile] if args.profile else [sys.executable]
@@ -254,7 +259,7 @@ def run_against(engine: str, label: str, args: argparse.Namespace) -> list[dict[
         gateway_url = f"http://127.0.0.1:{gport}"
         wait_ready(gateway_url + "/health", proc)
         admin_token = next(line.split()[-1] for line in proc.stdout if line.strip().startswith("admin token:"))
-        rows = asyncio.run(measure(engine.rstrip("/"), gateway_url, proc.pid, admin_token, args))
+        rows = asyncio.run(measure(engine.rstrip("/"), gateway_url, proc.pid, admin_token, args, engine_pid))
     finally:
         stop_all([proc])
     for r in rows:
@@ -267,19 +272,21 @@ def print_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end")
     head = (f"{'engine':<14} {'conc':>4} {'mode':<6} {'reqs':>5} | {'tok/s direct':>12} {'tok/s gw':>9} {'ratio':>6} | "
             f"{'p50 direct':>10} {'added p50':>9} | {'p99 direct':>10} {'added p99':>9} | {'TTFT +p50':>9} | "
-            f"{'gw CPU/req':>10} | {'KiB/session':>11}")
+            f"{'gw CPU/req':>10} {'stub CPU/req':>12} {'client CPU/req':>14} | {'KiB/session':>11}")
     print(head)
     print("-" * len(head))
     for r in rows:
+        stub_ms = "-" if r.get("engine_cpu_ms") is None else f"{r['engine_cpu_ms']:.2f}ms"
         print(
             f"{r['engine']:<14} {r['concurrency']:>4} {'stream' if r['stream'] else 'plain':<6} {r['requests']:>5} | "
             f"{r['direct_tps']:>12.1f} {r['gateway_tps']:>9.1f} {r['gateway_tps'] / r['direct_tps']:>6.3f} | "
             f"{r['direct_p50']:>8.1f}ms {r['gateway_p50'] - r['direct_p50']:>+7.1f}ms | "
             f"{r['direct_p99']:>8.1f}ms {r['gateway_p99'] - r['direct_p99']:>+7.1f}ms | {r['ttft_added_p50']:>+7.1f}ms | "
-            f"{r['gateway_cpu_ms']:>8.2f}ms | {r['kib_per_session']:>11.1f}"
+            f"{r['gateway_cpu_ms']:>8.2f}ms {stub_ms:>12} {r['client_cpu_ms']:>12.2f}ms | {r['kib_per_session']:>11.1f}"
         )
     print("goal at 256 sessions on the stub engine: ratio >= 0.95, added p50 <= 2 ms; 'gw CPU/req' is the gateway "
-          "process's own CPU time per request; KiB/session its resident-memory growth per session opened")
+          "process's own CPU time per request (stub, client: theirs per direct request); KiB/session its resident-memory "
+          "growth per session opened")
 
 
 def main() -> None:
@@ -314,7 +321,7 @@ def main() -> None:
         try:
             wait_ready(f"http://127.0.0.1:{port}/v1/models", stub)
             label = f"stub {args.stub_token_ms:g}ms/tok" if args.stub_token_ms else "stub instant"
-            rows += run_against(f"http://127.0.0.1:{port}/v1", label, args)
+            rows += run_against(f"http://127.0.0.1:{port}/v1", label, args, stub.pid)
         finally:
             stop_all([stub])
     if args.engine:

@@ -110,19 +110,21 @@ def test_behaviour_axes_end_on_round_numbers(top, axis):
 
 def test_retried_attempts_are_counted_in_every_rendering(tmp_path):
     # A crashed agent binary (SIGBUS at start-up, SIGSEGV mid-run) is infra and retried; the retries show.
-    from tackroom._trial import AttemptRecord, TrialErrorInfo
+    from tackroom import TrialResult
     from tackroom_matrix.stats import cell_stats
 
     outcome = sample_outcome(tmp_path)
     index = next(i for i, c in enumerate(outcome.cells) if (c.harness, c.model) == ("chat-short", "smollm2"))
-    results = [r for r in outcome.results if (r.harness, r.model) == ("chat-short", "smollm2")]
+    mine = [i for i, r in enumerate(outcome.results) if (r.harness, r.model) == ("chat-short", "smollm2")]
     crash = {"SIGBUS": ("harness_setup", "OpenCodeCrashError"), "SIGSEGV": ("harness_run", "OpenCodeCrashError"),
              "lost": ("sandbox_start", "SandboxError")}
-    for r, signals in zip(results, (["SIGBUS", "SIGSEGV"], ["lost"]), strict=False):
-        r.previous_attempts = [AttemptRecord(attempt=n + 1, timings={}, error=TrialErrorInfo(
-            error_class="infra", type=crash[s][1], phase=crash[s][0], message=f"OpenCode was killed by {s}"))
-            for n, s in enumerate(signals)]
-        r.attempt = len(signals) + 1
+    for i, signals in zip(mine, (["SIGBUS", "SIGSEGV"], ["lost"]), strict=False):
+        outcome.results[i] = TrialResult.model_validate({
+            **outcome.results[i].model_dump(), "attempt": len(signals) + 1,
+            "previous_attempts": [{"attempt": n + 1, "timings": {}, "error": {
+                "error_class": "infra", "type": crash[s][1], "phase": crash[s][0], "message": f"killed by {s}"}}
+                for n, s in enumerate(signals)]})
+    results = [outcome.results[i] for i in mine]
     cell = outcome.cells[index] = cell_stats(results, model="smollm2", harness="chat-short", harness_name="chat-once",
                                              passes=3, k=3, n_planned=len(results))
     assert (cell.retries, cell.retried_trials) == (3, 2)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import runpy
+import sys
 import threading
 import time
 from pathlib import Path
@@ -18,12 +20,10 @@ from pathlib import Path
 import pytest
 import uvicorn
 from opencode_scripted_engine import ScriptedEngineForTests, tool_call
-from typer.testing import CliRunner
 
 import tackroom_opencode.harness as opencode_harness
 from conftest import EXAMPLES
 from tackroom import TrialResult
-from tackroom._cli.main import app as tackroom_app
 from tackroom_opencode.install import OpenCodeInstall
 
 pytestmark = pytest.mark.slow  # the last attempt boots the real OpenCode (~10 CPU-s)
@@ -68,7 +68,7 @@ class EngineThread:
         self.thread.join(30)
 
 
-def test_a_binary_killed_by_a_signal_is_infra_retried_and_counted(tmp_path, monkeypatch, smollm2_tokenizer,
+def test_a_binary_killed_by_a_signal_is_infra_retried_and_counted(tmp_path, monkeypatch, capsys, smollm2_tokenizer,
                                                                    opencode_install):
     installs = iter([fake_install(tmp_path, "bus", CRASH_AT_START_UP, opencode_install),
                      fake_install(tmp_path, "segv", CRASH_MID_RUN, opencode_install),
@@ -86,12 +86,16 @@ def test_a_binary_killed_by_a_signal_is_infra_retried_and_counted(tmp_path, monk
             f'tasks = ["{EXAMPLES / "hello-file"}"]\n[harness]\nname = "opencode"\n[sandbox]\nname = "local"\n'
             f'[policy]\nbase_url = "{url}"\ntokenizer = "smollm2"\n[policy.sampling]\ntemperature = 0.0\n'
             f'max_tokens = 256\n[runtime]\nout = "{tmp_path / "runs"}"\nattempts = 3\nretry_backoff_sec = 0.01\n')
-        out = CliRunner().invoke(tackroom_app, ["run", "--config", str(config), "--run-id", "r"],
-                                 env={"COLUMNS": "250"}, catch_exceptions=False)
-    assert out.exit_code == 0, out.output
+        # `python -m tackroom run`, in this process (the fake installs are patched in here)
+        monkeypatch.setenv("COLUMNS", "250")
+        monkeypatch.setattr(sys, "argv", ["tackroom", "run", "--config", str(config), "--run-id", "r"])
+        with pytest.raises(SystemExit) as exited:
+            runpy.run_module("tackroom", run_name="__main__")
+    output = capsys.readouterr().out
+    assert exited.value.code in (0, None), output
     # `tackroom run` shows the attempts that were retried and counts them.
-    assert "(attempt 1: OpenCodeCrashError)" in out.output and "(attempt 2: OpenCodeCrashError)" in out.output
-    assert "retried attempts 2" in out.output
+    assert "(attempt 1: OpenCodeCrashError)" in output and "(attempt 2: OpenCodeCrashError)" in output
+    assert "retried attempts 2" in output
 
     (result_file,) = (tmp_path / "runs" / "r").glob("*/result.json")
     result = TrialResult.model_validate_json(result_file.read_text())

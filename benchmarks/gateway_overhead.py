@@ -1,7 +1,9 @@
-"""Policy-gateway overhead: the same requests direct to the engine and through the gateway, side by side.
+"""Policy-gateway overhead at RL concurrency: the same requests direct to the engine and through the gateway, side by side.
 
-    uv run python benchmarks/gateway_overhead.py --engine http://127.0.0.1:8011/v1
-    uv run python benchmarks/gateway_overhead.py --instant-engine      # the gateway's own cost only
+    uv run python benchmarks/gateway_overhead.py --stub-engine                     # 64, 256, 1024 sessions, plain + streamed
+    uv run python benchmarks/gateway_overhead.py --stub-engine --stub-token-ms 20  # the stub's decode time off the CPU
+    uv run python benchmarks/gateway_overhead.py --engine http://127.0.0.1:8011/v1 --concurrency 64 --max-tokens 16
+    uv run python benchmarks/gateway_overhead.py --stub-engine --concurrency 256 --rounds 1 --profile gw.prof
 
 Direct: ``POST /v1/completions`` with the prompt ids the chat template gives,
 ``return_token_ids`` and ``logprobs`` (exactly the engine work the gateway asks
@@ -10,12 +12,18 @@ session per request (made beforehand, untimed, with ``POST /sessions`` and the
 admin token the gateway prints).
 Both generate exactly ``--max-tokens`` tokens (``ignore_eos``, greedy). Direct and
 gateway batches alternate, ``--rounds`` times, at each ``--concurrency``, plain
-and streamed. The gateway runs as its own process (``tackroom gateway``), as it
-would beside a trainer.
+and streamed. The gateway runs as its own process (``python -m tackroom_gateway``), as it
+would beside a trainer; the load comes from an aiohttp client (a C HTTP parser, so the
+load generator takes little CPU from what it measures).
 
-``--instant-engine`` puts a stub engine that answers at once in place of vLLM, so
-the difference is the gateway's own per-request cost (render, tokenize, HTTP hop,
-parse, record). Goals: <= 5 % throughput loss, <= 2 ms added p50.
+``--stub-engine`` puts a stub engine that answers at once (or after ``--stub-token-ms``
+per token) in place of vLLM, so the difference is the gateway's own per-request cost
+(render, tokenize, HTTP hop, parse, record). Printed per row: the throughput ratio,
+added p50/p99 and time to first token, CPU per request of the gateway (and of the stub
+and the client per direct request), the gateway's resident memory per session opened.
+Goals at 256 sessions on the stub: <= 5 % throughput loss, <= 2 ms added p50 (see
+packages/gateway/README.md, "At RL concurrency", for figures and why a CPU-bound
+machine cannot show them).
 """
 
 from __future__ import annotations

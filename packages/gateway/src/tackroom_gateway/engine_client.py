@@ -84,6 +84,8 @@ class EngineSettings(BaseModel):
     retry_budget_s: float = 60.0
     """Retrying stops once the next wait would end later than this many seconds after the first attempt began."""
     max_connections: int = 256
+    """Engine requests in flight at once; kept in pools of 32 taken in turn, each with room for twice its share, so
+    the engine may see up to twice this many connections (``ShardedPool``)."""
     probe_interval_s: float = 2.0
     """While requests wait on the engine and it has answered nothing for this long, the gateway sends it a
     liveness probe (a 1-token completion), one at a time; see ``PolicyGateway`` and the README's Errors."""

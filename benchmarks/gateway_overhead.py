@@ -1,7 +1,9 @@
-"""Policy-gateway overhead: the same requests direct to the engine and through the gateway, side by side.
+"""Policy-gateway overhead at RL concurrency: the same requests direct to the engine and through the gateway, side by side.
 
-    uv run python benchmarks/gateway_overhead.py --engine http://127.0.0.1:8011/v1
-    uv run python benchmarks/gateway_overhead.py --instant-engine      # the gateway's own cost only
+    uv run python benchmarks/gateway_overhead.py --stub-engine                     # 64, 256, 1024 sessions, plain + streamed
+    uv run python benchmarks/gateway_overhead.py --stub-engine --stub-token-ms 20  # the stub's decode time off the CPU
+    uv run python benchmarks/gateway_overhead.py --engine http://127.0.0.1:8011/v1 --concurrency 64 --max-tokens 16
+    uv run python benchmarks/gateway_overhead.py --stub-engine --concurrency 256 --rounds 1 --profile gw.prof
 
 Direct: ``POST /v1/completions`` with the prompt ids the chat template gives,
 ``return_token_ids`` and ``logprobs`` (exactly the engine work the gateway asks
@@ -10,12 +12,18 @@ session per request (made beforehand, untimed, with ``POST /sessions`` and the
 admin token the gateway prints).
 Both generate exactly ``--max-tokens`` tokens (``ignore_eos``, greedy). Direct and
 gateway batches alternate, ``--rounds`` times, at each ``--concurrency``, plain
-and streamed. The gateway runs as its own process (``tackroom gateway``), as it
-would beside a trainer.
+and streamed. The gateway runs as its own process (``python -m tackroom_gateway``), as it
+would beside a trainer; the load comes from an aiohttp client (a C HTTP parser, so the
+load generator takes little CPU from what it measures).
 
-``--instant-engine`` puts a stub engine that answers at once in place of vLLM, so
-the difference is the gateway's own per-request cost (render, tokenize, HTTP hop,
-parse, record). Goals: <= 5 % throughput loss, <= 2 ms added p50.
+``--stub-engine`` puts a stub engine that answers at once (or after ``--stub-token-ms``
+per token) in place of vLLM, so the difference is the gateway's own per-request cost
+(render, tokenize, HTTP hop, parse, record). Printed per row: the throughput ratio,
+added p50/p99 and time to first token, CPU per request of the gateway (and of the stub
+and the client per direct request), the gateway's resident memory per session opened.
+Goals at 256 sessions on the stub: <= 5 % throughput loss, <= 2 ms added p50 (see
+packages/gateway/README.md, "At RL concurrency", for figures and why a CPU-bound
+machine cannot show them).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,8 +52,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve_instant_engine(port: int, tokens: int) -> None:
-    """A stub /v1/completions that answers immediately with ``tokens`` ids (run in its own process)."""
+def serve_instant_engine(port: int, tokens: int, token_ms: float = 0.0) -> None:
+    """A stub /v1/completions that answers with ``tokens`` ids (run in its own process): at once, or after
+    ``token_ms`` per token (a GPU engine's decode time, spent off this machine's CPU)."""
     import uvicorn
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -61,12 +71,16 @@ def serve_instant_engine(port: int, tokens: int) -> None:
         n = min(int(body.get("max_tokens") or tokens), tokens)
         out = ids[:n]
         if not body.get("stream"):
+            if token_ms:
+                await asyncio.sleep(token_ms * n / 1000)
             lp = {"tokens": ["x"] * n, "token_logprobs": [-0.1] * n, "top_logprobs": [{}] * n}
             return JSONResponse({"choices": [{"index": 0, "text": "x" * n, "token_ids": out, "prompt_token_ids": body["prompt"],
                                               "finish_reason": "length", "logprobs": lp}]})
 
         async def events():
             for k, t in enumerate(out):
+                if token_ms:
+                    await asyncio.sleep(token_ms / 1000)
                 choice = {"index": 0, "text": "x", "token_ids": [t], "finish_reason": "length" if k == n - 1 else None,
                           "logprobs": {"tokens": ["x"], "token_logprobs": [-0.1], "top_logprobs": [{}]}}
                 yield b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"
@@ -78,7 +92,7 @@ def serve_instant_engine(port: int, tokens: int) -> None:
         return Response("ok")
 
     app = Starlette(routes=[Route("/v1/models", models), Route("/v1/completions", complete, methods=["POST"]), Route("/health", health)])
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error")
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", access_log=False, backlog=4096)
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -104,29 +118,40 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def rss_bytes(pid: int) -> float:
+    """Resident memory of a process (Linux /proc), in bytes."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-async def one(client: httpx.AsyncClient, url: str, body: dict[str, Any], stream: bool) -> tuple[float, float, int]:
+async def one(client: aiohttp.ClientSession, url: str, body: dict[str, Any], stream: bool) -> tuple[float, float, int]:
     """(latency s, time to first token s, completion tokens)."""
     start = time.perf_counter()
     if not stream:
-        r = await client.post(url, json=body)
-        r.raise_for_status()
-        data = r.json()
+        async with client.post(url, json=body) as r:
+            r.raise_for_status()
+            data = await r.json()
         n = data["usage"]["completion_tokens"] if "usage" in data and data.get("object") == "chat.completion" else len(data["choices"][0]["token_ids"])
         t = time.perf_counter() - start
         return t, t, n
     first = None
     n = 0
-    async with client.stream("POST", url, json={**body, "stream": True}) as r:
+    async with client.post(url, json={**body, "stream": True}) as r:
         r.raise_for_status()
-        async for line in r.aiter_lines():
-            if not line.startswith("data: {"):
+        async for raw in r.content:
+            if not raw.startswith(b"data: {"):
                 continue
-            obj = json.loads(line[6:])
+            obj = json.loads(raw[6:])
             for ch in obj.get("choices") or []:
                 if "token_ids" in ch:
                     n += len(ch["token_ids"] or [])
@@ -156,41 +181,53 @@ async def batch(client, requests: list[tuple[str, dict]], concurrency: int, stre
 
 
 async def open_sessions(client, gateway_url: str, admin_token: str, ids: list[str]) -> list[str]:
-    """Each session's base URL (``.../sessions/<id>/<token>/v1``), from ``POST /sessions``."""
-    urls = []
-    for sid in ids:
-        r = await client.post(f"{gateway_url}/sessions", json={"session_id": sid}, headers={"Authorization": f"Bearer {admin_token}"})
-        r.raise_for_status()
-        urls.append(r.json()["base_url"])
-    return urls
+    """Each session's base URL (``.../sessions/<id>/<token>/v1``), from ``POST /sessions`` (untimed)."""
+    async def one_session(sid: str) -> str:
+        async with client.post(f"{gateway_url}/sessions", json={"session_id": sid},
+                               headers={"Authorization": f"Bearer {admin_token}"}) as r:
+            r.raise_for_status()
+            return (await r.json())["base_url"]
+
+    return list(await asyncio.gather(*(one_session(sid) for sid in ids)))
 
 
 async def measure(engine_url: str, gateway_url: str, gateway_pid: int, admin_token: str,
-                  args: argparse.Namespace) -> list[dict[str, Any]]:
+                  args: argparse.Namespace, engine_pid: int | None = None) -> list[dict[str, Any]]:
     from tackroom_gateway import ChatTemplate
 
     tmpl = ChatTemplate.from_path(args.tokenizer)
     topics = ["horses", "saddles", "bridles", "stables", "oats", "hay", "spurs", "reins", "ponies", "foals", "mules", "carts"]
     rows = []
-    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as client:
-        model = (await client.get(engine_url + "/models")).json()["data"][0]["id"]
+    most = max(args.concurrency)
+    # The load generator is aiohttp (its HTTP parser is C): on 2 cores a pure-Python client (httpx) took CPU from
+    # the servers it measures. Idle connections are let go before the servers' keep-alive timeout (uvicorn's
+    # 5 s) closes them under a request.
+    connector = aiohttp.TCPConnector(limit=most, keepalive_timeout=4.0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as client:
+        async with client.get(engine_url + "/models") as r:
+            model = (await r.json())["data"][0]["id"]
         for conc in args.concurrency:
-            for stream in (False, True):
+            for stream in args.modes:
                 acc = {"direct": ([], [], 0, 0.0), "gateway": ([], [], 0, 0.0)}
-                gw_cpu = 0.0
+                gw_cpu, stub_cpu, client_cpu = 0.0, 0.0, {"direct": 0.0, "gateway": 0.0}
+                opened, rss0 = 0, rss_bytes(gateway_pid)
                 for rnd in range(args.rounds):
                     n = max(conc, args.requests)
                     msgs = [[{"role": "user", "content": f"Tell me about {topics[(i + rnd) % len(topics)]} (#{rnd}-{i})."}] for i in range(n)]
                     common = {"max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True}
                     direct = [(engine_url + "/completions", {"model": model, "prompt": tmpl.render_ids(m), "return_token_ids": True, "logprobs": 0, **common}) for m in msgs]
                     bases = await open_sessions(client, gateway_url, admin_token, [f"b{conc}-{int(stream)}-{rnd}-{i}" for i in range(n)])
+                    opened += n
                     via = [(f"{base}/chat/completions", {"messages": m, **common}) for base, m in zip(bases, msgs, strict=True)]
                     order = [("direct", direct), ("gateway", via)] if rnd % 2 == 0 else [("gateway", via), ("direct", direct)]
                     for name, reqs in order:
-                        cpu0 = cpu_seconds(gateway_pid)
+                        cpu0, stub0, own0 = cpu_seconds(gateway_pid), cpu_seconds(engine_pid or 0), time.process_time()
                         lat, ttft, tok, wall = await batch(client, reqs, conc, stream)
+                        client_cpu[name] += time.process_time() - own0
                         if name == "gateway":
                             gw_cpu += cpu_seconds(gateway_pid) - cpu0
+                        else:
+                            stub_cpu += cpu_seconds(engine_pid or 0) - stub0
                         a = acc[name]
                         acc[name] = (a[0] + lat, a[1] + ttft, a[2] + tok, a[3] + wall)
                 d, g = acc["direct"], acc["gateway"]
@@ -198,66 +235,108 @@ async def measure(engine_url: str, gateway_url: str, gateway_pid: int, admin_tok
                     "concurrency": conc, "stream": stream, "requests": len(d[0]),
                     "direct_tps": d[2] / d[3], "gateway_tps": g[2] / g[3],
                     "direct_p50": pct(d[0], 0.5) * 1000, "gateway_p50": pct(g[0], 0.5) * 1000,
-                    "direct_p95": pct(d[0], 0.95) * 1000, "gateway_p95": pct(g[0], 0.95) * 1000,
+                    "direct_p99": pct(d[0], 0.99) * 1000, "gateway_p99": pct(g[0], 0.99) * 1000,
                     "ttft_added_p50": (pct(g[1], 0.5) - pct(d[1], 0.5)) * 1000,
                     "gateway_cpu_ms": gw_cpu / len(g[0]) * 1000,
+                    "engine_cpu_ms": stub_cpu / len(d[0]) * 1000 if engine_pid else None,
+                    "client_cpu_ms": client_cpu["direct"] / len(d[0]) * 1000,
+                    "kib_per_session": (rss_bytes(gateway_pid) - rss0) / opened / 1024,
                 })
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--engine", default=os.environ.get("TACKROOM_ENGINE_URL"), help="engine base URL (default $TACKROOM_ENGINE_URL)")
-    ap.add_argument("--instant-engine", action="store_true", help="use a stub engine that answers at once (gateway cost only)")
-    ap.add_argument("--tokenizer", default="smollm2")
-    ap.add_argument("--concurrency", type=int, action="append", help="repeatable (default 1 and 8)")
-    ap.add_argument("--requests", type=int, default=8, help="requests per batch (at least the concurrency)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--serve-instant-engine", type=int, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.serve_instant_engine:
-        serve_instant_engine(args.serve_instant_engine, args.max_tokens)
-        return
-    args.concurrency = args.concurrency or [1, 8]
-    procs: list[subprocess.Popen] = []
+def stop_all(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(timeout=60)  # under --profile the gateway writes its profile first
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+def run_against(engine: str, label: str, args: argparse.Namespace, engine_pid: int | None = None) -> list[dict[str, Any]]:
+    """Start a gateway in its own process in front of ``engine`` and measure; the gateway is stopped after."""
+    gport = free_port()
+    prefix = [sys.executable, "-m", "cProfile", "-o", args.profile] if args.profile else [sys.executable]
+    proc = subprocess.Popen(
+        [*prefix, "-m", "tackroom_gateway", "--engine", engine, "--port", str(gport), "--tokenizer", args.tokenizer],
+        start_new_session=True, stdout=subprocess.PIPE, text=True,
+    )
     try:
-        if args.instant_engine:
-            port = free_port()
-            procs.append(subprocess.Popen([sys.executable, __file__, "--serve-instant-engine", str(port), "--max-tokens", str(args.max_tokens)], start_new_session=True))
-            args.engine = f"http://127.0.0.1:{port}/v1"
-            wait_ready(args.engine + "/models", procs[-1])
-        if not args.engine:
-            raise SystemExit("give --engine URL (or set TACKROOM_ENGINE_URL), or use --instant-engine")
-        gport = free_port()
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "tackroom_gateway", "--engine", args.engine, "--port", str(gport), "--tokenizer", args.tokenizer],
-            start_new_session=True, stdout=subprocess.PIPE, text=True,
-        ))
         gateway_url = f"http://127.0.0.1:{gport}"
-        wait_ready(gateway_url + "/health", procs[-1])
-        admin_token = next(line.split()[-1] for line in procs[-1].stdout if line.strip().startswith("admin token:"))
-        rows = asyncio.run(measure(args.engine.rstrip("/"), gateway_url, procs[-1].pid, admin_token, args))
+        wait_ready(gateway_url + "/health", proc)
+        admin_token = next(line.split()[-1] for line in proc.stdout if line.strip().startswith("admin token:"))
+        rows = asyncio.run(measure(engine.rstrip("/"), gateway_url, proc.pid, admin_token, args, engine_pid))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-    engine = "instant stub engine" if args.instant_engine else args.engine
-    print(f"\ngateway vs direct on {engine}: {args.max_tokens} tokens/request, {args.rounds} alternating rounds")
-    head = f"{'conc':>4} {'mode':<7} {'reqs':>4} | {'tok/s direct':>12} {'tok/s gw':>9} {'ratio':>6} | {'p50 direct':>10} {'p50 gw':>8} {'added p50':>9} | {'p95 direct':>10} {'p95 gw':>8} {'added p95':>9} | {'TTFT +p50':>9} | {'gw CPU/req':>10}"
+        stop_all([proc])
+    for r in rows:
+        r["engine"] = label
+    return rows
+
+
+def print_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print(f"\ngateway vs direct: {args.max_tokens} tokens/request, {args.rounds} alternating rounds, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end")
+    head = (f"{'engine':<14} {'conc':>4} {'mode':<6} {'reqs':>5} | {'tok/s direct':>12} {'tok/s gw':>9} {'ratio':>6} | "
+            f"{'p50 direct':>10} {'added p50':>9} | {'p99 direct':>10} {'added p99':>9} | {'TTFT +p50':>9} | "
+            f"{'gw CPU/req':>10} {'stub CPU/req':>12} {'client CPU/req':>14} | {'KiB/session':>11}")
     print(head)
     print("-" * len(head))
     for r in rows:
+        stub_ms = "-" if r.get("engine_cpu_ms") is None else f"{r['engine_cpu_ms']:.2f}ms"
         print(
-            f"{r['concurrency']:>4} {'stream' if r['stream'] else 'plain':<7} {r['requests']:>4} | {r['direct_tps']:>12.1f} {r['gateway_tps']:>9.1f} "
-            f"{r['gateway_tps'] / r['direct_tps']:>6.3f} | {r['direct_p50']:>8.1f}ms {r['gateway_p50']:>6.1f}ms {r['gateway_p50'] - r['direct_p50']:>+7.1f}ms | "
-            f"{r['direct_p95']:>8.1f}ms {r['gateway_p95']:>6.1f}ms {r['gateway_p95'] - r['direct_p95']:>+7.1f}ms | {r['ttft_added_p50']:>+7.1f}ms | {r['gateway_cpu_ms']:>8.2f}ms"
+            f"{r['engine']:<14} {r['concurrency']:>4} {'stream' if r['stream'] else 'plain':<6} {r['requests']:>5} | "
+            f"{r['direct_tps']:>12.1f} {r['gateway_tps']:>9.1f} {r['gateway_tps'] / r['direct_tps']:>6.3f} | "
+            f"{r['direct_p50']:>8.1f}ms {r['gateway_p50'] - r['direct_p50']:>+7.1f}ms | "
+            f"{r['direct_p99']:>8.1f}ms {r['gateway_p99'] - r['direct_p99']:>+7.1f}ms | {r['ttft_added_p50']:>+7.1f}ms | "
+            f"{r['gateway_cpu_ms']:>8.2f}ms {stub_ms:>12} {r['client_cpu_ms']:>12.2f}ms | {r['kib_per_session']:>11.1f}"
         )
-    print("goal: ratio >= 0.95, added p50 <= 2 ms; 'gw CPU/req' is the gateway process's own CPU time per request")
+    print("goal at 256 sessions on the stub engine: ratio >= 0.95, added p50 <= 2 ms; 'gw CPU/req' is the gateway "
+          "process's own CPU time per request (stub, client: theirs per direct request); KiB/session its resident-memory "
+          "growth per session opened")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--engine", default=os.environ.get("TACKROOM_ENGINE_URL"), help="a real engine's base URL (vLLM)")
+    ap.add_argument("--stub-engine", "--instant-engine", dest="stub_engine", action="store_true",
+                    help="also (or only) measure against a stub engine: the gateway's own cost")
+    ap.add_argument("--stub-token-ms", type=float, default=0.0,
+                    help="the stub's decode time per token (0: answers at once); a GPU engine's time, spent off this CPU")
+    ap.add_argument("--tokenizer", default="smollm2")
+    ap.add_argument("--concurrency", type=int, action="append", help="concurrent sessions, repeatable (default 64, 256, 1024)")
+    ap.add_argument("--requests", type=int, default=0, help="requests per batch (at least the concurrency)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--mode", choices=["plain", "stream", "both"], default="both")
+    ap.add_argument("--profile", help="run the gateway under cProfile and write its stats here (slows it down)")
+    ap.add_argument("--json", help="also write the rows here as JSON")
+    ap.add_argument("--serve-instant-engine", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve_instant_engine:
+        serve_instant_engine(args.serve_instant_engine, args.max_tokens, args.stub_token_ms)
+        return
+    args.concurrency = args.concurrency or [64, 256, 1024]
+    args.modes = {"plain": [False], "stream": [True], "both": [False, True]}[args.mode]
+    if not args.engine and not args.stub_engine:
+        raise SystemExit("give --engine URL (or set TACKROOM_ENGINE_URL), --stub-engine, or both")
+    rows: list[dict[str, Any]] = []
+    if args.stub_engine:
+        port = free_port()
+        stub = subprocess.Popen([sys.executable, __file__, "--serve-instant-engine", str(port), "--max-tokens",
+                                 str(args.max_tokens), "--stub-token-ms", str(args.stub_token_ms)], start_new_session=True)
+        try:
+            wait_ready(f"http://127.0.0.1:{port}/v1/models", stub)
+            label = f"stub {args.stub_token_ms:g}ms/tok" if args.stub_token_ms else "stub instant"
+            rows += run_against(f"http://127.0.0.1:{port}/v1", label, args, stub.pid)
+        finally:
+            stop_all([stub])
+    if args.engine:
+        rows += run_against(args.engine, "engine", args)
+    print_rows(rows, args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -106,3 +106,43 @@ def test_the_blank_check_catches_a_blank_page(tmp_path, chromium):
                                        (0.3, (0.3, 3)), (866, (1000.0, 5)), (0.0, (1.0, 4))])
 def test_behaviour_axes_end_on_round_numbers(top, axis):
     assert nice_axis(top) == axis
+
+
+def test_retried_attempts_are_counted_in_every_rendering(tmp_path):
+    # A crashed agent binary (SIGBUS at start-up, SIGSEGV mid-run) is infra and retried; the retries show.
+    from tackroom import TrialResult
+    from tackroom_matrix.stats import cell_stats
+
+    outcome = sample_outcome(tmp_path)
+    index = next(i for i, c in enumerate(outcome.cells) if (c.harness, c.model) == ("chat-short", "smollm2"))
+    mine = [i for i, r in enumerate(outcome.results) if (r.harness, r.model) == ("chat-short", "smollm2")]
+    crash = {"SIGBUS": ("harness_setup", "OpenCodeCrashError"), "SIGSEGV": ("harness_run", "OpenCodeCrashError"),
+             "lost": ("sandbox_start", "SandboxError")}
+    for i, signals in zip(mine, (["SIGBUS", "SIGSEGV"], ["lost"]), strict=False):
+        outcome.results[i] = TrialResult.model_validate({
+            **outcome.results[i].model_dump(), "attempt": len(signals) + 1,
+            "previous_attempts": [{"attempt": n + 1, "timings": {}, "error": {
+                "error_class": "infra", "type": crash[s][1], "phase": crash[s][0], "message": f"killed by {s}"}}
+                for n, s in enumerate(signals)]})
+    results = [outcome.results[i] for i in mine]
+    cell = outcome.cells[index] = cell_stats(results, model="smollm2", harness="chat-short", harness_name="chat-once",
+                                             passes=3, k=3, n_planned=len(results))
+    assert (cell.retries, cell.retried_trials) == (3, 2)
+    assert cell.retry_causes == {"OpenCodeCrashError": 2, "SandboxError": 1}
+
+    report = build_report(outcome)
+    assert (report.totals.retries, report.totals.retried_trials) == (3, 2)
+    paths = write_reports(report, tmp_path / "out")
+    data = json.loads(paths["matrix.json"].read_text())
+    assert data["totals"]["retries"] == 3 and data["cells"][index]["retry_causes"]["OpenCodeCrashError"] == 2
+    rows = list(csv.DictReader(io.StringIO(paths["matrix.csv"].read_text())))
+    assert [r["retries"] for r in rows] == [str(c.retries) for c in report.cells] and rows[index]["retries"] == "3"
+    assert rows[index]["retried_trials"] == "2"
+    html = paths["report.html"].read_text()
+    assert "retried attempts 3" in html and "OpenCodeCrashError × 2" in html
+    console = Console(record=True, width=200)
+    print_report(report, console)
+    text = console.export_text()
+    assert "retries" in text and "retried attempts 3 (in 2 trials)" in text
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("chat-short") and "smollm2 " in ln)
+    assert line.rstrip().endswith("3")

@@ -94,6 +94,7 @@ def run(
         ],
         "mean_reward": mean(scored) if scored else None,
         "errors": {c: sum(1 for r in results if r.error_class == c) for c in ("infra", "model", "task")},
+        "retried_attempts": sum(len(r.previous_attempts) for r in results),
         "task_load_failures": [f.model_dump(mode="json") for f in failures],
     })
     if as_json:
@@ -103,14 +104,15 @@ def run(
         for col in ("task", "reward", "error", "time (s)"):
             table.add_column(col)
         for r in results:
-            err = f"[red]{r.error.error_class}[/]: {escape(r.error.type)}" if r.error else ""
+            err = (f"[red]{r.error.error_class}[/]: {escape(r.error.type)}" if r.error else "") + "".join(
+                f" [yellow](attempt {a.attempt}: {escape(a.error.type)})[/]" for a in r.previous_attempts if a.error)
             table.add_row(escape(r.task), "-" if r.reward is None else f"{r.reward:.3f}", err,
                           f"{r.timings.get('total', 0):.1f}")
         console.print(table)
         for f in summary["task_load_failures"]:
             err_console.print(f"[yellow]skipped task[/] {escape(f['path'])}: {escape(f['message'])}")
         mr = summary["mean_reward"]
-        console.print(f"mean reward {mr:.3f} over {len(scored)} counted trials; errors {summary['errors']}"
-                      if mr is not None else f"no counted trials; errors {summary['errors']}")
+        console.print((f"mean reward {mr:.3f} over {len(scored)} counted trials" if mr is not None else "no counted trials")
+                      + f"; errors {summary['errors']}; retried attempts {summary['retried_attempts']}")
     if not results and failures:
         raise fail("every task failed to load")

@@ -24,6 +24,7 @@ answers what went wrong instead of raising.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 import time
@@ -83,6 +84,8 @@ class EngineSettings(BaseModel):
     retry_budget_s: float = 60.0
     """Retrying stops once the next wait would end later than this many seconds after the first attempt began."""
     max_connections: int = 256
+    """Engine requests in flight at once; kept in pools of 32 taken in turn, each with room for twice its share, so
+    the engine may see up to twice this many connections (``ShardedPool``)."""
     probe_interval_s: float = 2.0
     """While requests wait on the engine and it has answered nothing for this long, the gateway sends it a
     liveness probe (a 1-token completion), one at a time; see ``PolicyGateway`` and the README's Errors."""
@@ -192,6 +195,33 @@ def _logprob_fields(lp: dict[str, Any] | None) -> tuple[list[float], list[str], 
     return values, list(lp.get("tokens") or []), [dict(t or {}) for t in lp.get("top_logprobs") or []]
 
 
+class ShardedPool:
+    """httpcore connection pools of at most ``SHARD`` connections each, taken in turn, ``max_connections`` in all.
+
+    httpcore's pool does work quadratic in its connections on every request it assigns and every response it
+    closes (its idle-connection check lists all connections for each idle one): at RL concurrency, 256 open
+    engine requests, that was the largest single item in a profile of the gateway (benchmarks/gateway_overhead.py);
+    plain requests went from 5.1 to 2.9 ms of gateway CPU each.
+    Shards of ``SHARD`` keep each pool small; a shard that is full queues its request (``pool`` timeout), so each
+    has room for twice its share, and the engine sees at most ``2 * max_connections`` connections at once."""
+
+    SHARD = 32
+
+    def __init__(self, max_connections: int, *, keepalive_expiry: float) -> None:
+        shards = max(1, -(-max_connections // self.SHARD))
+        size = min(max_connections, 2 * -(-max_connections // shards))
+        self._pools = [httpcore.AsyncConnectionPool(max_connections=size, max_keepalive_connections=size,
+                                                    keepalive_expiry=keepalive_expiry) for _ in range(shards)]
+        self._turn = itertools.cycle(self._pools)
+
+    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
+        return await next(self._turn).handle_async_request(request)
+
+    async def aclose(self) -> None:
+        for pool in self._pools:
+            await pool.aclose()
+
+
 class EngineClient:
     """One pooled HTTP/1.1 client per engine; safe to share between sessions and tasks.
 
@@ -212,9 +242,7 @@ class EngineClient:
         ]
         # Idle connections are let go before the engine's own keep-alive timeout (uvicorn's, vLLM's server: 5 s)
         # closes them: a request sent just as the server closes its connection fails at once.
-        self._pool = httpcore.AsyncConnectionPool(
-            max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections, keepalive_expiry=4.0
-        )
+        self._pool = ShardedPool(settings.max_connections, keepalive_expiry=4.0)
         # Probes get their own connections: agents' requests filling the main pool must not look like a dead engine.
         # And a fresh one each (no keep-alive): a probe is never retried, so one lost to that close race would read
         # as a silent engine and turn every waiting trial into infra.
@@ -268,7 +296,7 @@ class EngineClient:
         )
 
     async def _send(self, method: str, path: str, content: bytes, answer: Callable[[httpcore.Response], Any],
-                    *, retry: bool = True, pool: httpcore.AsyncConnectionPool | None = None) -> Any:
+                    *, retry: bool = True, pool: httpcore.AsyncConnectionPool | ShardedPool | None = None) -> Any:
         """One logical request with retries (``retry=False``: one attempt); ``answer`` turns a response into the
         result or raises.
 

@@ -82,6 +82,9 @@ class Totals(BaseModel):
     errors: dict[str, int]
     non_model_errors: int
     non_model_error_rate: float | None
+    retries: int = 0
+    """Attempts run again after an ``infra`` failure, over every cell."""
+    retried_trials: int = 0
 
 
 class MatrixReport(BaseModel):
@@ -182,7 +185,8 @@ def build_report(outcome: Any) -> MatrixReport:
         transfer=transfer_rows(cells, config.transfer_pairs()),
         task_grid=list(grid.values()),
         totals=Totals(n_planned=planned, n_trials=sum(c.n_trials for c in cells), errors=errors,
-                      non_model_errors=non_model, non_model_error_rate=non_model / planned if planned else None),
+                      non_model_errors=non_model, non_model_error_rate=non_model / planned if planned else None,
+                      retries=sum(c.retries for c in cells), retried_trials=sum(c.retried_trials for c in cells)),
         notices=list(outcome.notices),
         task_load_failures=[{"path": str(f.path), "message": f.message} for f in outcome.failures],
     ))
@@ -211,7 +215,7 @@ def pct(value: float | None) -> str:
 
 CSV_FIELDS = ["model", "harness", "harness_name", "status", "n_planned", "n_trials", "n_counted", "n_tasks",
               "pass_at_1", "pass_at_1_std", "k", "pass_at_k", "mean_reward", "std", "errors_infra", "errors_model",
-              "errors_task", "non_model_error_rate", "mean_trial_sec"]
+              "errors_task", "non_model_error_rate", "retries", "retried_trials", "mean_trial_sec"]
 
 
 def to_csv(report: MatrixReport) -> str:
@@ -241,7 +245,7 @@ def terminal_tables(report: MatrixReport) -> list[Table]:
     show_k = report.k != 1  # pass@1 twice says nothing
     cols = [("harness", "left"), ("model", "left"), ("pass@1", "right")]
     cols += [(f"pass@{report.k}", "right")] if show_k else []
-    cols += [("reward", "right"), ("trials", "right"), ("i/m/t", "right"), ("non-model", "right")]
+    cols += [("reward", "right"), ("trials", "right"), ("i/m/t", "right"), ("non-model", "right"), ("retries", "right")]
     for col, just in cols:
         t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
     for c in report.cells:
@@ -253,7 +257,7 @@ def terminal_tables(report: MatrixReport) -> list[Table]:
         p1 = "[red]unreachable[/]" if c.status != "ok" else fmt_pm(c.pass_at_1, c.pass_at_1_std, 2)
         pk = [fmt(c.pass_at_k, 2)] if show_k else []
         t.add_row(escape(c.harness), model, p1, *pk, fmt_pm(c.mean_reward, c.std, 2),
-                  f"{c.n_trials}/{c.n_planned}", err, rate)
+                  f"{c.n_trials}/{c.n_planned}", err, rate, f"[yellow]{c.retries}[/]" if c.retries else "0")
     tables = [t]
     if report.transfer:
         tr = Table(title="transfer: the same harness, two models", title_justify="left", box=box.SIMPLE_HEAD,
@@ -277,4 +281,5 @@ def print_report(report: MatrixReport, console: Console) -> None:
     tot = report.totals
     console.print(f"{tot.n_trials}/{tot.n_planned} trials; errors (i/m/t) infra {tot.errors['infra']}, model "
                   f"{tot.errors['model']}, task {tot.errors['task']}; non-model error rate "
-                  f"{pct(tot.non_model_error_rate)}", highlight=False)
+                  f"{pct(tot.non_model_error_rate)}; retried attempts {tot.retries} (in {tot.retried_trials} "
+                  f"trial{'s' if tot.retried_trials != 1 else ''})", highlight=False)

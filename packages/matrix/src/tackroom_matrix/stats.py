@@ -109,6 +109,12 @@ class CellStats(BaseModel):
     behaviour_trials: int = 0
     """How many trials reported behaviour metrics (a harness cancelled at its timeout reports none)."""
     mean_trial_sec: float | None = None
+    retries: int = 0
+    """Attempts run again after an ``infra`` failure (a crashed agent binary, a lost sandbox), over all trials."""
+    retried_trials: int = 0
+    """Trials that needed more than one attempt."""
+    retry_causes: dict[str, int] = Field(default_factory=dict)
+    """Why attempts were retried: the failed attempt's error type, counted."""
 
 
 def _passed(r: TrialResult, threshold: float) -> bool:
@@ -179,6 +185,7 @@ def cell_stats(results: Sequence[TrialResult], *, model: str | None, harness: st
             message=status_detail or "model endpoint unreachable")
     non_model = errors["infra"] + errors["task"]
     planned = max(n_planned, len(results))
+    causes: Counter[str] = Counter(a.error.type for r in results for a in r.previous_attempts if a.error is not None)
 
     per_task: dict[str, list[bool]] = defaultdict(list)
     for r in counted:
@@ -204,4 +211,7 @@ def cell_stats(results: Sequence[TrialResult], *, model: str | None, harness: st
         categories=_breakdown(counted, "category", passes, pass_threshold),
         behaviour=behaviour(results), behaviour_trials=sum(1 for r in results if r.metrics),
         mean_trial_sec=_mean(totals),
+        retries=sum(len(r.previous_attempts) for r in results),
+        retried_trials=sum(1 for r in results if r.previous_attempts),
+        retry_causes=dict(causes.most_common()),
     )

@@ -9,12 +9,15 @@ separate packages. Core (``tackroom``) holds the contract a sandbox implements (
   :data:`CHECK_TRANSFER_PATH` script);
 - one host port forwarded into a sandbox that has no network (:class:`NamespaceForwards`);
 - host subprocesses with a hard timeout and capped output (:func:`run_process`);
+- how a program ended, by itself or killed by a signal (:func:`describe_exit`, :func:`exit_signal`), for harnesses
+  whose agent binary can crash;
 - what providers backed by a remote service share: SDK calls under a timeout and retried
   (:func:`bounded_call`, :func:`retried_call`), one image per world (:func:`remote_image_key`), a stop that
   neither hangs nor is lost to a cancellation (:func:`stop_remote`), and the sandbox lifecycle around them
   (:class:`RemoteSandbox`: the provider's slot, a shielded create, a bounded stop).
 """
 
+from tackroom_sandbox_kit.exit_status import CRASH_SIGNALS, describe_exit, exit_signal
 from tackroom_sandbox_kit.host_forward import HostPortForward, NamespaceForwards, forward_into_namespace
 from tackroom_sandbox_kit.process import ProcessOutput, drain_capped, kill_group, run_process
 from tackroom_sandbox_kit.remote_calls import bounded as bounded_call
@@ -50,6 +53,10 @@ __all__ = [
     "ProcessOutput",
     "drain_capped",
     "kill_group",
+    # How a program ended (a crash by a signal)
+    "describe_exit",
+    "exit_signal",
+    "CRASH_SIGNALS",
     # Providers backed by a remote service
     "bounded_call",
     "retried_call",

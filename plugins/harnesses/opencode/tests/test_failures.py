@@ -117,7 +117,7 @@ async def test_a_sandbox_too_small_for_opencode_names_its_memory_limit(tmp_path,
     # error must say where to look rather than leave a bare exit status.
     engine = ScriptedEngineForTests(smollm2_tokenizer, default="hi")
     async with prepared(tmp_path, engine, memory_mb=256) as (harness, task, sandbox, policy):
-        with pytest.raises(OpenCodeCrashError, match="exited with status 137") as info:
+        with pytest.raises(OpenCodeCrashError, match=r"was killed by SIGKILL \(signal 9, .*exit status 137\)") as info:
             await harness.run(task, sandbox, policy)
     assert "memory limit of 256 MB" in str(info.value) and "memory_mb" in str(info.value)
     assert info.value.error_class == "infra" and info.value.trajectory.stop_reason == "opencode_crashed"

@@ -95,3 +95,27 @@ async def test_big_output_is_capped_and_dead_session_detected(local_sandbox):
     assert not await session.alive()
     await session.start()
     assert await session.alive(), "a session can be started again in the same sandbox"
+
+
+async def test_a_tmux_server_killed_by_a_signal_mid_run_is_an_infra_error_that_says_so(local_sandbox):
+    # terminus's agent binary is tmux (and the shell in it): when it dies mid-run (SIGSEGV, SIGBUS, the OOM
+    # killer), the next tmux command fails; that is the machinery's failure (infra, retried), and says what happened.
+    from tackroom import SandboxError
+
+    session = TmuxSession(local_sandbox)
+    await session.start()
+    await session.observe()
+    pid = (await local_sandbox.exec(["tmux", "display-message", "-p", "#{pid}"], timeout=30)).stdout.strip()
+    assert pid.isdigit(), pid
+    await local_sandbox.exec(f"kill -SEGV {pid}", timeout=30)
+    for _ in range(50):
+        if not await session.alive():
+            break
+        await asyncio.sleep(0.1)
+    try:
+        await session.observe()
+    except SandboxError as exc:
+        assert exc.error_class == "infra"
+        assert "the tmux server is gone: it crashed or was killed" in str(exc), str(exc)
+    else:
+        raise AssertionError("observing a dead tmux server must fail")

@@ -16,6 +16,7 @@ import asyncio
 import importlib.resources
 import secrets
 import shlex
+import signal
 import time
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -45,6 +46,7 @@ from tackroom_opencode.errors import (
 from tackroom_opencode.events import Episode, parse_events
 from tackroom_opencode.install import DEFAULT_VERSION, OpenCodeInstall, ensure_installed
 from tackroom_opencode.relay import ModelRelay
+from tackroom_sandbox_kit import describe_exit, exit_signal
 
 OPENCODE_MEMORY_MB = 512
 """What OpenCode (a Bun binary) needs at least: 256 MB kills it at start (exit 137), 512 MB runs a short episode."""
@@ -136,6 +138,9 @@ class OpenCodeHarness(Harness):
                          "make OpenCode executable", timeout=60)
         result = await sandbox.exec(f"HOME=/tmp {binary} --version", timeout=120)
         if not result.ok or result.stdout.strip() != self.options.version:
+            if exit_signal(result.exit_code) is not None:  # a crash at start-up (Bun's "Bus error" under load)
+                raise OpenCodeCrashError(f"OpenCode {self.options.version} {describe_exit(result.exit_code)} at start-up "
+                                         f"(`opencode --version`): {(result.stderr or result.stdout).strip()[-1000:]}")
             raise OpenCodeSetupError(
                 f"OpenCode {self.options.version} does not run in this sandbox (exit {result.exit_code}): "
                 f"{(result.stderr or result.stdout).strip()[-1000:]}. The binary needs a glibc userland "
@@ -242,11 +247,12 @@ class OpenCodeHarness(Harness):
             raise OpenCodeCrashError(message + await self._logs(sandbox), trajectory)
         if ended == "died" or exit_code != "0":
             trajectory.stop_reason = "opencode_crashed"
-            how = f"exited with status {exit_code}" if exit_code else "died without an exit status"
-            if exit_code == "137":  # SIGKILL: inside a sandbox, nearly always its memory limit
-                how += (f" (killed: most likely the sandbox's memory limit of {sandbox.spec.memory_mb} MB, the task's "
-                        f"[environment] memory_mb; OpenCode needs at least {OPENCODE_MEMORY_MB} MB)")
-            raise OpenCodeCrashError(f"OpenCode {how}" + await self._logs(sandbox), trajectory)
+            how = describe_exit(exit_code)
+            if exit_signal(exit_code) == signal.SIGKILL:  # inside a sandbox, nearly always its memory limit
+                how += (f"; most likely the sandbox's memory limit of {sandbox.spec.memory_mb} MB, the task's "
+                        f"[environment] memory_mb; OpenCode needs at least {OPENCODE_MEMORY_MB} MB")
+            when = f"after {len(episode.steps)} turns" if episode.steps else "before its first turn"
+            raise OpenCodeCrashError(f"OpenCode {how} {when}" + await self._logs(sandbox), trajectory)
         return trajectory
 
     def _settings(self, policy: Policy, base_url: str, context: int, profile: str) -> tuple[ModelSettings, AgentSettings]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import shlex
+import signal
 import uuid
 
 from tackroom import Sandbox, SandboxError, TaskError
@@ -62,6 +63,15 @@ class Observation(str):
         return f"{title}:\n{self}" if str(self).strip() else f"{title}: (empty)"
 
 
+def _exit(code: int) -> str:
+    """``exit N``, naming the signal when tmux itself was killed by one (``128 + N`` from a shell, ``-N``)."""
+    number = -code if code < 0 else code - 128 if 128 < code < 193 else 0
+    try:
+        return f"exit {code}, killed by {signal.Signals(number).name}" if number else f"exit {code}"
+    except ValueError:
+        return f"exit {code}"
+
+
 class TmuxSession:
     """One tmux session in one sandbox; create it with :meth:`start`."""
 
@@ -97,9 +107,10 @@ class TmuxSession:
         finally:
             self.exec_seconds += loop.time() - t0
         if check and not result.ok:
-            raise SandboxError(
-                f"tmux {args[0]} failed in the sandbox (exit {result.exit_code}): {(result.stderr or result.stdout).strip()[:500]}"
-            )
+            said = (result.stderr or result.stdout).strip()[:500]
+            gone = " (the tmux server is gone: it crashed or was killed, by a signal or the OOM killer)" if (
+                "no server running" in said or "server exited" in said) else ""
+            raise SandboxError(f"tmux {args[0]} failed in the sandbox ({_exit(result.exit_code)}): {said}{gone}")
         return result.stdout
 
     async def start(self) -> None:

@@ -261,12 +261,12 @@ def from_atif(document: dict[str, Any]) -> ImportedTrial:
     ours = ours if isinstance(ours, dict) and ours.get("format") == FORMAT else None
     synthetic = len(doc.steps) == 1 and ((doc.steps[0].extra or {}).get(KEY) or {}).get("synthetic")
     messages = [] if synthetic else [m for step in doc.steps for m in _step_messages(step)]
-    turns = [TokenTurn(prompt_ids=s.metrics.prompt_token_ids, completion_ids=s.metrics.completion_token_ids,
-                       logprobs=s.metrics.logprobs, finish_reason=(s.metrics.extra or {}).get("finish_reason"),
-                       branch=(s.metrics.extra or {}).get("branch") or 0)
-             for s in doc.steps if s.source == "agent" and s.metrics is not None
-             and s.metrics.prompt_token_ids is not None and s.metrics.completion_token_ids is not None]
     try:
+        turns = [TokenTurn(prompt_ids=s.metrics.prompt_token_ids, completion_ids=s.metrics.completion_token_ids,
+                           logprobs=s.metrics.logprobs, finish_reason=(s.metrics.extra or {}).get("finish_reason"),
+                           branch=(s.metrics.extra or {}).get("branch") or 0)
+                 for s in doc.steps if s.source == "agent" and s.metrics is not None
+                 and s.metrics.prompt_token_ids is not None and s.metrics.completion_token_ids is not None]
         if ours is not None:
             kept = dict(ours.get("trajectory") or {})
             if "turns" in kept:

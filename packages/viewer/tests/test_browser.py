@@ -111,7 +111,11 @@ def test_a_newcomer_opens_the_matrix_and_reads_a_trials_turns_tokens_and_grading
     tokens = page.locator(".tokens .tok")
     trained = page.locator(".tokens .tok.m1")
     assert tokens.count() > trained.count() > 0               # prompt ids (mask 0) and the model's ids (mask 1)
-    assert trained.first.get_attribute("title") == "logprob -0.5000"
+    assert trained.first.get_attribute("title").endswith(" · logprob -0.5000")
+    assert "".join(trained.all_inner_texts()).startswith("blue <script>")  # decoded with the run's tokenizer
+    page.locator("details.turn summary").first.click()
+    prompt = page.locator("pre.prompt").first.inner_text()
+    assert "<|im_start|>user\nSay blue.<|im_end|>" in prompt        # the chat template, as the model saw it
     hostile_did_nothing(page)
     assert page.locator("pre", has_text="<img src=x onerror=").count() >= 2  # the answer and the grader's stdout
 

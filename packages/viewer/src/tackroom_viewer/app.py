@@ -34,6 +34,7 @@ from tackroom_viewer.run_folders import (
     task_grid,
     trial_at,
 )
+from tackroom_viewer.token_text import decoder_for
 from tackroom_viewer.trial_view import pretty, trial_page
 
 SECURITY_HEADERS = {
@@ -148,8 +149,9 @@ class Viewer:
         folder = trial_at(self.root, key)
         if folder is None:
             return self.not_found(request, f"trial {key!r}")
-        page = trial_page(folder.key, folder.result, folder.trajectory)
         run = run_of(self.root, folder.path)
+        result = folder.result
+        page = trial_page(folder.key, result, folder.trajectory, decoder_for(run, result))
         return self.page(request, "trial.html.j2", trial=page, run=run, group=folder.group,
                          others=self._same_task(page.result, folder.key))
 
@@ -168,7 +170,9 @@ class Viewer:
             folder = trial_at(self.root, key) if key else None
             if folder is None:
                 return self.not_found(request, f"trial {key!r} (compare needs ?a=TRIAL&b=TRIAL)")
-            sides.append(trial_page(folder.key, folder.result, folder.trajectory))
+            result = folder.result
+            sides.append(trial_page(folder.key, result, folder.trajectory,
+                                    decoder_for(run_of(self.root, folder.path), result)))
         return self.page(request, "compare.html.j2", a=sides[0], b=sides[1])
 
     async def raw(self, request: Request) -> Response:

@@ -37,6 +37,7 @@ def view(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(128)  # connections wait in the backlog from the moment the address is printed
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror}): pick another --port") from None
     shown = f"[{host}]" if ":" in host else host

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tackroom_viewer.token_text import Decoder
+
 MAX_TOKENS_SHOWN = 20_000
 """Tokens drawn per sequence; past that the page says how many were left out."""
 MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "is_error")
@@ -100,6 +102,8 @@ class Token:
     trained: bool | None
     """The loss mask's value (None where the trajectory has no mask for this token)."""
     logprob: float | None
+    text: str | None = None
+    """The id's own text, where the run's tokenizer could be loaded."""
 
 
 @dataclass
@@ -109,6 +113,9 @@ class TurnView:
     finish_reason: Any
     prompt_tokens: int
     completion: list[Token]
+    prompt_text: str | None = None
+    """The prompt ids decoded: the conversation exactly as the model saw it (chat template included)."""
+    completion_text: str | None = None
 
 
 @dataclass
@@ -117,6 +124,9 @@ class TokenView:
     sequence_total: int
     trained: int
     turns: list[TurnView]
+    tokenizer: str | None = None
+    problem: str | None = None
+    """Why the ids are not decoded (no tokenizer named, none loadable here)."""
 
     @property
     def left_out(self) -> int:
@@ -132,22 +142,27 @@ def _logprob(values: list[Any], i: int) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
-def tokens(trajectory: dict[str, Any] | None) -> TokenView | None:
-    """The flattened sequence (ids, loss mask, logprobs) and each engine call's completion; None when the harness
-    recorded no tokens."""
+def tokens(trajectory: dict[str, Any] | None, decoder: Decoder | None = None) -> TokenView | None:
+    """The flattened sequence (ids, loss mask, logprobs) and each engine call's prompt and completion, decoded
+    where the run's tokenizer loads; None when the harness recorded no tokens."""
     t = trajectory or {}
+    decoder = decoder or Decoder(None)
     ids, mask, logprobs = _list(t.get("token_ids")), _list(t.get("loss_mask")), _list(t.get("logprobs"))
     turns = [u for u in _list(t.get("turns")) if isinstance(u, dict)]
     if not ids and not turns:
         return None
-    sequence = [Token(ids[i], bool(mask[i]) if i < len(mask) else None, _logprob(logprobs, i))
-                for i in range(min(len(ids), MAX_TOKENS_SHOWN))]
+    shown = ids[:MAX_TOKENS_SHOWN]
+    sequence = [Token(i, bool(mask[n]) if n < len(mask) else None, _logprob(logprobs, n), piece)
+                for n, (i, piece) in enumerate(zip(shown, decoder.pieces(shown)))]
     views = []
     for n, u in enumerate(turns):
-        completion, lps = _list(u.get("completion_ids")), _list(u.get("logprobs"))
-        views.append(TurnView(n, u.get("branch", 0), u.get("finish_reason"), len(_list(u.get("prompt_ids"))),
-                              [Token(c, True, _logprob(lps, i)) for i, c in enumerate(completion[:MAX_TOKENS_SHOWN])]))
-    return TokenView(sequence, len(ids), sum(1 for m in mask if m), views)
+        prompt, completion, lps = _list(u.get("prompt_ids")), _list(u.get("completion_ids")), _list(u.get("logprobs"))
+        drawn = completion[:MAX_TOKENS_SHOWN]
+        views.append(TurnView(n, u.get("branch", 0), u.get("finish_reason"), len(prompt),
+                              [Token(c, True, _logprob(lps, i), piece)
+                               for i, (c, piece) in enumerate(zip(drawn, decoder.pieces(drawn)))],
+                              decoder.text(prompt), decoder.text(completion)))
+    return TokenView(sequence, len(ids), sum(1 for m in mask if m), views, decoder.name, decoder.problem)
 
 
 @dataclass
@@ -186,5 +201,6 @@ class TrialPage:
         return [a for a in _list((self.result or {}).get("previous_attempts")) if isinstance(a, dict)]
 
 
-def trial_page(key: str, result: dict[str, Any] | None, trajectory: dict[str, Any] | None) -> TrialPage:
-    return TrialPage(key, result, trajectory, conversation(trajectory), tokens(trajectory))
+def trial_page(key: str, result: dict[str, Any] | None, trajectory: dict[str, Any] | None,
+               decoder: Decoder | None = None) -> TrialPage:
+    return TrialPage(key, result, trajectory, conversation(trajectory), tokens(trajectory, decoder))

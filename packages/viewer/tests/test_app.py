@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -140,3 +141,18 @@ def test_view_serves_the_folder_it_is_given(root):
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=30)
+
+
+def test_token_ids_say_why_they_are_not_decoded(root):
+    (root / "r1" / "t__h__p0" / "trajectory.json").write_text(Trajectory(
+        messages=[{"role": "user", "content": "hi"}], token_ids=[1, 2, 3], loss_mask=[0, 1, 1]).model_dump_json())
+    c = client(root)
+    page = c.get("/trial/r1/t__h__p0").text
+    assert "the run names no tokenizer" in page and page.count('class="tok m1"') == 2
+    (root / "r1" / "run.json").write_text(json.dumps({"policy": {"tokenizer": "no-such-tokenizer"}}))
+    c = client(root)
+    deadline = time.monotonic() + 120
+    while "loads: reload in a few seconds" in (page := c.get("/trial/r1/t__h__p0").text):
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    assert "tokenizer &#39;no-such-tokenizer&#39; could not be loaded here" in page

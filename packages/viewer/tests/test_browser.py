@@ -101,6 +101,12 @@ def test_a_newcomer_opens_the_matrix_and_reads_a_trials_turns_tokens_and_grading
     assert [c.strip() for c in cells.all_inner_texts()] == ["0/1 · 0.500", "1/1 · 1.000"]
     cells.nth(0).locator("a").click()                         # one trial in the cell: straight to it
 
+    deadline = time.monotonic() + 120  # the run's tokenizer loads in the background; the page says so meanwhile
+    while "Decoded with tokenizer smollm2" not in page.inner_text("body"):
+        assert "while tokenizer 'smollm2' loads" in page.inner_text("body")
+        assert time.monotonic() < deadline, "the tokenizer never loaded"
+        time.sleep(1)
+        page.reload()
     body = page.inner_text("body")
     assert "__base__" in page.locator("h1").inner_text()
     assert "0.500" in body                                    # reward

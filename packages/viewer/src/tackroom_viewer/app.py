@@ -34,7 +34,7 @@ from tackroom_viewer.run_folders import (
     task_grid,
     trial_at,
 )
-from tackroom_viewer.token_text import decoder_for
+from tackroom_viewer.token_text import Tokenizers, decoder_for, tokenizer_name
 from tackroom_viewer.trial_view import pretty, trial_page
 
 SECURITY_HEADERS = {
@@ -91,11 +91,17 @@ class BatchLink:
 
 
 class Viewer:
-    """The routes over one root folder (a run, or a folder of runs)."""
+    """The routes over one root folder (a run, or a folder of runs). The handlers are plain functions: Starlette
+    runs them in its thread pool, as they read files."""
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
         self.templates = templates()
+        self.tokenizers = Tokenizers()
+        for run in find_runs(self.root):  # start loading the runs' tokenizers now: a trial page never waits long
+            name = tokenizer_name(run, None)
+            if name is not None:
+                self.tokenizers.start(name)
 
     def page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
         response = self.templates.TemplateResponse(request, name, {"root": str(self.root), **context},
@@ -107,14 +113,14 @@ class Viewer:
         return self.page(request, "not_found.html.j2", status=404, what=what)
 
     # -- routes ------------------------------------------------------------------------------
-    async def index(self, request: Request) -> Response:
+    def index(self, request: Request) -> Response:
         runs = find_runs(self.root)
         if len(runs) == 1 and runs[0].key == "":
             return RedirectResponse("/run/", status_code=307)
         rows = [(run, len(run.trials(self.root))) for run in runs]
         return self.page(request, "index.html.j2", runs=rows)
 
-    async def run(self, request: Request) -> Response:
+    def run(self, request: Request) -> Response:
         key = request.path_params["key"].strip("/")
         path = inside(self.root, key)
         run = None if path is None or not path.is_dir() else RunFolder(path, key)
@@ -144,14 +150,14 @@ class Viewer:
             links.append(BatchLink(s, prefix if n else None, n))
         return links
 
-    async def trial(self, request: Request) -> Response:
+    def trial(self, request: Request) -> Response:
         key = request.path_params["key"].strip("/")
         folder = trial_at(self.root, key)
         if folder is None:
             return self.not_found(request, f"trial {key!r}")
         run = run_of(self.root, folder.path)
         result = folder.result
-        page = trial_page(folder.key, result, folder.trajectory, decoder_for(run, result))
+        page = trial_page(folder.key, result, folder.trajectory, decoder_for(self.tokenizers, run, result))
         return self.page(request, "trial.html.j2", trial=page, run=run, group=folder.group,
                          others=self._same_task(page.result, folder.key))
 
@@ -163,7 +169,7 @@ class Viewer:
         return [s for run in find_runs(self.root) for f in run.trials(self.root)
                 if f.key != key and (s := f.summary()).task == task]
 
-    async def compare(self, request: Request) -> Response:
+    def compare(self, request: Request) -> Response:
         sides = []
         for name in ("a", "b"):
             key = request.query_params.get(name, "").strip("/")
@@ -172,10 +178,10 @@ class Viewer:
                 return self.not_found(request, f"trial {key!r} (compare needs ?a=TRIAL&b=TRIAL)")
             result = folder.result
             sides.append(trial_page(folder.key, result, folder.trajectory,
-                                    decoder_for(run_of(self.root, folder.path), result)))
+                                    decoder_for(self.tokenizers, run_of(self.root, folder.path), result)))
         return self.page(request, "compare.html.j2", a=sides[0], b=sides[1])
 
-    async def raw(self, request: Request) -> Response:
+    def raw(self, request: Request) -> Response:
         """A trial's result.json or trajectory.json as it is on disk (served as JSON, never as a page)."""
         key = request.path_params["key"].strip("/")
         folder, name = key.rpartition("/")[::2]

@@ -7,8 +7,9 @@ or with a tokenizer that is not on this machine, the page shows the ids alone an
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from tackroom_viewer.run_folders import RunFolder, read_json_object
@@ -36,8 +37,7 @@ class Decoder:
         return [self.text([i]) for i in ids]
 
 
-@lru_cache(maxsize=8)
-def _load(name: str) -> tuple[Any, str | None]:
+def _load_now(name: str) -> tuple[Any, str | None]:
     try:
         from tackroom_gateway import load_tokenizer
     except ImportError:
@@ -46,6 +46,29 @@ def _load(name: str) -> tuple[Any, str | None]:
         return load_tokenizer(name), None
     except Exception as exc:  # not on this machine, or not a tokenizer: say so and show the ids
         return None, f"token ids are shown undecoded: tokenizer {name!r} could not be loaded here ({exc})"[:400]
+
+
+class Tokenizers:
+    """Tokenizers loaded in the background, once each: loading one (transformers' import included) takes seconds
+    to tens of seconds on a busy machine, and no page waits for it."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="tokenizers")
+        self._loading: dict[str, Future[tuple[Any, str | None]]] = {}
+        self._lock = threading.Lock()
+
+    def start(self, name: str) -> Future[tuple[Any, str | None]]:
+        with self._lock:
+            if name not in self._loading:
+                self._loading[name] = self._pool.submit(_load_now, name)
+            return self._loading[name]
+
+    def get(self, name: str, wait_s: float = 0.5) -> tuple[Any, str | None]:
+        future = self.start(name)
+        try:
+            return future.result(timeout=wait_s)
+        except TimeoutError:
+            return None, f"token ids are shown undecoded while tokenizer {name!r} loads: reload in a few seconds"
 
 
 def tokenizer_name(run: RunFolder | None, result: dict[str, Any] | None) -> str | None:
@@ -64,9 +87,9 @@ def tokenizer_name(run: RunFolder | None, result: dict[str, Any] | None) -> str 
     return None
 
 
-def decoder_for(run: RunFolder | None, result: dict[str, Any] | None) -> Decoder:
+def decoder_for(tokenizers: Tokenizers, run: RunFolder | None, result: dict[str, Any] | None) -> Decoder:
     name = tokenizer_name(run, result)
     if name is None:
         return Decoder(None, problem="token ids are shown undecoded: the run names no tokenizer")
-    tokenizer, problem = _load(name)
+    tokenizer, problem = tokenizers.get(name)
     return Decoder(name, tokenizer, problem)

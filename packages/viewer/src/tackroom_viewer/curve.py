@@ -52,5 +52,5 @@ def reward_curve(steps: list[dict[str, Any]]) -> Curve | None:
                          float(s["mean_reward"]), x(s["step"]), y(s["mean_reward"])) for s in rows]
     every = max(1, len(rows) // 10)
     x_ticks = [(p.x, p.step) for p in points[::every]]
-    y_ticks = [(y(v), f"{v:.1f}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)]
+    y_ticks = [(y(v), f"{v:g}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)]
     return Curve(points, " ".join(f"{p.x},{p.y}" for p in points), x_ticks, y_ticks)

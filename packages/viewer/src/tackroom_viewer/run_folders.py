@@ -281,6 +281,13 @@ def task_grid(trials: list[TrialSummary]) -> TaskGrid:
     return TaskGrid(columns, sorted(rows.items()))
 
 
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # removed while listed
+        return 0.0
+
+
 def find_runs(root: Path) -> list[RunFolder]:
     """The runs under ``root``: ``root`` itself when it is one, else its run folders (newest first)."""
     root = root.resolve()
@@ -290,7 +297,7 @@ def find_runs(root: Path) -> list[RunFolder]:
         children = [c for c in root.iterdir() if c.is_dir() and not c.is_symlink() and _is_run_dir(c)]
     except OSError:
         return []
-    children.sort(key=lambda c: c.stat().st_mtime, reverse=True)
+    children.sort(key=_mtime, reverse=True)
     return [RunFolder(c, c.name) for c in children]
 
 

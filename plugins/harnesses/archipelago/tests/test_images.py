@@ -9,13 +9,13 @@ import zlib
 
 import pytest
 from archipelago_scripted_engine import ScriptedChatEngine, ScriptedEngine, call
-from conftest import PICTURES
+from mcp.types import ImageContent
 
 import tackroom.app
+from conftest import PICTURES
 from tackroom import ConfigError, Policy
 from tackroom_archipelago import ArchipelagoHarness
 from tackroom_archipelago.images import read_image, sniff
-from mcp.types import ImageContent
 
 FILES = PICTURES / "files"
 PLACEHOLDER = "[image image/png, 69 bytes: not shown, this model reads text only]"
@@ -90,7 +90,7 @@ async def test_through_the_policy_gateway_the_image_part_is_recorded_as_the_plac
     # The harness sent an image part; the gateway's text-only engine got the placeholder's tokens.
     assert isinstance(traj.messages[-2]["content"], list) and traj.messages[-2]["role"] == "user"
     seen = engine.template.decode(engine.requests[-1]["prompt"])
-    assert f"Image 1 (from pics_read_image):{PLACEHOLDER}" in seen and "base64" not in seen
+    assert f"Image 1 (from pics_read_image):{PLACEHOLDER}" in seen and "iVBOR" not in seen
     # Exact tokens: the harness's flattened sequence is the gateway's, and each prompt extends the one before.
     assert traj.token_ids and traj.token_ids == recorded.token_ids and traj.loss_mask == recorded.loss_mask
     assert traj.turns[1].prompt_ids[: len(traj.turns[0].prompt_ids)] == traj.turns[0].prompt_ids
@@ -103,7 +103,7 @@ async def test_hostile_image_results_become_notes_and_the_episode_goes_on(pictur
     async with ScriptedChatEngine(script) as engine:
         traj = await harness.run(pictures_task, pictures_sandbox, Policy(base_url=engine.url, model="scripted-vision"))
     huge, broken, fake = (m["content"] for m in traj.messages if m["role"] == "tool")
-    assert huge.startswith("[image dropped: about 6,000,000 bytes (image/png), over the 100,000-byte limit")
+    assert huge.startswith("[image dropped: about 300,000 bytes (image/png), over the 100,000-byte limit")
     assert broken == "[image dropped: the server sent data that is not valid base64 (image/png)]"
     assert fake == "[image dropped: 19 bytes claimed as image/png are not a PNG, JPEG, GIF or WebP image]"
     assert traj.stop_reason == "completed" and traj.metrics["images"] == 0.0
@@ -136,3 +136,17 @@ def test_image_checks_sniff_the_type_and_cap_before_decoding():
     kept = read_image(gif, 100)
     assert kept.mime_type == "image/gif" and kept.size == 16  # the bytes' type wins over the claim
     assert read_image(gif, 15).startswith("[image dropped: about 16 bytes")
+
+
+async def test_a_result_over_the_exec_output_cap_is_told_to_the_model(pictures_task, pictures_sandbox):
+    # Through the exec relay the sandbox caps a command's output (1 MB on the local sandbox): the call fails as a
+    # tool error the model reads, and the session goes on (before: a broken transport, a dead MCP session).
+    script = [call("pics_huge_image", chars=3_000_000), call("pics_read_image", path="animals/dog.png"), "Green."]
+    harness = ArchipelagoHarness({"max_steps": 3, "transport": "exec", "images": "placeholder"})
+    await harness.setup(pictures_sandbox, pictures_task)
+    async with ScriptedChatEngine(script) as engine:
+        traj = await harness.run(pictures_task, pictures_sandbox, Policy(base_url=engine.url, model="scripted"))
+    huge, dog = (m["content"] for m in traj.messages if m["role"] == "tool")
+    assert huge.startswith("Error calling tool pics_huge_image:") and "exec output limit" in huge
+    assert dog == f"animals/dog.png:\n{PLACEHOLDER}"
+    assert traj.stop_reason == "completed" and traj.metrics["mcp_reconnects"] == 0.0

@@ -70,7 +70,7 @@ def read_image(block: ImageContent, max_bytes: int) -> ToolImage | str:
     """The checked image, or a note for the model saying why it was dropped."""
     claimed = block.mime_type or "unknown type"
     data = block.data or ""
-    approx = len(data) * 3 // 4
+    approx = len(data) * 3 // 4 - data[-2:].count("=")
     if approx > max_bytes:  # judged before decoding: a hostile server's huge blob is never decoded
         return f"[image dropped: about {approx:,} bytes ({claimed}), over the {max_bytes:,}-byte limit per image]"
     try:

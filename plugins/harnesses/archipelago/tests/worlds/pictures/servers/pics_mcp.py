@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import os
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -23,9 +22,9 @@ def build_server(root: Path) -> MCPServer:
         return [TextContent(type="text", text=f"{path}:"), ImageContent(type="image", data=data, mime_type="image/png")]
 
     @server.tool()
-    def huge_image() -> list[ImageContent]:
+    def huge_image(chars: int = 400_000) -> list[ImageContent]:
         """An image far over any sane size."""
-        return [ImageContent(type="image", data="A" * int(os.environ.get("HUGE_IMAGE_CHARS", "8000000")), mime_type="image/png")]
+        return [ImageContent(type="image", data="A" * chars, mime_type="image/png")]
 
     @server.tool()
     def broken_image() -> list[ImageContent]:

@@ -46,6 +46,23 @@ async def test_summary_starts_a_new_segment_the_trainer_sees_as_the_model_did(wo
     assert roles[-4:] == ["user", "assistant", "user", "assistant"]  # ask, summary, handoff, answer
 
 
+async def test_through_the_policy_gateway_the_new_segment_is_a_new_branch(world_task, sandbox):
+    from tackroom_gateway import EngineSettings, GatewaySettings, PolicyGateway
+
+    harness = ArchipelagoHarness({"max_steps": 6, "tools_include": ["files_*"], "summarize_at": 0.05,
+                                  "endpoint": "chat", "summary_max_tokens": 200})
+    await harness.setup(sandbox, world_task)
+    async with ScriptedEngine([*READ, SUMMARY, "24 people."], max_model_len=8192) as engine:
+        settings = GatewaySettings(engine=EngineSettings(base_url=engine.url, retries=0))
+        async with PolicyGateway(settings, template=engine.template) as gateway:
+            traj = await harness.run(world_task, sandbox, gateway.policy("s1"))
+            recorded = gateway.trajectory("s1")
+    assert [t.branch for t in traj.turns] == [0, 0, 0, 1] == [t.branch for t in recorded.turns]
+    # The harness's flattened tokens are the gateway's newest branch: exact, and only what the model saw last.
+    assert traj.token_ids and traj.token_ids == recorded.token_ids and traj.loss_mask == recorded.loss_mask
+    assert "id,name,email" not in engine.template.decode(traj.token_ids)
+
+
 async def test_a_summary_cut_off_by_its_budget_still_hands_over(world_task, sandbox):
     harness = ArchipelagoHarness({"max_steps": 6, "tools_include": ["files_*"], "summarize_at": 0.05,
                                   "context_length": 8192, "summary_max_tokens": 16})
@@ -65,7 +82,7 @@ async def test_mercor_truncation_shape_head_and_tail_over_a_token_limit(world_ta
     async with ScriptedEngine([READ[1], "ok"]) as engine:
         traj = await harness.run(world_task, sandbox, Policy(base_url=engine.url, model="scripted"))
     text = next(m["content"] for m in traj.messages if m["role"] == "tool")
-    full = (await sandbox.read_file("/workspace/hr/employees.csv")).decode().strip()
+    full = (await sandbox.read_file("/workspace/hr/employees.csv")).decode()
     assert text.startswith(full[:100] + "\n\n[TRUNCATED: the tool returned") and text.endswith(full[-50:])
     assert "showing the first 100 and the last 50" in text and traj.metrics["truncations"] == 1.0
 

@@ -6,18 +6,18 @@ from __future__ import annotations
 import base64
 import struct
 import zlib
+from pathlib import Path
 
 import pytest
 from archipelago_scripted_engine import ScriptedChatEngine, ScriptedEngine, call
 from mcp.types import ImageContent
 
 import tackroom.app
-from conftest import PICTURES
 from tackroom import ConfigError, Policy
 from tackroom_archipelago import ArchipelagoHarness
 from tackroom_archipelago.images import read_image, sniff
 
-FILES = PICTURES / "files"
+FILES = Path(__file__).parent / "worlds" / "pictures" / "files"
 PLACEHOLDER = "[image image/png, 69 bytes: not shown, this model reads text only]"
 
 

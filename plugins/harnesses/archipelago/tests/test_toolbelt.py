@@ -96,3 +96,22 @@ async def test_toolbelt_with_required_tool_choice_on_a_chat_endpoint_is_a_config
     await harness.setup(pictures_sandbox, pictures_task)
     with pytest.raises(ConfigError, match="toolbelt with tool_choice = 'required' on the chat endpoint"):
         await harness.run(pictures_task, pictures_sandbox, Policy(base_url="http://127.0.0.1:9/v1", model="x"))
+
+
+async def test_through_the_policy_gateway_adding_a_tool_keeps_one_branch(pictures_task, pictures_sandbox):
+    from tackroom_gateway import EngineSettings, GatewaySettings, PolicyGateway
+
+    script = [call("toolbelt_add_tool", tool_name="pics_read_image"), call("pics_read_image", path="animals/cat.png"),
+              call("final_answer", answer="blue")]
+    harness = ArchipelagoHarness({"max_steps": 4, "toolbelt": True, "endpoint": "chat"})
+    await harness.setup(pictures_sandbox, pictures_task)
+    async with ScriptedEngine(script) as engine:
+        settings = GatewaySettings(engine=EngineSettings(base_url=engine.url, retries=0))
+        async with PolicyGateway(settings, template=engine.template) as gateway:
+            traj = await harness.run(pictures_task, pictures_sandbox, gateway.policy("b1"))
+            recorded = gateway.trajectory("b1")
+    assert traj.final_answer == "blue" and traj.metrics["tool_success_rate/pics_read_image"] == 1.0
+    # The chat `tools` field stayed the meta-tools, so every turn extended the last: one branch, exact tokens.
+    assert [t.branch for t in recorded.turns] == [0, 0, 0]
+    assert traj.token_ids and traj.token_ids == recorded.token_ids
+    assert '"name": "pics_read_image"' not in engine.template.decode(engine.requests[0]["prompt"])

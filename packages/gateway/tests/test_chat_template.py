@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -98,3 +99,30 @@ def test_fast_encode_equals_the_tokenizers_own(which, request):
     assert tmpl._backend is not None
     for text in ["<|im_start|>user\n  héllo\t wörld 12345 🚀<|im_end|>\n", "<tool_call>\n{\"a\": 1}\n</tool_call>", "  ", "日本語\r\n"]:
         assert tmpl.encode(text) == tok.encode(text, add_special_tokens=False)
+
+
+@pytest.mark.parametrize("which", ["smollm2", "qwen3"])
+def test_image_parts_render_as_a_placeholder_the_tokens_record(which, request):
+    # A text-only token path cannot carry pixels: the image is described (type, size), never spelled out.
+    tmpl = ChatTemplate(request.getfixturevalue(f"{which}_tokenizer"))
+    data = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(3000)).decode()
+    msg = {"role": "user", "content": [{"type": "text", "text": "Here it is: "},
+                                       {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}]}
+    text = tmpl.render([{"role": "system", "content": "s"}, msg])
+    assert "Here it is: [image image/png, 3,008 bytes: not shown, this model reads text only]" in text
+    assert data[:40] not in text
+    # The continuation render (what the gateway and the harness append) says the same.
+    cont = tmpl.continuation_text([msg], closed=True)
+    assert "[image image/png, 3,008 bytes: not shown" in cont
+
+
+def test_malformed_and_remote_image_parts_do_not_break_rendering(smollm2_tokenizer):
+    from tackroom_gateway import image_placeholder
+
+    tmpl = ChatTemplate(smollm2_tokenizer)
+    parts = [{"type": "image_url", "image_url": None}, {"type": "image_url", "image_url": {"url": "https://x.test/a.png"}},
+             {"type": "input_audio", "input_audio": {"data": "AAAA"}}, 7]
+    text = tmpl.render([{"role": "user", "content": parts}])
+    assert "[image no url: not shown" in text and "[image https://x.test/a.png: not shown" in text
+    assert "AAAA" not in text
+    assert image_placeholder({"type": "image_url", "image_url": "data:image/gif,GIF89a"}).startswith("[image image/gif, 6 bytes")

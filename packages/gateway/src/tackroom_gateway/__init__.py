@@ -40,7 +40,7 @@ def tackroom_policy_gateway(base_url: str, model: str | None, api_key: str, toke
 
 _EXPORTS = tackroom.LazyExports(__name__, {
     "tackroom_gateway.asgi_server": ["InLoopServer"],
-    "tackroom_gateway.chat_template": ["ChatTemplate", "ChatTemplateError"],
+    "tackroom_gateway.chat_template": ["ChatTemplate", "ChatTemplateError", "image_placeholder"],
     "tackroom_gateway.engine_client": ["PROBE_USER", "EngineClient", "EngineSettings", "EngineTimeouts"],
     "tackroom_gateway.errors": [
         "AdminAuthError", "BadRequestError", "ContextLengthExceededError", "EngineBadResponseError",

@@ -28,8 +28,42 @@ class ChatTemplateError(ConfigError):
     """The tokenizer's chat template cannot render these messages the way the gateway needs."""
 
 
+IMAGE_PART_TYPES = ("image_url", "input_image", "image")
+
+
+def image_placeholder(part: dict[str, Any]) -> str:
+    """The text a text-only token path renders for an image content part (and records as the model's input).
+
+    The engine behind the gateway takes token ids, which carry no pixels; rather than drop the image silently,
+    the prompt says one was there, what type and how big. ``data:`` URLs are described, never spelled out.
+    """
+    ref = part.get("image_url", part.get("url", part.get("image", "")))
+    url = str(ref.get("url", "") if isinstance(ref, dict) else ref or "")
+    if url.startswith("data:"):
+        head, _, payload = url.partition(",")
+        mime = head[5:].split(";")[0] or "unknown type"
+        size = len(payload) * 3 // 4 - payload[-2:].count("=") if ";base64" in head else len(payload)
+        what = f"{mime}, {size:,} bytes"
+    else:
+        what = url[:200] or "no url"
+    return f"[image {what}: not shown, this model reads text only]"
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, str):
+        return part
+    if not isinstance(part, dict):
+        return ""
+    if part.get("type") == "text":
+        return part.get("text") or ""
+    if part.get("type") in IMAGE_PART_TYPES:
+        return image_placeholder(part)
+    return ""
+
+
 def _plain(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages the way templates expect them: string content, tool-call arguments as objects when JSON."""
+    """Messages the way templates expect them: string content (image parts as :func:`image_placeholder`'s text),
+    tool-call arguments as objects when JSON."""
     out = []
     for m in messages:
         m = dict(m)
@@ -37,9 +71,7 @@ def _plain(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if content is None:
             m["content"] = ""
         elif isinstance(content, list):
-            m["content"] = "".join(
-                p if isinstance(p, str) else (p.get("text") or "") for p in content if isinstance(p, str) or p.get("type") == "text"
-            )
+            m["content"] = "".join(_part_text(p) for p in content)
         if m.get("tool_calls"):
             calls = []
             for tc in m["tool_calls"]:

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tackroom_gateway import ChatTemplate
+from tackroom_gateway import PROBE_USER, ChatTemplate
 
 FILL = "<fill the context>"
 
@@ -41,10 +41,13 @@ class ScriptedEngine:
         body = await request.json()
         if "prompt" not in body:  # like vLLM: a request without a prompt is a 400, not a turn
             return JSONResponse({"error": {"message": "prompt: field required"}}, status_code=400)
-        self.requests.append(body)
-        if not self.replies:
-            return JSONResponse({"error": {"message": "the script ran out of replies"}}, status_code=400)
-        reply = self.replies.pop(0)
+        if body.get("user") == PROBE_USER:  # the policy gateway's liveness probe is not a turn
+            reply: str | tuple[str, str] = ("ok", "length")
+        else:
+            self.requests.append(body)
+            if not self.replies:
+                return JSONResponse({"error": {"message": "the script ran out of replies"}}, status_code=400)
+            reply = self.replies.pop(0)
         if reply == FILL:  # run into the context: as many tokens as the harness allowed, cut off
             ids = self.template.encode(" word") * int(body["max_tokens"])
             text, finish = self.template.decode(ids), "length"
@@ -81,3 +84,36 @@ def call(name: str, **arguments: Any) -> str:
     import json
 
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+class ScriptedChatEngine:
+    """A scripted policy behind ``/v1/chat/completions`` only (a vision model's API, say): each request pops the
+    next reply, a text or a function of the request body (so a script can look at what it was sent). It
+    records every request; ``/v1/completions`` does not exist, so the harness picks the chat endpoint."""
+
+    def __init__(self, replies: list[Any], *, max_model_len: int = 8192) -> None:
+        self.replies = list(replies)
+        self.max_model_len = max_model_len
+        self.requests: list[dict[str, Any]] = []
+        self.app = Starlette(routes=[Route("/v1/models", self._models),
+                                     Route("/v1/chat/completions", self._chat, methods=["POST"])])
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Task | None = None
+        self.url = ""
+
+    async def _models(self, request: Request) -> JSONResponse:
+        return JSONResponse({"data": [{"id": "scripted-vision", "max_model_len": self.max_model_len}]})
+
+    async def _chat(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        self.requests.append(body)
+        if not self.replies:
+            return JSONResponse({"error": {"message": "the script ran out of replies"}}, status_code=400)
+        reply = self.replies.pop(0)
+        text = reply(body) if callable(reply) else reply
+        return JSONResponse({"choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                          "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}})
+
+    __aenter__ = ScriptedEngine.__aenter__
+    __aexit__ = ScriptedEngine.__aexit__

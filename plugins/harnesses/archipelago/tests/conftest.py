@@ -32,3 +32,22 @@ async def sandbox(world_task: Task):
         yield box
     finally:
         await box.stop()
+
+
+PICTURES = Path(__file__).parent / "worlds" / "pictures"
+
+
+@pytest.fixture
+def pictures_task() -> Task:
+    """A world whose server returns images (three one-pixel PNGs; the red one is animals/fox.png)."""
+    return load_task(PICTURES / "tasks" / "which-is-red")
+
+
+@pytest.fixture
+async def pictures_sandbox(pictures_task: Task):
+    box = LocalSandboxProvider().create(sandbox_spec(pictures_task, "archipelago-test"))
+    await box.start()
+    try:
+        yield box
+    finally:
+        await box.stop()

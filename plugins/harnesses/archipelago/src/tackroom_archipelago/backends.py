@@ -68,16 +68,29 @@ class CompletionsBackend:
         self.logprobs: list[float] | None = []
         self.turns: list[TokenTurn] = []
         self.tools: list[dict[str, Any]] = []
+        """The tools the prompt lists (rendered once per segment)."""
+        self.call_tools: list[dict[str, Any]] = []
+        """The tools a forced turn may call (the prompt's, plus those a toolbelt added since)."""
+        self.segment = 0
         self._last_closed = True
 
     async def start(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
         info = await self.engine.fetch_info()
         if self.context_length is None:
             self.context_length = info.max_model_len
-        self.tools = tools
+        self._render(messages, tools)
+
+    def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
+        self.tools, self.call_tools = list(tools), list(tools)
         self.tokens = self.template.render_ids(messages, tools=tools or None)
         self.mask = [0] * len(self.tokens)
         self.logprobs = [0.0] * len(self.tokens)
+        self._last_closed = True
+
+    def restart(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
+        """Start a new segment: a fresh render; later turns carry ``branch`` = the new segment's index."""
+        self.segment += 1
+        self._render(messages, tools)
 
     @property
     def used(self) -> int:
@@ -87,20 +100,21 @@ class CompletionsBackend:
     def room(self) -> int | None:
         return None if self.context_length is None else self.context_length - len(self.tokens)
 
-    async def generate(self, *, force_tool: bool) -> Generation:
+    async def generate(self, *, force_tool: bool, max_tokens: int | None = None, no_tools: bool = False) -> Generation:
         room = self.room
         body: dict[str, Any] = {**self.sampling, "prompt": list(self.tokens)}
-        wanted = self.max_tokens_per_turn
+        wanted = max_tokens or self.max_tokens_per_turn
         body["max_tokens"] = min(wanted, room) if wanted and room is not None else (wanted or room or 1024)
         stops = list(body.get("stop_token_ids") or [])
         if self.template.end_of_turn_id is not None and self.template.end_of_turn_id not in stops:
             stops.append(self.template.end_of_turn_id)
         body["stop_token_ids"] = stops
         if force_tool:
-            body["structured_outputs"] = {"structural_tag": json.dumps(forced_tool_call_tag(self.tools, None), ensure_ascii=False)}
+            body["structured_outputs"] = {"structural_tag": json.dumps(forced_tool_call_tag(self.call_tools, None),
+                                                                      ensure_ascii=False)}
         done = await self.engine.complete(body)
         self.turns.append(TokenTurn(prompt_ids=list(self.tokens), completion_ids=done.completion_ids,
-                                    logprobs=done.logprobs, finish_reason=done.finish_reason))
+                                    logprobs=done.logprobs, finish_reason=done.finish_reason, branch=self.segment))
         self.tokens.extend(done.completion_ids)
         self.mask.extend([1] * len(done.completion_ids))
         if self.logprobs is not None and done.logprobs is not None:
@@ -108,7 +122,7 @@ class CompletionsBackend:
         else:
             self.logprobs = None
         self._last_closed = bool(done.completion_ids) and done.completion_ids[-1] == self.template.end_of_turn_id
-        parsed = self.parser.parse(done.text, parse_tools=bool(self.tools))
+        parsed = self.parser.parse(done.text, parse_tools=bool(self.call_tools) and not no_tools)
         return Generation(text=done.text, content=parsed.content, reasoning=parsed.reasoning, tool_calls=parsed.tool_calls,
                           parse_failures=parsed.parse_failures, finish_reason=done.finish_reason,
                           completion_tokens=len(done.completion_ids), room_before=room)
@@ -154,11 +168,12 @@ class ChatBackend:
         self.tools: list[dict[str, Any]] = []
         self.turns: list[TokenTurn] = []
         self.used = 0
+        self.segment = 0
         self.notes: list[str] = []
 
     async def start(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
         self.messages = [dict(m) for m in messages]
-        self.tools = tools
+        self.tools = list(tools)
         if self.context_length is None:
             try:
                 resp = await self.http.get("models")
@@ -166,21 +181,31 @@ class ChatBackend:
                 self.context_length = next((d.get("max_model_len") for d in data if d.get("max_model_len")), None)
             except (httpx.HTTPError, ValueError, AttributeError):
                 self.context_length = None
+        self._estimate()
+
+    def _estimate(self) -> None:
         if self.template is not None:
-            self.used = len(self.template.render_ids(messages, tools=tools or None))
+            self.used = len(self.template.render_ids(self.messages, tools=self.tools or None))
+
+    def restart(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
+        """Start a new segment: the next request sends only ``messages``; its turns carry the new ``branch``."""
+        self.segment += 1
+        self.messages = [dict(m) for m in messages]
+        self.tools = list(tools)
+        self._estimate()
 
     @property
     def room(self) -> int | None:
         return None if self.context_length is None else self.context_length - self.used
 
-    async def generate(self, *, force_tool: bool) -> Generation:
+    async def generate(self, *, force_tool: bool, max_tokens: int | None = None, no_tools: bool = False) -> Generation:
         room = self.room
         body: dict[str, Any] = {**self.sampling, "model": self.policy.model, "messages": self.messages,
                                 "logprobs": True, "return_token_ids": True}
-        if self.tools:
+        if self.tools:  # sent unchanged within a segment, so the gateway's turns extend each other
             body["tools"] = self.tools
-            body["tool_choice"] = "required" if force_tool else "auto"
-        wanted = self.max_tokens_per_turn
+            body["tool_choice"] = "none" if no_tools else ("required" if force_tool else "auto")
+        wanted = max_tokens or self.max_tokens_per_turn
         limit = min(wanted, room) if wanted and room is not None else (wanted or room)
         if limit:
             body["max_tokens"] = limit
@@ -206,7 +231,7 @@ class ChatBackend:
         if completion_ids is not None and prompt_ids is not None:
             self.turns.append(TokenTurn(prompt_ids=prompt_ids, completion_ids=completion_ids,
                                         logprobs=lps if len(lps) == len(completion_ids) else None,
-                                        finish_reason=choice.get("finish_reason")))
+                                        finish_reason=choice.get("finish_reason"), branch=self.segment))
         self.used = int(usage.get("total_tokens") or (self.used + n_completion))
         reply = {"role": "assistant", "content": msg.get("content")}
         if msg.get("tool_calls"):
@@ -215,7 +240,7 @@ class ChatBackend:
         text = msg.get("content") or ""
         finish = choice.get("finish_reason")
         content, failures = msg.get("content"), 0
-        if not calls and "<tool_call>" in text and self.parser is not None and self.tools:
+        if not calls and "<tool_call>" in text and self.parser is not None and self.tools and not no_tools:
             # An endpoint without a tool parser hands back the raw call text: parse it here.
             parsed = self.parser.parse(text)
             calls, content, failures = parsed.tool_calls, parsed.content, parsed.parse_failures
@@ -238,19 +263,20 @@ class ChatBackend:
         return len(self.template.encode(text)) if (self.template and text) else len(text) // 4
 
     def flattened(self) -> tuple[list[int], list[int], list[float] | None]:
-        """The last turn's ids with every turn's completion masked in, when each prompt extends the one before."""
-        if not self.turns:
+        """The last segment's ids with every turn's completion masked in, when each prompt extends the one before."""
+        turns = [t for t in self.turns if t.branch == self.segment]
+        if not turns:
             return [], [], None
-        for prev, cur in zip(self.turns, self.turns[1:], strict=False):
+        for prev, cur in zip(turns, turns[1:], strict=False):
             if cur.prompt_ids[: len(prev.prompt_ids) + len(prev.completion_ids)] != prev.prompt_ids + prev.completion_ids:
                 self.notes.append("the chat endpoint re-rendered earlier turns; flattened tokens are left empty "
                                   "(route through the policy gateway for exact tokens)")
                 return [], [], None
-        last = self.turns[-1]
+        last = turns[-1]
         ids = last.prompt_ids + last.completion_ids
         mask = [0] * len(ids)
-        lps: list[float] | None = [0.0] * len(ids) if all(t.logprobs is not None for t in self.turns) else None
-        for t in self.turns:
+        lps: list[float] | None = [0.0] * len(ids) if all(t.logprobs is not None for t in turns) else None
+        for t in turns:
             for i in range(len(t.completion_ids)):
                 mask[len(t.prompt_ids) + i] = 1
                 if lps is not None:

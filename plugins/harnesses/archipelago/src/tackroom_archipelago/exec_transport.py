@@ -46,6 +46,8 @@ class SandboxExecTransport(httpx2.AsyncBaseTransport):
             result = await self.sandbox.exec([self.python, self.relay], stdin=payload, timeout=self.timeout + 30)
         except SandboxError as exc:
             raise httpx2.ConnectError(f"sandbox exec failed: {exc}", request=request) from exc
+        if result.truncated:
+            return _too_large(request, body, len(result.stdout))
         try:
             out = json.loads(result.stdout)
         except ValueError:
@@ -56,3 +58,18 @@ class SandboxExecTransport(httpx2.AsyncBaseTransport):
             raise httpx2.ConnectError(f"world gateway unreachable: {out['error']}", request=request)
         headers = [(k, v) for k, v in out["headers"] if k.lower() not in ("transfer-encoding", "content-length")]
         return httpx2.Response(out["status"], headers=headers, content=base64.b64decode(out["body"]), request=request)
+
+
+def _too_large(request: httpx2.Request, body: bytes, kept: int) -> httpx2.Response:
+    """The answer outgrew the sandbox's exec output cap: a JSON-RPC error for that request (the model is told,
+    the session lives), not a broken transport (which the MCP client turns into a dead session)."""
+    try:
+        rpc_id = json.loads(body).get("id")
+    except (ValueError, AttributeError):
+        rpc_id = None
+    if rpc_id is None:
+        return httpx2.Response(202, request=request)
+    message = (f"the answer was larger than this sandbox's exec output limit (cut at {kept:,} bytes): the world "
+               "gateway is reached through Sandbox.exec here; ask for less (a smaller file, a page range)")
+    return httpx2.Response(200, json={"jsonrpc": "2.0", "id": rpc_id, "error": {"code": -32603, "message": message}},
+                           request=request)

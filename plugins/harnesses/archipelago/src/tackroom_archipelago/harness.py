@@ -11,13 +11,15 @@ import httpx
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from tackroom import Harness, PluginOptions, Policy, Sandbox, Task, TaskError, Trajectory
+from tackroom import ConfigError, Harness, PluginOptions, Policy, Sandbox, Task, TaskError, Trajectory
 from tackroom_archipelago.backends import ChatBackend, CompletionsBackend, Generation
+from tackroom_archipelago.context import DEFAULT_SUMMARY_PROMPT, handoff_text
 from tackroom_archipelago.errors import ContextExhaustedError
 from tackroom_archipelago.exec_transport import SandboxExecTransport
-from tackroom_archipelago.mcp_session import WorldMcp
+from tackroom_archipelago.images import DEFAULT_IMAGE_MAX_BYTES, ToolImage
+from tackroom_archipelago.mcp_session import IMAGE_SLOT, WorldMcp
 from tackroom_archipelago.metrics import EpisodeStats
 from tackroom_archipelago.observations import (
     DEFAULT_NUDGE,
@@ -27,6 +29,7 @@ from tackroom_archipelago.observations import (
     truncate,
 )
 from tackroom_archipelago.spec import ARCHIPELAGO
+from tackroom_archipelago.toolbelt import META_NAMES, Toolbelt
 from tackroom_archipelago.tools import FINAL_ANSWER_TOOL, call_arguments, final_answer_tool, openai_tools
 from tackroom_archipelago.world import (
     GatewayHandle,
@@ -62,8 +65,25 @@ class ArchipelagoOptions(PluginOptions):
     max_steps: int = Field(default=30, ge=1, description="Model turns before the episode stops (stop_reason max_turns)")
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     tool_call_timeout_sec: float = Field(default=60.0, gt=0, description="Per MCP tool call; a timeout is told to the model")
-    tool_result_max_chars: int | None = Field(default=DEFAULT_TOOL_RESULT_MAX_CHARS, ge=100,
-                                              description="Longer tool results keep head (2/3) and tail (1/3); None: off")
+    tool_result_max_chars: int | None = Field(default=DEFAULT_TOOL_RESULT_MAX_CHARS, ge=0,
+                                              description="Cut tool results longer than this; 0 or None: no character limit")
+    tool_result_max_tokens: int | None = Field(default=None, ge=1, description="Also cut tool results over this many "
+                                               "tokens (Mercor: 24000)")
+    tool_result_head_chars: int | None = Field(default=None, ge=0, description="Characters kept from a cut result's "
+                                               "start (default: 2/3 of tool_result_max_chars; Mercor: 20000)")
+    tool_result_tail_chars: int | None = Field(default=None, ge=0, description="Characters kept from its end "
+                                               "(default: the rest of tool_result_max_chars; Mercor: 5000)")
+    images: Literal["auto", "send", "placeholder"] = Field(
+        default="auto", description="Image results: 'send' as image content (a user message after the tool "
+        "messages), 'placeholder' as text (a text-only model); auto: send on the chat endpoint, placeholder on "
+        "/v1/completions (token ids carry no pixels)")
+    image_max_bytes: int = Field(default=DEFAULT_IMAGE_MAX_BYTES, ge=1, description="Larger images are dropped with a note")
+    toolbelt: bool = Field(default=False, description="Start with meta-tools only (list/inspect/add/remove tools, "
+                           "todo_write, final_answer refused while todos are open); the model adds world tools")
+    summarize_at: float | None = Field(default=None, gt=0, lt=1, description="When this share of the context is "
+                                       "used, the model summarises and a new sequence starts (Mercor: 0.7); None: off")
+    summary_prompt: str = DEFAULT_SUMMARY_PROMPT
+    summary_max_tokens: int = Field(default=1024, ge=16, description="Tokens the summary turn may use")
     budget_nudge_ratio: float | None = Field(default=0.2, gt=0, lt=1,
                                              description="Append a notice to the last tool message when this share of the context is left; None: off")
     budget_nudge_text: str = DEFAULT_NUDGE
@@ -92,6 +112,17 @@ class ArchipelagoOptions(PluginOptions):
     site_cache_dir: str | None = Field(default=None, description="Host cache of prepared world packages")
     gateway_startup_timeout_sec: float = Field(default=120.0, gt=0)
     model_timeout_sec: float = Field(default=600.0, gt=0, description="Per model call")
+
+    @model_validator(mode="after")
+    def _truncation_shape(self) -> ArchipelagoOptions:
+        cut = (self.tool_result_head_chars, self.tool_result_tail_chars)
+        if not self.tool_result_max_chars and (self.tool_result_max_tokens and None in cut):
+            raise ValueError("tool_result_max_tokens without tool_result_max_chars needs tool_result_head_chars and "
+                             "tool_result_tail_chars (what a cut result keeps)")
+        if self.tool_result_max_chars and None not in cut and sum(cut) > self.tool_result_max_chars:  # type: ignore[arg-type]
+            raise ValueError(f"tool_result_head_chars + tool_result_tail_chars ({sum(cut)}) exceed "  # type: ignore[arg-type]
+                             f"tool_result_max_chars ({self.tool_result_max_chars}): a cut result would be longer")
+        return self
 
 
 class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
@@ -145,68 +176,126 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
             raise RuntimeError("ArchipelagoHarness.run called before setup")
         o = self.options
         stats = EpisodeStats()
-        mcp = WorldMcp(self.mcp_client, connect_timeout=max(30.0, o.tool_call_timeout_sec))
+        mcp = WorldMcp(self.mcp_client, connect_timeout=max(30.0, o.tool_call_timeout_sec), image_max_bytes=o.image_max_bytes)
         backend = await self._backend(policy)
         messages: list[dict[str, Any]] = [{"role": "system", "content": o.system_prompt},
                                           {"role": "user", "content": task.instruction}]
-        state: dict[str, Any] = {"stop": "max_turns", "final": None, "nudged": False, "repairs": 0}
+        ep = _Episode(messages=messages, send_images=o.images == "send" or (o.images == "auto" and isinstance(backend, ChatBackend)))
+        ep.count_tokens = backend.estimate_tokens
         try:
             await mcp.connect()
             tools, wrappers = openai_tools(await mcp.list_tools(), o.tools_include or None, o.tools_exclude or None)
-            if o.final_answer_tool or (o.final_answer_tool is None and o.tool_choice == "required"):
+            if o.toolbelt:
+                ep.toolbelt = Toolbelt(tools)
+                tools = ep.toolbelt.prompt_tools()
+            elif o.final_answer_tool or (o.final_answer_tool is None and o.tool_choice == "required"):
                 tools.append(final_answer_tool())
             if o.tool_choice == "required" and not tools:
                 raise TaskError("tool_choice = 'required' but no tool is left after tools_include/tools_exclude")
             await backend.start(messages, tools)
             for _ in range(o.max_steps):
                 if backend.room is not None and backend.room <= 0:
-                    state["stop"] = "context_exhausted"
+                    ep.stop = "context_exhausted"
                     raise ContextExhaustedError(f"no context left for another turn ({backend.used} tokens used)")
-                t0 = time.monotonic()
-                gen = await backend.generate(force_tool=o.tool_choice == "required")
-                stats.model_time_s += time.monotonic() - t0
-                stats.turns += 1
-                stats.completion_tokens += gen.completion_tokens
-                stats.parse_failures += gen.parse_failures
-                messages.append(self._assistant_message(gen))
-                if gen.hit_context_limit:
-                    state["stop"] = "context_exhausted"
-                    raise ContextExhaustedError(
-                        f"turn {stats.turns} ran into the context window ({gen.completion_tokens} tokens generated, "
-                        f"{gen.room_before} left): finish_reason=length at the limit")
+                gen = await self._turn(backend, stats, ep, force_tool=o.tool_choice == "required")
                 if not gen.tool_calls:
-                    if (o.repair_unparsed_tool_calls and "<tool_call>" in gen.text and gen.finish_reason != "length"
-                            and state["repairs"] < o.max_parse_repairs):
-                        state["repairs"] += 1
-                        stats.parse_repairs += 1
-                        repair = [{"role": "tool", "tool_call_id": f"repair_{stats.turns}", "content": REPAIR_NOTICE}]
-                        messages.extend(repair)
-                        backend.add_observation(repair)
+                    if self._repair(gen, backend, stats, ep):
                         continue
-                    state["stop"] = "max_tokens" if gen.finish_reason == "length" else "completed"
-                    state["final"] = gen.content
+                    if ep.toolbelt is not None and ep.toolbelt.open_todos() and gen.finish_reason != "length":
+                        stats.refusals += 1
+                        notice = [{"role": "user", "content": ep.toolbelt.refusal()}]
+                        messages.extend(notice)
+                        backend.add_observation(notice)
+                        continue
+                    ep.stop = "max_tokens" if gen.finish_reason == "length" else "completed"
+                    ep.final = gen.content
                     break
-                finals = [c for c in gen.tool_calls if c.name == FINAL_ANSWER_TOOL]
-                if finals:
-                    state["stop"] = "completed"
-                    state["final"] = str(call_arguments(FINAL_ANSWER_TOOL, finals[0].arguments, {}).get("answer", ""))
+                if ep.toolbelt is None:
+                    finals = [c for c in gen.tool_calls if c.name == FINAL_ANSWER_TOOL]
+                    if finals:
+                        ep.stop = "completed"
+                        ep.final = str(call_arguments(FINAL_ANSWER_TOOL, finals[0].arguments, {}).get("answer", ""))
+                        break
+                observation = await self._run_tools(gen, mcp, wrappers, tools, stats, ep)
+                if ep.final is not None:
+                    ep.stop = "completed"
+                    messages.extend(observation)
                     break
-                observation = await self._run_tools(gen, mcp, wrappers, tools, stats)
-                self._maybe_nudge(observation, backend, state, stats)
+                self._maybe_nudge(observation, backend, ep, stats)
                 messages.extend(observation)
                 backend.add_observation(observation)
-            if o.answer_path and state["final"]:
-                await sandbox.write_file(o.answer_path, state["final"].strip() + "\n")
-            return self._trajectory(messages, backend, stats, state, mcp)
+                if ep.toolbelt is not None and isinstance(backend, CompletionsBackend):
+                    backend.call_tools = ep.toolbelt.prompt_tools()
+                if self._should_summarize(backend, ep):
+                    await self._summarize(task, backend, stats, ep)
+            if o.answer_path and ep.final:
+                await sandbox.write_file(o.answer_path, ep.final.strip() + "\n")
+            return self._trajectory(messages, backend, stats, ep, mcp)
         except BaseException as exc:
             if isinstance(exc, Exception) and getattr(exc, "error_class", None) == "model":
-                if state["stop"] == "max_turns":
-                    state["stop"] = "model_error"
-                exc.trajectory = self._trajectory(messages, backend, stats, state, mcp)  # type: ignore[attr-defined]
+                if ep.stop == "max_turns":
+                    ep.stop = "model_error"
+                exc.trajectory = self._trajectory(messages, backend, stats, ep, mcp)  # type: ignore[attr-defined]
             raise
         finally:
             await mcp.close()
             await backend.aclose()
+
+    async def _turn(self, backend: CompletionsBackend | ChatBackend, stats: EpisodeStats, ep: _Episode, *,
+                    force_tool: bool, max_tokens: int | None = None, no_tools: bool = False) -> Generation:
+        """One model turn, counted and appended to the transcript; running into the window ends the episode."""
+        t0 = time.monotonic()
+        gen = await backend.generate(force_tool=force_tool, max_tokens=max_tokens, no_tools=no_tools)
+        stats.model_time_s += time.monotonic() - t0
+        stats.turns += 1
+        stats.completion_tokens += gen.completion_tokens
+        stats.parse_failures += gen.parse_failures
+        ep.segment_turns += 1
+        ep.messages.append(self._assistant_message(gen))
+        if gen.hit_context_limit:
+            ep.stop = "context_exhausted"
+            raise ContextExhaustedError(
+                f"turn {stats.turns} ran into the context window ({gen.completion_tokens} tokens generated, "
+                f"{gen.room_before} left): finish_reason=length at the limit")
+        return gen
+
+    def _repair(self, gen: Generation, backend: Any, stats: EpisodeStats, ep: _Episode) -> bool:
+        """A <tool_call> that did not parse gets a corrective tool message (the guide's parse repair)."""
+        o = self.options
+        if not (o.repair_unparsed_tool_calls and "<tool_call>" in gen.text and gen.finish_reason != "length"
+                and ep.repairs < o.max_parse_repairs):
+            return False
+        ep.repairs += 1
+        stats.parse_repairs += 1
+        repair = [{"role": "tool", "tool_call_id": f"repair_{stats.turns}", "content": REPAIR_NOTICE}]
+        ep.messages.extend(repair)
+        backend.add_observation(repair)
+        return True
+
+    def _should_summarize(self, backend: Any, ep: _Episode) -> bool:
+        o = self.options
+        ctx = backend.context_length
+        # At least two turns in this segment: a summary that alone fills the window must not loop.
+        return bool(o.summarize_at and ctx and ep.segment_turns >= 2 and backend.used >= o.summarize_at * ctx)
+
+    async def _summarize(self, task: Task, backend: CompletionsBackend | ChatBackend, stats: EpisodeStats,
+                         ep: _Episode) -> None:
+        """The summary turn, then a new segment that starts from the system prompt, the task and the summary."""
+        o = self.options
+        ask = [{"role": "user", "content": o.summary_prompt}]
+        ep.messages.extend(ask)
+        backend.add_observation(ask)
+        gen = await self._turn(backend, stats, ep, force_tool=False, max_tokens=o.summary_max_tokens, no_tools=True)
+        summary = gen.content if gen.content is not None else gen.text
+        extra = ep.toolbelt.todo_text() if ep.toolbelt is not None and ep.toolbelt.todos else ""
+        handoff = {"role": "user", "content": handoff_text(summary, extra)}
+        ep.messages.append(handoff)
+        tools = ep.toolbelt.prompt_tools() if ep.toolbelt is not None else backend.tools
+        backend.restart([{"role": "system", "content": o.system_prompt}, {"role": "user", "content": task.instruction},
+                         handoff], tools)
+        stats.summaries += 1
+        ep.segment_turns = 0
+        ep.nudged = False
 
     async def _backend(self, policy: Policy) -> CompletionsBackend | ChatBackend:
         o = self.options
@@ -217,6 +306,13 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
         tokenizer = o.tokenizer or policy.tokenizer or "smollm2"
         template = await chat_template(tokenizer)
         parser_name = o.tool_parser if o.tool_parser != "auto" else ("qwen3" if template.think_tokens else "hermes")
+        if endpoint == "completions" and o.images == "send":
+            raise ConfigError("images = 'send' needs the chat endpoint (endpoint = 'chat'): /v1/completions takes "
+                              "token ids, which carry no pixels; use images = 'placeholder' or 'auto'")
+        if endpoint == "chat" and o.toolbelt and o.tool_choice == "required":
+            raise ConfigError("toolbelt with tool_choice = 'required' on the chat endpoint cannot work: the endpoint "
+                              "constrains calls to its `tools` (the meta-tools) and added tools arrive as tool results; "
+                              "use tool_choice = 'auto' or endpoint = 'completions'")
         if endpoint == "chat":
             return ChatBackend(policy, context_length=o.context_length, sampling=sampling,
                                max_tokens_per_turn=o.max_tokens_per_turn, timeout=o.model_timeout_sec, template=template,
@@ -235,13 +331,19 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
         return msg
 
     async def _run_tools(self, gen: Generation, mcp: WorldMcp, wrappers: dict[str, str],
-                         tools: list[dict[str, Any]], stats: EpisodeStats) -> list[dict[str, Any]]:
+                         tools: list[dict[str, Any]], stats: EpisodeStats, ep: _Episode) -> list[dict[str, Any]]:
+        """The turn's tool messages (and, when images are sent, one user message carrying them)."""
         o = self.options
         offered = {t["function"]["name"] for t in tools}
-        out = []
+        out: list[dict[str, Any]] = []
+        images: list[tuple[str, ToolImage]] = []
         for call in gen.tool_calls:
             stats.tool_calls[call.name] += 1
-            if call.name not in offered:
+            shown: list[ToolImage] = []
+            belt = ep.toolbelt
+            if belt is not None and not belt.callable(call.name):
+                text, ok, kind = belt.not_added(call.name), False, "unknown_tool"
+            elif belt is None and call.name not in offered:
                 text, ok, kind = f"Unknown tool {call.name!r}; the tools are: {', '.join(sorted(offered))}", False, "unknown_tool"
             else:
                 try:
@@ -249,44 +351,89 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
                 except ValueError as exc:
                     text, ok, kind = f"Error calling tool {call.name}: {exc}", False, "bad_arguments"
                 else:
-                    t0 = time.monotonic()
-                    outcome = await mcp.call(call.name, args, o.tool_call_timeout_sec)
-                    stats.tool_time_s += time.monotonic() - t0
-                    text, ok, kind = outcome.text, outcome.ok, outcome.kind
+                    if belt is not None and call.name in META_NAMES:
+                        meta = belt.handle(call.name, args)
+                        text, ok, kind = meta.text, meta.ok, meta.kind
+                        if meta.final is not None and ep.final is None:
+                            ep.final = meta.final
+                        stats.refusals += kind == "refused"
+                    else:
+                        t0 = time.monotonic()
+                        outcome = await mcp.call(call.name, args, o.tool_call_timeout_sec)
+                        stats.tool_time_s += time.monotonic() - t0
+                        text, ok, kind, shown = outcome.text, outcome.ok, outcome.kind, outcome.images
             stats.reconnects = mcp.reconnects
             if ok:
                 stats.tool_successes[call.name] += 1
             else:
                 stats.tool_errors[kind] += 1
-            text, cut = truncate(text, o.tool_result_max_chars)
+            for image in shown:
+                if ep.send_images:
+                    images.append((call.name, image))
+                    label = f"[image {len(images)}: {image.mime_type}, {image.size:,} bytes; shown in the next message]"
+                else:
+                    label = image.placeholder()
+                text = text.replace(IMAGE_SLOT, label, 1)
+            stats.images += len(shown)
+            text, cut = truncate(text, o.tool_result_max_chars, head_chars=o.tool_result_head_chars,
+                                 tail_chars=o.tool_result_tail_chars, max_tokens=o.tool_result_max_tokens,
+                                 count_tokens=ep.count_tokens)
             stats.truncations += cut
             out.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": text})
+        if images:
+            parts: list[dict[str, Any]] = []
+            for i, (tool, image) in enumerate(images, 1):
+                parts.append({"type": "text", "text": f"Image {i} (from {tool}):"})
+                parts.append(image.content_part())
+            out.append({"role": "user", "content": parts})
         return out
 
-    def _maybe_nudge(self, observation: list[dict[str, Any]], backend: Any, state: dict[str, Any],
+    def _maybe_nudge(self, observation: list[dict[str, Any]], backend: Any, ep: _Episode,
                      stats: EpisodeStats) -> None:
         """Append the budget notice to the last tool message once the next turn would start with <= ratio left."""
         o = self.options
         ctx = backend.context_length
-        if o.budget_nudge_ratio is None or state["nudged"] or not ctx or not observation:
+        last = next((m for m in reversed(observation) if isinstance(m.get("content"), str)), None)
+        if o.budget_nudge_ratio is None or ep.nudged or not ctx or last is None:
             return
         projected = ctx - backend.used - len(backend.observation_tokens(observation))
         if projected <= o.budget_nudge_ratio * ctx:
-            last = observation[-1]
             last["content"] = f"{last['content']}\n\n{nudge_text(o.budget_nudge_text, projected, ctx)}"
-            state["nudged"] = True
+            ep.nudged = True
             stats.nudges += 1
 
-    def _trajectory(self, messages: list[dict[str, Any]], backend: Any, stats: EpisodeStats, state: dict[str, Any],
+    def _trajectory(self, messages: list[dict[str, Any]], backend: Any, stats: EpisodeStats, ep: _Episode,
                     mcp: WorldMcp) -> Trajectory:
         stats.reconnects = mcp.reconnects
         ids, mask, lps = backend.flattened()
         notes = list(self.setup_notes) + list(getattr(backend, "notes", []))
+        if stats.summaries:
+            notes.append(f"the context was summarised {stats.summaries} time(s): token_ids/loss_mask hold the last "
+                         f"segment (turns with branch {backend.segment}); earlier segments are the turns with lower "
+                         "branches (tackroom_archipelago.context.token_segments)")
+        if ep.toolbelt is not None:
+            stats.toolbelt_added = len(ep.toolbelt.added)
+            stats.todos_open = len(ep.toolbelt.open_todos())
         return Trajectory(
             messages=messages, turns=list(backend.turns), token_ids=ids, loss_mask=mask, logprobs=lps,
-            final_answer=state["final"], stop_reason=state["stop"],
+            final_answer=ep.final, stop_reason=ep.stop,
             metrics=stats.metrics(tuple(self.options.code_tool_prefixes)), notes=notes,
         )
+
+
+class _Episode:
+    """What one episode's steps share: the transcript, how it stops, and the modes' state."""
+
+    def __init__(self, *, messages: list[dict[str, Any]], send_images: bool) -> None:
+        self.messages = messages
+        self.send_images = send_images
+        self.stop = "max_turns"
+        self.final: str | None = None
+        self.nudged = False
+        self.repairs = 0
+        self.segment_turns = 0
+        self.toolbelt: Toolbelt | None = None
+        self.count_tokens: Any = None
 
 
 async def _has_completions(policy: Policy) -> bool:

@@ -9,6 +9,7 @@ the call; a second fatal error ends the trial as an ``infra`` failure.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,9 +19,10 @@ import httpx2
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, ImageContent, TextContent, Tool
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tackroom_archipelago.errors import McpGatewayError
+from tackroom_archipelago.images import DEFAULT_IMAGE_MAX_BYTES, ToolImage, read_image
 
 FATAL_MESSAGES = ("session terminated", "not connected", "server disconnected", "failed to connect",
                   "timed out while waiting for response", "connection closed")
@@ -47,29 +49,42 @@ class ToolOutcome(BaseModel):
     kind: str
     """``ok``, ``tool_error`` (the tool said it failed), ``empty``, ``timeout``, ``mcp_error``, ``unknown_tool``."""
     duration_s: float = 0.0
+    images: list[ToolImage] = Field(default_factory=list)
+    """Images that passed the checks; ``text`` holds ``{IMAGE_SLOT}`` where each one was."""
 
 
-def result_text(result: CallToolResult) -> str:
-    parts = []
+IMAGE_SLOT = "\x00image\x00"
+"""Where an image stood in a result's text; the harness replaces it with what the model is told."""
+
+
+def result_text(result: CallToolResult, image_max_bytes: int = DEFAULT_IMAGE_MAX_BYTES) -> tuple[str, list[ToolImage]]:
+    """The result's text with an :data:`IMAGE_SLOT` per kept image, and those images (a dropped one is a note)."""
+    parts: list[str] = []
+    images: list[ToolImage] = []
     for block in result.content or []:
         if isinstance(block, TextContent):
-            parts.append(block.text)
+            parts.append(block.text.replace(IMAGE_SLOT, ""))
         elif isinstance(block, ImageContent):
-            parts.append(f"[image {block.mime_type}, {len(block.data)} base64 chars; images are not shown]")
+            image = read_image(block, image_max_bytes)
+            if isinstance(image, str):
+                parts.append(image)
+            else:
+                images.append(image)
+                parts.append(IMAGE_SLOT)
         else:
             parts.append(f"[{getattr(block, 'type', type(block).__name__)} content]")
     if not parts and result.structured_content is not None:
-        import json
-
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
-    return "\n".join(parts)
+    return "\n".join(parts), images
 
 
 class WorldMcp:
     """A connected MCP client to the world gateway, re-creatable through ``factory``."""
 
-    def __init__(self, factory: Callable[[], Client], *, connect_timeout: float = 60.0) -> None:
+    def __init__(self, factory: Callable[[], Client], *, connect_timeout: float = 60.0,
+                 image_max_bytes: int = DEFAULT_IMAGE_MAX_BYTES) -> None:
         self.factory = factory
+        self.image_max_bytes = image_max_bytes
         self.connect_timeout = connect_timeout
         self.client: Client | None = None
         self._stack: contextlib.AsyncExitStack | None = None
@@ -130,11 +145,12 @@ class WorldMcp:
                     continue
                 return ToolOutcome(text=f"Error calling tool {name}: {type(exc).__name__}: {exc}", ok=False,
                                    kind="mcp_error", duration_s=time.monotonic() - started)
-            text = result_text(result)
+            text, images = result_text(result, self.image_max_bytes)
             elapsed = time.monotonic() - started
             if result.is_error:
-                return ToolOutcome(text=text or f"Tool {name} failed", ok=False, kind="tool_error", duration_s=elapsed)
+                return ToolOutcome(text=text or f"Tool {name} failed", ok=False, kind="tool_error", duration_s=elapsed,
+                                   images=images)
             if not text.strip():
                 return ToolOutcome(text=f"Tool {name} returned no content", ok=False, kind="empty", duration_s=elapsed)
-            return ToolOutcome(text=text, ok=True, kind="ok", duration_s=elapsed)
+            return ToolOutcome(text=text, ok=True, kind="ok", duration_s=elapsed, images=images)
         raise AssertionError("unreachable")

@@ -21,6 +21,12 @@ class EpisodeStats(BaseModel):
     parse_failures: int = 0
     parse_repairs: int = 0
     reconnects: int = 0
+    images: int = 0
+    summaries: int = 0
+    refusals: int = 0
+    """final_answer (or a plain answer) refused while toolbelt todos were open."""
+    toolbelt_added: int = 0
+    todos_open: int = 0
     tool_time_s: float = 0.0
     model_time_s: float = 0.0
 
@@ -40,6 +46,11 @@ class EpisodeStats(BaseModel):
             "parse_failures": float(self.parse_failures),
             "parse_repairs": float(self.parse_repairs),
             "mcp_reconnects": float(self.reconnects),
+            "images": float(self.images),
+            "summaries": float(self.summaries),
+            "final_answer_refusals": float(self.refusals),
+            "toolbelt_added": float(self.toolbelt_added),
+            "todos_open": float(self.todos_open),
             "tool_time_s": round(self.tool_time_s, 4),
             "model_time_s": round(self.model_time_s, 4),
         }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 DEFAULT_TOOL_RESULT_MAX_CHARS = 48_000
 """The guide's fair share of context per tool call (32K head + 16K tail)."""
 
@@ -17,12 +19,24 @@ REPAIR_NOTICE = (
 )
 
 
-def truncate(text: str, max_chars: int | None) -> tuple[str, bool]:
-    """Keep the first two thirds and the last third of ``max_chars`` with a marker between; (text, truncated)."""
-    if max_chars is None or len(text) <= max_chars:
+def truncate(text: str, max_chars: int | None, *, head_chars: int | None = None, tail_chars: int | None = None,
+             max_tokens: int | None = None, count_tokens: Callable[[str], int] | None = None) -> tuple[str, bool]:
+    """Cut a long tool result to its head and tail with a marker between; (text, truncated).
+
+    It is cut when it is over ``max_chars`` characters or over ``max_tokens`` tokens (``count_tokens``; a text
+    of at most ``max_tokens`` characters is never counted). What is kept: ``head_chars`` and ``tail_chars``
+    when given, else the first two thirds and the last third of ``max_chars``.
+    """
+    over = bool(max_chars) and len(text) > max_chars  # type: ignore[operator]
+    if not over and max_tokens and count_tokens is not None and len(text) > max_tokens:
+        over = count_tokens(text) > max_tokens
+    if not over:
         return text, False
-    head = max_chars * 2 // 3
-    tail = max_chars - head
+    budget = max_chars or (head_chars or 0) + (tail_chars or 0)
+    head = head_chars if head_chars is not None else budget * 2 // 3
+    tail = tail_chars if tail_chars is not None else budget - head
+    if head + tail >= len(text):
+        return text, False
     marker = (
         f"\n\n[TRUNCATED: the tool returned {len(text):,} characters (~{len(text) // 4:,} tokens); showing the first "
         f"{head:,} and the last {tail:,}. Ask for less (a narrower query, a page range, fewer rows).]\n\n"

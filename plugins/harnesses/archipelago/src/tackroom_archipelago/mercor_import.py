@@ -282,7 +282,8 @@ def import_task(src: Path, dest: Path, *, checkout: Path | None = None, image: s
 def _world_toml(src: Path, tables: list[dict[str, Any]]) -> str:
     lines = [f"# Imported from the Mercor task {src} by `tackroom archipelago import-mercor`.",
              f"# Servers run from ${CHECKOUT_ENV} (default: the checkout found at import); they need Python 3.13.",
-             "", "[world]", f"name = {_toml(src.name)}", "", "[files]", 'source = "files"', f"mount = {_toml(MOUNT)}"]
+             "", "[world]", f"name = {_toml(src.name)}", "", "[files]", 'source = "files"', f"mount = {_toml(MOUNT)}",
+             "", "[runtime]", "startup_timeout_sec = 600.0   # each server takes tens of seconds to list its tools"]
     for t in tables:
         lines += ["", "[[servers]]", *(f"{k} = {_toml(v)}" for k, v in t.items())]
     return "\n".join(lines) + "\n"
@@ -326,7 +327,7 @@ def import_tasks(src: Path, dest: Path, *, checkout: Path | None = None, image: 
     steps = max((t.max_steps for t in imported if t.max_steps), default=None)
     run = ["# Runs the imported Mercor tasks: `tackroom run -c run.toml --base-url ...` (and a judge: see the",
            "# rubric-judge README for base_url/model).", 'tasks = ["."]', "", "[harness]", 'name = "archipelago"',
-           "gateway_startup_timeout_sec = 600.0   # Mercor's servers take tens of seconds each to list their tools"]
+]
     if steps:
         run.append(f"max_steps = {steps}")
     run += ["", "[sandbox]", 'name = "docker"', "", "[verifier]", 'name = "rubric-judge"']

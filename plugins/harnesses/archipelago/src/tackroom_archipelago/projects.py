@@ -125,7 +125,7 @@ async def find_interpreters(sandbox: Sandbox, names: list[str]) -> dict[str, lis
 
 
 def missing_python_error(server: str, project: ServerProject, wanted: list[str], found: dict[str, list[str]]) -> WorldRuntimeError:
-    have = ", ".join(f"{n} = Python {v[1]}.{v[2]} ({v[0]})" for n, v in found.items()) or "no python3 at all"
+    have = ", ".join(f"{n} = Python {v[1]}.{v[2]} ({v[0]})" for n, v in found.items()) or "none of them"
     return WorldRuntimeError(
         f"server {server!r} (project {project.name} at {project.path}) needs Python {project.requires_python or 'any'} "
         f"(requires-python in its pyproject.toml); the sandbox has {have}, tried {', '.join(wanted)}. Run the task in "

@@ -94,10 +94,10 @@ class ServerSpec(BaseModel):
 
     @model_validator(mode="after")
     def _one_kind(self) -> ServerSpec:
-        if (self.module is None) == (self.command is None):
-            raise ValueError("give exactly one of `module` (a Python module) or `command` (a stdio MCP server)")
         if self.project is not None and self.command is None:
             raise ValueError("a `project` server needs a `command` (e.g. [\"python\", \"main.py\"], run in `cwd`)")
+        if (self.module is None) == (self.command is None):
+            raise ValueError("give exactly one of `module` (a Python module) or `command` (a stdio MCP server)")
         if self.python is not None and self.project is None:
             raise ValueError("`python` applies to a `project` server only")
         return self
@@ -120,6 +120,9 @@ class RuntimeSpec(BaseModel):
     python: str = "python3"
     requirements: list[str] = Field(default_factory=list)
     pythonpath: list[str] = Field(default_factory=list)
+    startup_timeout_sec: float | None = Field(
+        default=None, gt=0, description="How long the gateway may take to start every server and list their tools, "
+        "when longer than the harness's gateway_startup_timeout_sec (Mercor's servers take tens of seconds each)")
 
 
 class WorldInfo(BaseModel):
@@ -406,6 +409,7 @@ async def start_gateway(sandbox: Sandbox, world: WorldSpec, python: SandboxPytho
                         timeout: float = 120.0, port: int | None = None, transport: str = "auto") -> GatewayHandle:
     """Start the world gateway in the background and wait until ``/health`` answers."""
     port = port or random.randint(20000, 60000)
+    timeout = max(timeout, world.runtime.startup_timeout_sec or 0.0)
     config = {
         "name": world.name, "root": world.files.mount, "mount": world.files.mount, "host": "127.0.0.1", "port": port,
         "servers": [gateway_server_config(world, s, base) for s in world.servers],

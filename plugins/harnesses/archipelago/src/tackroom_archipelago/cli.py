@@ -20,22 +20,18 @@ def import_mercor(
     image: str = typer.Option("python:3.13-slim-bookworm", "--image", help="The tasks' docker_image (needs Python 3.13)."),
 ) -> None:
     """Turn Mercor task folders into tackroom world tasks (world files, servers, messages, rubric)."""
-    from rich.console import Console
-
     from tackroom_archipelago.errors import MercorImportError
     from tackroom_archipelago.mercor_import import import_tasks
 
-    console = Console()
     try:
         imported = import_tasks(src, dest, checkout=checkout, image=image)
     except MercorImportError as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     for task in imported:
         servers = ", ".join(f"{name} ({folder})" for name, folder in task.servers.items())
-        console.print(f"{task.path}: {task.files} files, servers {servers}, {task.criteria} criteria", highlight=False)
-    console.print(f"run them: tackroom run -c {dest / 'run.toml'} --base-url ... (see {dest / 'run.toml'})",
-                  highlight=False)
+        typer.echo(f"{task.path}: {task.files} files, servers {servers}, {task.criteria} criteria")
+    typer.echo(f"run them: tackroom run -c {dest / 'run.toml'} --base-url ... (a judge too: see the rubric-judge README)")
 
 
 def add_archipelago_commands(app: Any) -> None:

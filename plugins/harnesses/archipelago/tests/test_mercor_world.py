@@ -46,7 +46,8 @@ def docker_with_python313() -> None:
 def docker_sandbox(task):
     from tackroom_docker import DockerProvider
 
-    return DockerProvider().create(sandbox_spec(task, "mercor-world"))
+    # removing a container that holds the servers' sites (about 600 MB each) takes a while on a busy host
+    return DockerProvider({"cli_timeout_sec": 300}).create(sandbox_spec(task, "mercor-world"))
 
 
 async def test_the_example_world_runs_mercors_filesystem_and_chat_servers(monkeypatch):

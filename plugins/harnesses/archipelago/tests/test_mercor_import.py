@@ -149,10 +149,12 @@ def test_a_well_formed_fake_task_imports(tmp_path):
     ({"mcp_config.json": {"mcpServers": {"x": {"command": "npx", "args": ["srv"], "cwd": "/srv"}}}},
      "names no mcp_servers/<server> folder"),
     ({"mcp_config.json": {"mcpServers": {"x": {"transport": "http", "command": "python"}}}}, "transport 'http'"),
+    ({"mcp_config.json": {"mcpServers": {"x": {"command": "python", "cwd": "/app/mcp_servers/filesystem/../../../etc"}}}},
+     "climbs with '..'"),
     ({"original_snapshot.zip": None}, "no world snapshot"),
     ({"original_snapshot.zip": zip_bytes({"filesystem/a": b"1", "secrets/b": b"2"})}, "top-level secrets beside"),
 ], ids=["no-messages", "bad-json", "no-criteria-text", "empty-rubric", "no-user", "image-part", "unknown-server",
-        "unmappable-server", "http-transport", "no-snapshot", "extra-top-level"])
+        "unmappable-server", "http-transport", "cwd-dotdot", "no-snapshot", "extra-top-level"])
 def test_import_errors_name_the_file_and_the_fix(tmp_path, overrides, message):
     fake_checkout(tmp_path)
     with pytest.raises(MercorImportError, match=message):

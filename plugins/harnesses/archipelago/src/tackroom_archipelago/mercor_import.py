@@ -161,6 +161,8 @@ def map_server(key: str, entry: McpServerEntry, checkout: Path, *, apps_data: bo
         raise MercorImportError(f"{where}: server {key!r} has cwd {entry.cwd!r}, which names no mcp_servers/<server> "
                                 f"folder; the checkout {checkout} has: {', '.join(available) or 'none'}")
     folder = parts[at + 1]
+    if ".." in parts[at:]:
+        raise MercorImportError(f"{where}: server {key!r} has cwd {entry.cwd!r}, which climbs with '..'; refused")
     if folder not in available:
         raise MercorImportError(f"{where}: unknown server {key!r}: the checkout {checkout} has no mcp_servers/{folder} "
                                 f"project; it has: {', '.join(available) or 'none'} (fetch the full repository for "

@@ -121,4 +121,5 @@ async def test_the_imported_public_sample_starts_lists_and_grades(tmp_path, monk
             await box.stop()
     assert reward.score == 1.0, json.dumps(reward.details)[:2000]
     # the judge saw the diff against the imported snapshot: the agent changed nothing
-    assert "# Files the agent changed\n(no files changed)" in prompts[0], prompts[0]
+    assert "# Files the agent changed\nFiles under /filesystem: 0 added, 0 removed, 0 modified, 4 unchanged." \
+        in prompts[0], prompts[0]

@@ -184,6 +184,9 @@ async def test_a_project_server_runs_on_its_own_packages_beside_the_gateway(tmp_
         # the project's site is cached on the host, keyed by its pyproject and vendored files
         cached = list((tmp_path / "cache").iterdir())
         assert any(p.name.startswith("hello-server-py") for p in cached), cached
+        # the vendored package was built from a copy: the checkout (maybe shared, read-only) is left as it was
+        leftovers = [p.name for p in (tmp_path / "hello-project" / "packages" / "greeting").iterdir()]
+        assert sorted(leftovers) == ["greeting", "pyproject.toml"], leftovers
     finally:
         await box.stop()
 

@@ -14,6 +14,7 @@ import hashlib
 import os
 import re
 import shlex
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from tackroom import Sandbox
 from tackroom_archipelago.errors import WorldFormatError, WorldRuntimeError
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+IGNORED = shutil.ignore_patterns(".venv", ".git", "__pycache__", "node_modules", "build", "*.egg-info")
+"""Left out of every copy of a project: a checkout's own environment and build leftovers."""
 PYTHON_WORDS = ("python", "python3")
 """A project server's ``command`` that starts with one of these runs on the interpreter chosen for the project."""
 
@@ -56,6 +59,16 @@ class ServerProject(BaseModel):
     @property
     def specifier(self) -> SpecifierSet:
         return SpecifierSet(self.requires_python)
+
+    def stage(self, into: Path) -> Path:
+        """A copy of the project and its path sources, laid out as they sit relative to each other; the copy's
+        project folder. Builds of the vendored packages write (``build/``, ``*.egg-info``) into the copy, never
+        into the checkout, which may be shared or read-only."""
+        roots = [self.path, *self.sources]
+        top = Path(os.path.commonpath(roots))
+        for root in roots:
+            shutil.copytree(root, into / root.relative_to(top), symlinks=True, dirs_exist_ok=True, ignore=IGNORED)
+        return into / self.path.relative_to(top)
 
     def fingerprint(self) -> str:
         """Changes when the pyproject or any vendored package's files change (they are installed, not linked)."""

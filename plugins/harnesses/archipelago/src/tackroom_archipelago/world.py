@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from tackroom import Sandbox, Task, TaskError, cache_root
 from tackroom_archipelago.errors import WorldBuildError, WorldFormatError, WorldRuntimeError
 from tackroom_archipelago.projects import (
+    IGNORED,
     PYTHON_WORDS,
     ServerProject,
     expand_path,
@@ -276,8 +277,12 @@ async def build_project_site(project: ServerProject, python: SandboxPython, cach
     cache = Path(cache_dir) if cache_dir else cache_root() / "worlds" / "projects"
     slug = re.sub(r"[^A-Za-z0-9_.-]", "-", project.name)
     target = cache / f"{slug}-py{python.version}-{python.uv_platform}-{project.fingerprint()}"
-    return await _install_target(target, ["-r", "pyproject.toml"], python, cwd=project.path, timeout=timeout,
-                                 what=f"project {project.name} ({project.path})")
+    if (target / ".tackroom-complete").is_file():
+        return target
+    with tempfile.TemporaryDirectory(prefix="tackroom-project-build-") as staging:
+        staged = await asyncio.to_thread(project.stage, Path(staging))
+        return await _install_target(target, ["-r", "pyproject.toml"], python, cwd=staged, timeout=timeout,
+                                     what=f"project {project.name} ({project.path})")
 
 
 async def _install_target(target: Path, args: list[str], python: SandboxPython, *, cwd: Path | None, timeout: float,
@@ -375,9 +380,8 @@ async def install_world(sandbox: Sandbox, world: WorldSpec, *, base: str, cache_
         interpreter = await project_python(sandbox, server, project)
         project_site = await build_project_site(project, interpreter, cache_dir, build_timeout)
         with tempfile.TemporaryDirectory(prefix="tackroom-project-") as staged:
-            # A checkout's .venv (built for the host) or .git has no place in the sandbox.
-            copy = shutil.copytree(project.path, Path(staged) / "project", symlinks=True,
-                                   ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", "node_modules"))
+            # A checkout's .venv (built for the host), .git or build leftovers have no place in the sandbox.
+            copy = shutil.copytree(project.path, Path(staged) / "project", symlinks=True, ignore=IGNORED)
             await sandbox.upload(copy, f"{base}/projects/{server.name}/project", timeout=300)
         await sandbox.upload(project_site, f"{base}/projects/{server.name}/site", timeout=1200)
         world.interpreters[server.name] = interpreter

@@ -23,3 +23,7 @@ class McpGatewayError(InfraError):
 
 class ContextExhaustedError(ModelError):
     """The episode ran into the engine's context window (a turn ended with finish_reason=length at the limit)."""
+
+
+class MercorImportError(TaskError):
+    """A Mercor task folder cannot be imported (a file missing or malformed, a server the checkout lacks)."""

@@ -37,6 +37,7 @@ from tackroom_archipelago.world import (
     install_world,
     load_world,
     start_gateway,
+    task_system_prompt,
     task_world_dir,
 )
 from tackroom_gateway import ChatTemplate, get_tool_parser
@@ -154,7 +155,8 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
         await chat_template(o.tokenizer or "smollm2")  # under the setup timeout, not the agent's
         self.setup_notes.append(
             f"world {self.world.name!r}: {self.gateway.tools} tools on Python {python.version} in "
-            f"{time.monotonic() - t0:.1f}s via {'http ' + self.gateway.url if self.gateway.url else 'exec relay'}")
+            f"{time.monotonic() - t0:.1f}s via {'http ' + self.gateway.url if self.gateway.url else 'exec relay'} "
+            f"({self.gateway.describe()})")
 
     def mcp_client(self) -> Client:
         """A fresh MCP SDK client for the world gateway (direct URL, or relayed through exec)."""
@@ -178,7 +180,7 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
         stats = EpisodeStats()
         mcp = WorldMcp(self.mcp_client, connect_timeout=max(30.0, o.tool_call_timeout_sec), image_max_bytes=o.image_max_bytes)
         backend = await self._backend(policy)
-        messages: list[dict[str, Any]] = [{"role": "system", "content": o.system_prompt},
+        messages: list[dict[str, Any]] = [{"role": "system", "content": task_system_prompt(task) or o.system_prompt},
                                           {"role": "user", "content": task.instruction}]
         ep = _Episode(messages=messages, send_images=o.images == "send" or (o.images == "auto" and isinstance(backend, ChatBackend)))
         ep.count_tokens = backend.estimate_tokens

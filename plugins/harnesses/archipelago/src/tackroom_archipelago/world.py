@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import posixpath
 import random
+import re
 import shlex
 import shutil
 import tempfile
@@ -24,10 +26,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tackroom import Sandbox, Task, TaskError, cache_root
 from tackroom_archipelago.errors import WorldBuildError, WorldFormatError, WorldRuntimeError
+from tackroom_archipelago.projects import (
+    IGNORED,
+    PYTHON_WORDS,
+    ServerProject,
+    expand_path,
+    find_interpreters,
+    missing_python_error,
+    python_candidates,
+    read_project,
+)
 
 SANDBOX_SIDE = Path(__file__).with_name("sandbox_side")
 WORLD_FILE = "world.toml"
 MIN_PYTHON = (3, 10)
+GATEWAY_REQUIREMENTS = ["mcp>=2.3,<3"]
+"""What the world gateway itself imports (uvicorn and starlette come with the MCP SDK); always installed."""
 
 
 class WorldTable(BaseModel):
@@ -39,6 +53,8 @@ class WorldTable(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     path: str
+    system_prompt: str | None = None
+    """The task's own system message (an imported Mercor task's), instead of the harness's ``system_prompt``."""
 
 
 def task_world_dir(task: Task) -> Path | None:
@@ -53,22 +69,38 @@ def task_world_dir(task: Task) -> Path | None:
     return world_dir
 
 
+def task_system_prompt(task: Task) -> str | None:
+    """The system message the task's ``[world]`` table gives, ``None`` when it gives none."""
+    table = task.section("world", WorldTable, owner="archipelago")
+    return None if table is None else table.system_prompt
+
+
 class ServerSpec(BaseModel):
-    """``[[servers]]``: a Python module with ``build_server(root)`` (in the gateway's process) or a stdio command."""
+    """``[[servers]]``: a Python module with ``build_server(root)`` (in the gateway's process), a stdio command,
+    or a stdio command run from a uv ``project`` of its own (its own Python and packages, see projects.py)."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z][a-z0-9]*$", description="Tool-name prefix: tools appear as <name>_<tool>")
     module: str | None = None
     command: list[str] | None = None
+    project: str | None = Field(default=None, description="A uv project folder (relative to the world; ${VAR:-default} "
+                                "expanded): the server gets its own site built for its requires-python")
+    python: str | None = Field(default=None, description="The project's interpreter in the sandbox (default: the "
+                               "newest python3.X its requires-python allows, then python3)")
     env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = None
+    cwd: str | None = Field(default=None, description="The server's working directory (relative to the project for "
+                            "a project server)")
     timeout_sec: float = 600.0
 
     @model_validator(mode="after")
     def _one_kind(self) -> ServerSpec:
+        if self.project is not None and self.command is None:
+            raise ValueError("a `project` server needs a `command` (e.g. [\"python\", \"main.py\"], run in `cwd`)")
         if (self.module is None) == (self.command is None):
             raise ValueError("give exactly one of `module` (a Python module) or `command` (a stdio MCP server)")
+        if self.python is not None and self.project is None:
+            raise ValueError("`python` applies to a `project` server only")
         return self
 
 
@@ -89,6 +121,9 @@ class RuntimeSpec(BaseModel):
     python: str = "python3"
     requirements: list[str] = Field(default_factory=list)
     pythonpath: list[str] = Field(default_factory=list)
+    startup_timeout_sec: float | None = Field(
+        default=None, gt=0, description="How long the gateway may take to start every server and list their tools, "
+        "when longer than the harness's gateway_startup_timeout_sec (Mercor's servers take tens of seconds each)")
 
 
 class WorldInfo(BaseModel):
@@ -96,6 +131,29 @@ class WorldInfo(BaseModel):
 
     name: str
     description: str = ""
+
+
+class SandboxPython(BaseModel):
+    """The interpreter the world's servers will run on."""
+
+    executable: str
+    major: int
+    minor: int
+    machine: str
+    libc: str
+    libc_version: str
+
+    @property
+    def version(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    @property
+    def uv_platform(self) -> str:
+        """uv's ``--python-platform`` for this interpreter."""
+        if self.libc != "glibc":
+            return f"{self.machine}-unknown-linux-musl"
+        minor = int(self.libc_version.split(".")[1]) if "." in self.libc_version else 17
+        return f"{self.machine}-manylinux_2_{max(17, min(minor, 39))}"
 
 
 class WorldSpec(BaseModel):
@@ -108,6 +166,10 @@ class WorldSpec(BaseModel):
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
     servers: list[ServerSpec] = Field(min_length=1)
     path: Path = Field(default=Path("."), exclude=True)
+    projects: dict[str, ServerProject] = Field(default_factory=dict, exclude=True)
+    """The project servers' uv projects, by server name (read by :func:`load_world`)."""
+    interpreters: dict[str, SandboxPython] = Field(default_factory=dict, exclude=True)
+    """The sandbox interpreter each project server runs on (found by :func:`install_world`)."""
 
     @property
     def name(self) -> str:
@@ -144,33 +206,18 @@ def load_world(directory: str | Path) -> WorldSpec:
             raise WorldFormatError(f"{file}: runtime.pythonpath entry {p!r} is not a directory in {root}")
     if not spec.files.mount.startswith("/"):
         raise WorldFormatError(f"{file}: files.mount must be an absolute sandbox path, got {spec.files.mount!r}")
+    for server in spec.servers:
+        if server.project is not None:
+            where = f"{file}: servers {server.name!r}"
+            project = read_project(expand_path(server.project, root, where=where), where=where)
+            cwd = (project.path / (server.cwd or ".")).resolve()
+            if not cwd.is_relative_to(project.path) or not cwd.is_dir():
+                raise WorldFormatError(f"{where}: cwd {server.cwd!r} is not a folder inside the project {project.path}")
+            spec.projects[server.name] = project
     return spec
 
 
 # -- the sandbox's interpreter and the site built for it -------------------------------------------
-class SandboxPython(BaseModel):
-    """The interpreter the world's servers will run on."""
-
-    executable: str
-    major: int
-    minor: int
-    machine: str
-    libc: str
-    libc_version: str
-
-    @property
-    def version(self) -> str:
-        return f"{self.major}.{self.minor}"
-
-    @property
-    def uv_platform(self) -> str:
-        """uv's ``--python-platform`` for this interpreter."""
-        if self.libc != "glibc":
-            return f"{self.machine}-unknown-linux-musl"
-        minor = int(self.libc_version.split(".")[1]) if "." in self.libc_version else 17
-        return f"{self.machine}-manylinux_2_{max(17, min(minor, 39))}"
-
-
 _PROBE = ("import platform, sys; lib, ver = platform.libc_ver(); "
           "print(sys.version_info[0], sys.version_info[1], platform.machine(), lib or 'musl', ver or '0.0')")
 
@@ -218,30 +265,53 @@ async def build_site(requirements: list[str], python: SandboxPython, cache_dir: 
     cache = Path(cache_dir) if cache_dir else cache_root() / "worlds" / "sites"
     key = hashlib.sha256(json.dumps([sorted(requirements), python.version, python.uv_platform]).encode()).hexdigest()[:16]
     target = cache / f"py{python.version}-{python.uv_platform}-{key}"
+    return await _install_target(target, requirements, python, cwd=None, timeout=timeout,
+                                 what="the world's requirements")
+
+
+async def build_project_site(project: ServerProject, python: SandboxPython, cache_dir: Path | None = None,
+                             timeout: float = 600.0) -> Path:
+    """The project's dependencies (and its vendored path sources) installed for ``python``: ``uv pip install -r
+    pyproject.toml`` run in the project, so uv reads its ``[tool.uv]`` sources and overrides; no lock is needed.
+    Cached by the project's pyproject, its vendored packages' files and the interpreter."""
+    cache = Path(cache_dir) if cache_dir else cache_root() / "worlds" / "projects"
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "-", project.name)
+    target = cache / f"{slug}-py{python.version}-{python.uv_platform}-{project.fingerprint()}"
     if (target / ".tackroom-complete").is_file():
         return target
-    lock = _build_locks.setdefault(key, asyncio.Lock())
+    with tempfile.TemporaryDirectory(prefix="tackroom-project-build-") as staging:
+        staged = await asyncio.to_thread(project.stage, Path(staging))
+        return await _install_target(target, ["-r", "pyproject.toml"], python, cwd=staged, timeout=timeout,
+                                     what=f"project {project.name} ({project.path})")
+
+
+async def _install_target(target: Path, args: list[str], python: SandboxPython, *, cwd: Path | None, timeout: float,
+                          what: str) -> Path:
+    if (target / ".tackroom-complete").is_file():
+        return target
+    lock = _build_locks.setdefault(str(target), asyncio.Lock())
     async with lock:
         if (target / ".tackroom-complete").is_file():
             return target
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
         argv = [_uv_binary(), "pip", "install", "--quiet", "--target", str(tmp / "site"),
-                "--python-version", python.version, "--python-platform", python.uv_platform, *requirements]
-        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                "--python-version", python.version, "--python-platform", python.uv_platform, *args]
+        proc = await asyncio.create_subprocess_exec(*argv, cwd=cwd, stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.PIPE)
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
         except TimeoutError as exc:
             proc.kill()
             shutil.rmtree(tmp, ignore_errors=True)
-            raise WorldBuildError(f"preparing the world's packages took longer than {timeout:.0f}s: {' '.join(argv)}") from exc
+            raise WorldBuildError(f"preparing {what} took longer than {timeout:.0f}s: {' '.join(argv)}") from exc
         if proc.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             raise WorldBuildError(
-                f"could not install the world's requirements for Python {python.version} ({python.uv_platform}): "
+                f"could not install {what} for Python {python.version} ({python.uv_platform}): "
                 f"{(err or out).decode(errors='replace')[-1500:]}"
             )
-        (tmp / "site" / ".tackroom-complete").write_text(json.dumps(requirements))
+        (tmp / "site" / ".tackroom-complete").write_text(json.dumps(args))
         try:
             (tmp / "site").rename(target)
         except OSError:  # another process finished the same build first
@@ -250,7 +320,28 @@ async def build_site(requirements: list[str], python: SandboxPython, cache_dir: 
     return target
 
 
+async def project_python(sandbox: Sandbox, server: ServerSpec, project: ServerProject) -> SandboxPython:
+    """The sandbox interpreter a project server runs on: its ``python``, else the newest ``python3.X`` its
+    ``requires-python`` allows, else ``python3``; :class:`WorldRuntimeError` naming what is missing."""
+    wanted = [server.python] if server.python else python_candidates(project.specifier)
+    found = await find_interpreters(sandbox, wanted)
+    for name in wanted:
+        if name in found:
+            exe, major, minor, machine, libc, version = found[name]
+            if project.specifier.contains(f"{major}.{minor}", prereleases=True):
+                return SandboxPython(executable=exe, major=int(major), minor=int(minor), machine=machine, libc=libc,
+                                     libc_version=version)
+    raise missing_python_error(server.name, project, wanted, found)
+
+
 # -- in the sandbox ------------------------------------------------------------------------------
+class ServerListing(BaseModel):
+    """One server as the gateway mounted it."""
+
+    tools: int
+    seconds: float
+
+
 class GatewayHandle(BaseModel):
     """A started world gateway: where it listens inside the sandbox and how to reach its relay."""
 
@@ -263,30 +354,69 @@ class GatewayHandle(BaseModel):
     """A URL the host can reach directly (the sandbox exposed the port); None means: relay through exec."""
     tools: int = 0
     startup_s: float = 0.0
+    listing: dict[str, ServerListing] = Field(default_factory=dict)
+    """Per server: its tool count and the seconds from its start to its tool list."""
+
+    def describe(self) -> str:
+        """One line per trial's notes: each server's tool count and listing time."""
+        return ", ".join(f"{name}: {s.tools} tools in {s.seconds:.1f}s" for name, s in self.listing.items())
 
 
 async def install_world(sandbox: Sandbox, world: WorldSpec, *, base: str, cache_dir: Path | None = None,
                         build_timeout: float = 600.0) -> SandboxPython:
-    """Upload the world's files, servers, packages and the gateway scripts into the sandbox."""
+    """Upload the world's files, servers, packages and the gateway scripts into the sandbox; each project server's
+    project and its own site go to ``<base>/projects/<name>/`` (its interpreter is kept in ``world.interpreters``)."""
     python = await probe_python(sandbox, world.runtime.python)
-    site = await build_site(world.runtime.requirements, python, cache_dir, build_timeout)
+    site = await build_site([*GATEWAY_REQUIREMENTS, *world.runtime.requirements], python, cache_dir, build_timeout)
     await sandbox.exec(f"mkdir -p {shlex.quote(base)} {shlex.quote(world.files.mount)}", timeout=60)
     await sandbox.upload(world.files_dir, world.files.mount, timeout=300)
     await sandbox.upload(site, f"{base}/site", timeout=600)
     for p in world.runtime.pythonpath:
         await sandbox.upload(world.path / p, f"{base}/{Path(p).name}", timeout=300)
+    for server in world.servers:
+        project = world.projects.get(server.name)
+        if project is None:
+            continue
+        interpreter = await project_python(sandbox, server, project)
+        project_site = await build_project_site(project, interpreter, cache_dir, build_timeout)
+        with tempfile.TemporaryDirectory(prefix="tackroom-project-") as staged:
+            # A checkout's .venv (built for the host), .git or build leftovers have no place in the sandbox.
+            copy = shutil.copytree(project.path, Path(staged) / "project", symlinks=True, ignore=IGNORED)
+            await sandbox.upload(copy, f"{base}/projects/{server.name}/project", timeout=300)
+        await sandbox.upload(project_site, f"{base}/projects/{server.name}/site", timeout=1200)
+        world.interpreters[server.name] = interpreter
     for script in ("world_gateway.py", "http_relay.py"):
         await sandbox.upload(SANDBOX_SIDE / script, f"{base}/{script}", timeout=60)
     return python
+
+
+def gateway_server_config(world: WorldSpec, server: ServerSpec, base: str) -> dict[str, Any]:
+    """What the world gateway is told about one server; a project server's ``python`` becomes its interpreter,
+    its ``cwd`` a folder of the uploaded project, and its ``PYTHONPATH`` its own site (after any it sets)."""
+    config = server.model_dump(exclude_none=True, exclude={"project", "python"})
+    if server.project is None:
+        return config
+    interpreter = world.interpreters.get(server.name)
+    if interpreter is None:
+        raise RuntimeError(f"server {server.name!r}: install_world() first")
+    home = f"{base}/projects/{server.name}"
+    command = list(server.command or [])
+    if command and command[0] in PYTHON_WORDS:
+        command[0] = interpreter.executable
+    env = {"PYTHONNOUSERSITE": "1", **server.env}
+    env["PYTHONPATH"] = ":".join(p for p in (server.env.get("PYTHONPATH"), f"{home}/site") if p)
+    config.update(command=command, env=env, cwd=posixpath.normpath(f"{home}/project/{server.cwd or '.'}"))
+    return config
 
 
 async def start_gateway(sandbox: Sandbox, world: WorldSpec, python: SandboxPython, *, base: str,
                         timeout: float = 120.0, port: int | None = None, transport: str = "auto") -> GatewayHandle:
     """Start the world gateway in the background and wait until ``/health`` answers."""
     port = port or random.randint(20000, 60000)
+    timeout = max(timeout, world.runtime.startup_timeout_sec or 0.0)
     config = {
         "name": world.name, "root": world.files.mount, "mount": world.files.mount, "host": "127.0.0.1", "port": port,
-        "servers": [s.model_dump(exclude_none=True) for s in world.servers],
+        "servers": [gateway_server_config(world, s, base) for s in world.servers],
     }
     await sandbox.write_file(f"{base}/gateway.json", json.dumps(config, indent=2))
     pythonpath = ":".join([f"{base}/site", *(f"{base}/{Path(p).name}" for p in world.runtime.pythonpath)])
@@ -310,6 +440,7 @@ async def start_gateway(sandbox: Sandbox, world: WorldSpec, python: SandboxPytho
         health = await _health(sandbox, handle)
         if health is not None:
             handle.tools = int(health.get("tools", 0))
+            handle.listing = {k: ServerListing.model_validate(v) for k, v in (health.get("listing") or {}).items()}
             handle.startup_s = round(time.monotonic() - started, 3)
             return handle
         alive = await sandbox.exec(f"kill -0 $(cat {base}/gateway.pid) 2>/dev/null", timeout=30)

@@ -11,6 +11,7 @@ from pydantic import ConfigDict, Field, SecretStr, model_validator
 import tackroom
 from tackroom import register_secret, register_url_secrets
 from tackroom_file_diff import ChangesReport, FileChangeTracker, ReportLimits, expected_files, expected_outputs
+from tackroom_rubric_judge.baseline import baseline_snapshot, task_settings
 from tackroom_rubric_judge.client import JudgeClient, JudgeEndpoint, RetryPolicy, shared_client
 from tackroom_rubric_judge.errors import JudgeAuthError, JudgeContextTooLongError
 from tackroom_rubric_judge.plugin import RUBRIC_JUDGE
@@ -117,7 +118,8 @@ class RubricJudgeVerifier(tackroom.Verifier, spec=RUBRIC_JUDGE):
         if self.options.file_report == "never":
             return []
         # File outputs: the task's expected_outputs, the files file-diff would grade (expected/), and ours.
-        paths = [*expected_outputs(task), *expected_files(task, "expected"), *self.options.file_paths]
+        paths = [*expected_outputs(task), *expected_files(task, "expected"), *self.options.file_paths,
+                 *task_settings(task).files]
         if self.options.file_report == "always" and not paths:
             paths = ["/app"]  # the Harbor convention's working directory
         return sorted(set(paths))
@@ -129,6 +131,14 @@ class RubricJudgeVerifier(tackroom.Verifier, spec=RUBRIC_JUDGE):
         if paths:
             self._tracker = FileChangeTracker(paths, limits=ReportLimits(max_chars=self.options.max_report_chars))
             await self._tracker.before(sandbox)
+            settings = task_settings(task)
+            if settings.baseline:  # those paths' state as the task gives it, not as the sandbox has it yet
+                base = baseline_snapshot(task, settings, max_file_bytes=self._tracker.max_file_bytes)
+                before = self._tracker.snapshot_before
+                assert before is not None
+                before.files = {k: v for k, v in before.files.items()
+                                if not any(k == p or k.startswith(p.rstrip("/") + "/") for p in settings.baseline)}
+                before.files.update(base.files)
 
     async def verify(self, task: tackroom.Task, sandbox: tackroom.Sandbox,
                      trajectory: tackroom.Trajectory) -> tackroom.Reward:

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +41,16 @@ log = logging.getLogger("world-gateway")
 class Mounted:
     """One server behind the gateway: its tools and how to call them."""
 
-    def __init__(self, name: str, tools: list[Tool], call: Any) -> None:
+    def __init__(self, name: str, tools: list[Tool], call: Any, seconds: float = 0.0) -> None:
         self.name = name
         self.tools = tools
         self.call = call
+        self.seconds = seconds
+        """From the server's start (import or spawn) to its tool list."""
 
 
 async def mount_module(name: str, module: str, root: Path) -> Mounted:
+    started = time.monotonic()
     server = importlib.import_module(module).build_server(root)
 
     async def call(tool: str, args: dict[str, Any]) -> CallToolResult:
@@ -55,10 +59,12 @@ async def mount_module(name: str, module: str, root: Path) -> Mounted:
         except ToolError as exc:
             return CallToolResult(content=[TextContent(type="text", text=str(exc))], is_error=True)
 
-    return Mounted(name, await server.list_tools(), call)
+    tools = await server.list_tools()
+    return Mounted(name, tools, call, time.monotonic() - started)
 
 
 async def mount_command(name: str, spec: dict[str, Any], stack: contextlib.AsyncExitStack) -> Mounted:
+    started = time.monotonic()
     command = spec["command"]
     params = StdioServerParameters(command=command[0], args=command[1:], env=spec.get("env") or None,
                                    cwd=spec.get("cwd") or None)
@@ -68,7 +74,7 @@ async def mount_command(name: str, spec: dict[str, Any], stack: contextlib.Async
     async def call(tool: str, args: dict[str, Any]) -> CallToolResult:
         return await client.call_tool(tool, args)
 
-    return Mounted(name, tools, call)
+    return Mounted(name, tools, call, time.monotonic() - started)
 
 
 def build_gateway(mounted: list[Mounted], title: str) -> Server:
@@ -110,7 +116,9 @@ async def serve(config: dict[str, Any]) -> None:
         tool_count = sum(len(m.tools) for m in mounted)
 
         async def health(request: Request) -> JSONResponse:
-            return JSONResponse({"status": "ok", "servers": [m.name for m in mounted], "tools": tool_count})
+            return JSONResponse({"status": "ok", "servers": [m.name for m in mounted], "tools": tool_count,
+                                 "listing": {m.name: {"tools": len(m.tools), "seconds": round(m.seconds, 3)}
+                                             for m in mounted}})
 
         host = config.get("host", "127.0.0.1")
         app = gateway.streamable_http_app(json_response=True, host=host,

@@ -1,0 +1,210 @@
+"""Project servers (``[[servers]] project = ...``): each a uv project with its own Python and packages.
+
+The fast tests read worlds; the local-sandbox tests build a real project server whose pins clash with the
+gateway's (``mcp<2`` beside the gateway's ``mcp>=2.3``, the FastMCP 3.3 situation) and run it over stdio,
+and show a missing Python failing with a message that names it. Mercor's own servers run in
+test_mercor_world.py (docker, Python 3.13).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from archipelago_scripted_engine import ScriptedEngine, call
+
+from tackroom import Policy, load_task
+from tackroom.app import sandbox_spec
+from tackroom_archipelago import ArchipelagoHarness
+from tackroom_archipelago.errors import WorldFormatError, WorldRuntimeError
+from tackroom_archipelago.projects import expand_path, python_candidates
+from tackroom_archipelago.world import gateway_server_config, install_world, load_world
+from tackroom_local import LocalSandboxProvider
+
+SERVER = '''
+import os
+from importlib.metadata import version
+from mcp.server.fastmcp import FastMCP   # mcp 1.x's FastMCP: this project pins mcp<2
+import greeting                         # a vendored local package ([tool.uv.sources])
+
+server = FastMCP("hello")
+
+
+@server.tool()
+def hello(who: str) -> str:
+    """Greet someone."""
+    return f"{greeting.greet(who)} from mcp {version('mcp')} root={os.environ.get('GREETING_ROOT')}"
+
+
+if __name__ == "__main__":
+    server.run("stdio")
+'''
+
+
+def make_project(root: Path, *, requires: str = ">=3.10", deps: str = '"mcp>=1.20,<2", "greeting"') -> Path:
+    project = root / "hello-project"
+    (project / "server").mkdir(parents=True)
+    (project / "server" / "main.py").write_text(SERVER)
+    (project / "pyproject.toml").write_text(textwrap.dedent(f"""\
+        [project]
+        name = "hello-server"
+        version = "0.1.0"
+        requires-python = "{requires}"
+        dependencies = [{deps}]
+
+        [tool.uv.sources]
+        greeting = {{ path = "packages/greeting" }}
+        """))
+    pkg = project / "packages" / "greeting"
+    (pkg / "greeting").mkdir(parents=True)
+    (pkg / "greeting" / "__init__.py").write_text("def greet(name):\n    return f'hello {name}'\n")
+    (pkg / "pyproject.toml").write_text(textwrap.dedent("""\
+        [project]
+        name = "greeting"
+        version = "1.0"
+        [build-system]
+        requires = ["setuptools>=61"]
+        build-backend = "setuptools.build_meta"
+        """))
+    return project
+
+
+def make_world(root: Path, server: str) -> Path:
+    world = root / "world"
+    (world / "files").mkdir(parents=True)
+    (world / "files" / "note.txt").write_text("hi\n")
+    (world / "world.toml").write_text(textwrap.dedent("""\
+        [world]
+        name = "projects"
+        [files]
+        mount = "/workspace"
+        """) + server)
+    task = world / "tasks" / "t"
+    task.mkdir(parents=True)
+    (task / "task.toml").write_text('version = "1.0"\n[world]\npath = "../.."\n')
+    (task / "instruction.md").write_text("Say hello to Ada.\n")
+    return world
+
+
+HELLO = """
+[[servers]]
+name = "hello"
+project = "${HELLO_PROJECT:-../hello-project}"
+cwd = "server"
+command = ["python", "main.py"]
+env = { GREETING_ROOT = "/workspace" }
+"""
+
+
+# -- reading a world --------------------------------------------------------------------------------
+def test_project_path_expands_variables_with_defaults(tmp_path, monkeypatch):
+    monkeypatch.delenv("HELLO_PROJECT", raising=False)
+    assert expand_path("${HELLO_PROJECT:-a/b}/c", tmp_path, where="x") == tmp_path / "a" / "b" / "c"
+    monkeypatch.setenv("HELLO_PROJECT", "/elsewhere")
+    assert expand_path("${HELLO_PROJECT:-a/b}/c", tmp_path, where="x") == Path("/elsewhere/c")
+    monkeypatch.delenv("HELLO_PROJECT")
+    with pytest.raises(WorldFormatError, match=r"\$\{HELLO_PROJECT\} is not set"):
+        expand_path("${HELLO_PROJECT}/c", tmp_path, where="x")
+
+
+def test_a_project_server_loads_with_its_pyproject(tmp_path, monkeypatch):
+    monkeypatch.delenv("HELLO_PROJECT", raising=False)
+    make_project(tmp_path)
+    world = load_world(make_world(tmp_path, HELLO))
+    project = world.projects["hello"]
+    assert project.name == "hello-server" and project.requires_python == ">=3.10"
+    assert project.sources == [tmp_path / "hello-project" / "packages" / "greeting"]
+    assert python_candidates(project.specifier)[:2] == ["python3.20", "python3.19"]
+    assert python_candidates(make_specifier(">=3.13,<3.14")) == ["python3.13", "python3"]
+
+
+def make_specifier(text: str):
+    from packaging.specifiers import SpecifierSet
+
+    return SpecifierSet(text)
+
+
+@pytest.mark.parametrize(("server", "message"), [
+    (HELLO.replace("../hello-project", "../nowhere"), "is not a directory"),
+    (HELLO.replace('cwd = "server"', 'cwd = "../../etc"'), "is not a folder inside the project"),
+    (HELLO.replace('command = ["python", "main.py"]\n', ""), "a `project` server needs a `command`"),
+    (HELLO.replace('project = "${HELLO_PROJECT:-../hello-project}"', 'command = ["x"]\npython = "python3"')
+     .replace('command = ["python", "main.py"]\n', ""), "`python` applies to a `project` server only"),
+    (HELLO.replace("${HELLO_PROJECT:-../hello-project}", "${HELLO_PROJECT}"), r"\$\{HELLO_PROJECT\} is not set"),
+], ids=["missing-folder", "cwd-outside", "no-command", "python-without-project", "unset-variable"])
+def test_project_server_errors_name_the_fix(tmp_path, monkeypatch, server, message):
+    monkeypatch.delenv("HELLO_PROJECT", raising=False)
+    make_project(tmp_path)
+    with pytest.raises(WorldFormatError, match=message):
+        load_world(make_world(tmp_path, server))
+
+
+def test_a_project_without_pyproject_or_with_a_bad_one_is_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv("HELLO_PROJECT", raising=False)
+    project = make_project(tmp_path)
+    world = make_world(tmp_path, HELLO)
+    (project / "pyproject.toml").write_text('[project]\nname = "x"\nrequires-python = "three"\n')
+    with pytest.raises(WorldFormatError, match="requires-python 'three' is not a version specifier"):
+        load_world(world)
+    (project / "pyproject.toml").write_text("[project\n")
+    with pytest.raises(WorldFormatError, match="invalid TOML"):
+        load_world(world)
+    (project / "pyproject.toml").unlink()
+    with pytest.raises(WorldFormatError, match="has no pyproject.toml"):
+        load_world(world)
+
+
+# -- in a local sandbox -------------------------------------------------------------------------------
+async def test_a_project_server_runs_on_its_own_packages_beside_the_gateway(tmp_path, monkeypatch):
+    """The project pins mcp<2 (as FastMCP 3.3 does); the gateway runs mcp>=2.3: each gets its own site."""
+    monkeypatch.delenv("HELLO_PROJECT", raising=False)
+    make_project(tmp_path)
+    task = load_task(make_world(tmp_path, HELLO) / "tasks" / "t")
+    box = LocalSandboxProvider().create(sandbox_spec(task, "archipelago-projects"))
+    await box.start()
+    try:
+        harness = ArchipelagoHarness({"max_steps": 3, "site_cache_dir": str(tmp_path / "cache"),
+                                      "gateway_startup_timeout_sec": 300})
+        await harness.setup(box, task)
+        assert harness.gateway.listing["hello"].tools == 1 and harness.gateway.listing["hello"].seconds > 0
+        assert "hello: 1 tools in" in harness.setup_notes[0]
+        config = gateway_server_config(harness.world, harness.world.servers[0], "/opt/tackroom-world")
+        assert config["env"]["PYTHONPATH"] == "/opt/tackroom-world/projects/hello/site"
+        assert config["cwd"] == "/opt/tackroom-world/projects/hello/project/server"
+        assert config["command"][0] == harness.world.interpreters["hello"].executable
+        script = [call("hello_hello", who="Ada"), "Done."]
+        async with ScriptedEngine(script) as engine:
+            traj = await harness.run(task, box, Policy(base_url=engine.url, model="scripted"))
+        reply = next(m for m in traj.messages if m["role"] == "tool")["content"]
+        assert reply.startswith("hello Ada from mcp 1.") and "root=/workspace" in reply, reply
+        # the gateway's own site has mcp 2.x: the two environments never met
+        gateway_mcp = await box.exec(["sh", "-c", "ls /opt/tackroom-world/site | grep -E '^mcp-[0-9]'"], timeout=30)
+        assert gateway_mcp.stdout.startswith("mcp-2."), gateway_mcp.stdout
+        # the project's site is cached on the host, keyed by its pyproject and vendored files
+        cached = list((tmp_path / "cache").iterdir())
+        assert any(p.name.startswith("hello-server-py") for p in cached), cached
+        # the vendored package was built from a copy: the checkout (maybe shared, read-only) is left as it was
+        leftovers = [p.name for p in (tmp_path / "hello-project" / "packages" / "greeting").iterdir()]
+        assert sorted(leftovers) == ["greeting", "pyproject.toml"], leftovers
+    finally:
+        await box.stop()
+
+
+async def test_a_server_whose_python_the_sandbox_lacks_fails_naming_it(tmp_path, monkeypatch, sandbox):
+    monkeypatch.delenv("HELLO_PROJECT", raising=False)
+    make_project(tmp_path, requires=">=3.99")
+    world = load_world(make_world(tmp_path, HELLO))
+    with pytest.raises(WorldRuntimeError) as err:
+        await install_world(sandbox, world, base="/opt/tackroom-world", cache_dir=tmp_path / "cache")
+    message = str(err.value)
+    assert "server 'hello' (project hello-server" in message and "needs Python >=3.99" in message
+    assert "the sandbox has python3 = Python 3." in message and "python:3.13-slim-bookworm" in message
+
+
+async def test_a_named_python_that_is_absent_fails_naming_it(tmp_path, monkeypatch, sandbox):
+    monkeypatch.delenv("HELLO_PROJECT", raising=False)
+    make_project(tmp_path)
+    world = load_world(make_world(tmp_path, HELLO.replace('cwd = "server"', 'cwd = "server"\npython = "python3.77"')))
+    with pytest.raises(WorldRuntimeError, match=r"tried python3\.77"):
+        await install_world(sandbox, world, base="/opt/tackroom-world", cache_dir=tmp_path / "cache")

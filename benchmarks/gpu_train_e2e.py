@@ -34,13 +34,15 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-STAGE = Path("/root/stage")  # where `store` keeps GGUF parts between calls on the warm machine
+STAGE = Path("/root/stage")  # where calls 1 and 2 leave the GGUF parts on the warm machine
 TOOLS = ["files_list_directory", "files_read_text_file", "files_search_files"]
 WORDS = {"color": "teal", "animal": "otter", "city": "lisbon"}
 SITE_REQUIREMENTS = ["mcp>=2.3,<3"]
@@ -58,7 +60,8 @@ opentelemetry-util-http==0.66b1 orjson==3.13.0 peft==0.18.1 pybase64==1.5.1 pyda
 pydantic-core==2.50.5 pydantic-extra-types==2.11.1 python-multipart==0.0.34 skyrl==0.4.0 skyrl-gym==0.4.0
 sniffio==1.3.1 sqlalchemy==2.1.9 sqlmodel==0.0.50 sse-starlette==3.7.0 starlette==1.10.0 tenacity==9.2.1
 tinker==0.25.0 typing-extensions==4.16.0 typing-inspection==0.4.5 uvicorn==0.54.0 watchfiles==1.3.0
-zstandard==0.25.0 jsonschema==4.25.1 referencing rpds-py jsonschema-specifications truststore pyqwest gguf""".split()
+zstandard==0.25.0 jsonschema==4.25.1 referencing rpds-py jsonschema-specifications truststore pyqwest gguf
+cryptography==50.0.2 cffi==2.1.1 pycparser pyjwt""".split()
 PACKAGES = ["core", "packages/gateway", "packages/engine", "packages/sandbox-kit", "plugins/sandboxes/local",
             "plugins/harnesses/archipelago", "plugins/trainers/skyrl", "plugins/losses/losses"]
 UV_SHIM = """#!/bin/bash
@@ -88,6 +91,9 @@ def stage(dest: Path, repo: Path, cache: Path) -> None:
         subprocess.run(["uv", "build", "--wheel", "-q", "-o", str(dest / "twhl"), str(repo / p)], check=True)
     subprocess.run(["uv", "pip", "install", "-q", "--target", str(dest / "site"), "--python-version", "3.12",
                     "--python-platform", "x86_64-manylinux_2_28", *SITE_REQUIREMENTS], check=True)
+    for extra in ("cryptography", "cffi", "pycparser", "_cffi_backend"):  # pyjwt[crypto]: the servers sign nothing
+        for path in (dest / "site").glob(f"{extra}*"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
     # bubblewrap for the local sandbox, with the libraries it links, in case the machine has none
     (dest / "bin").mkdir(parents=True, exist_ok=True)
     (dest / "lib").mkdir(exist_ok=True)
@@ -142,9 +148,10 @@ def _run(argv: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(argv, text=True, **kw)
 
 
-def config_toml(d: Path, steps: int, max_tokens: int) -> str:
+def config_toml(d: Path, steps: int, max_tokens: int, extra_tasks: list[str] = (), mini_batch: int = 3) -> str:
+    tasks = json.dumps([str(d / "tasks"), *(str(Path(t).resolve()) for t in extra_tasks)])
     return f"""# written by benchmarks/gpu_train_e2e.py on the GPU machine
-tasks = ["{d / 'tasks'}"]
+tasks = {tasks}
 backend = "tinker"
 
 [harness]
@@ -175,7 +182,7 @@ tokenizer = "smollm2"
 tokenizer = "smollm2"
 
 [train]
-mini_batch_size = 3
+mini_batch_size = {mini_batch}
 samples_per_prompt = 4
 max_staleness_steps = 1
 learning_rate = 2e-3
@@ -199,7 +206,7 @@ out = "{d / 'runs'}"
 """
 
 
-def device(d: Path, steps: int, max_tokens: int, deadline_s: float) -> int:
+def device(d: Path, steps: int, max_tokens: int, deadline_s: float, extra_tasks: list[str], mini_batch: int) -> int:
     t0 = time.time()
     out = Path(os.environ.get("OUT") or "/tmp/out")
     out.mkdir(parents=True, exist_ok=True)
@@ -214,7 +221,7 @@ def device(d: Path, steps: int, max_tokens: int, deadline_s: float) -> int:
     log(f"installed {len(wheels)} wheels")
     env = {**os.environ, "PYTHONPATH": str(site), "PYTHONUNBUFFERED": "1", "TACKROOM_CACHE": "/root/tk-cache",
            "TACKROOM_TINKER_SERVER_DIR": "/root/tinker-server", "PATH": f"/tmp/uv-shim:{site}/bin:{os.environ['PATH']}",
-           "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.6"}
+           "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # the API process and the engine both import JAX
     # tools the local sandbox runs from /usr: bubblewrap (carried when missing) and the uv stand-in
     if not shutil.which("bwrap", path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"):
         shutil.copy2(d / "bin" / "bwrap", "/usr/local/bin/bwrap")
@@ -253,7 +260,11 @@ def device(d: Path, steps: int, max_tokens: int, deadline_s: float) -> int:
             log(f"convert GGUF -> bf16: exit {conv.returncode} in {time.time() - t:.1f}s "
                 f"{(conv.stdout + conv.stderr).strip()[-600:]}")
             if conv.returncode == 0:
-                weights = f"real: {GGUF_NAME} converted to bf16 (tackroom-engine's convert_gguf_script.py)"
+                (model / "tackroom-weights.txt").write_text(
+                    f"real: {GGUF_NAME} converted to bf16 (tackroom-engine's convert_gguf_script.py)")
+    marker = model / "tackroom-weights.txt"
+    if marker.is_file():  # converted by this call or an earlier one on the same warm machine
+        weights = marker.read_text()
     if not model.is_dir():
         code = ("import json, sys, torch, transformers\n"
                 "c = transformers.AutoConfig.for_model(**json.load(open(sys.argv[1])))\n"
@@ -287,11 +298,15 @@ def device(d: Path, steps: int, max_tokens: int, deadline_s: float) -> int:
         key = hashlib.sha256(json.dumps([sorted(SITE_REQUIREMENTS), version, plat]).encode()).hexdigest()[:16]
         target = cache / "worlds" / "sites" / f"py{version}-{plat}-{key}"
         shutil.copytree(d / "site", target, dirs_exist_ok=True)
+        # mcp's client imports cryptography (pyjwt[crypto]); staged once, as wheels, for both sides
+        crypto = [w for n in ("cryptography", "cffi", "pycparser", "pyjwt") for w in glob.glob(str(d / "whl" / f"{n}-*.whl"))]
+        _run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade",
+              "--target", str(target), *crypto], check=True)
         (target / ".tackroom-complete").write_text(json.dumps(SITE_REQUIREMENTS))
         log(f"world site -> {target}" + ("" if version == "3.12" else " (built for 3.12: may not import)"))
 
     cfg = d / "gpu-archipelago.toml"
-    cfg.write_text(config_toml(d, steps, max_tokens))
+    cfg.write_text(config_toml(d, steps, max_tokens, extra_tasks, mini_batch))
     shutil.copy2(cfg, out / "config.toml")
     smi = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
                capture_output=True)
@@ -300,21 +315,25 @@ def device(d: Path, steps: int, max_tokens: int, deadline_s: float) -> int:
     with (out / "train.log").open("w") as f:
         proc = subprocess.Popen([str(site / "bin" / "tackroom"), "train", str(cfg), "--run-id", "gpu"], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            for line in proc.stdout:
-                f.write(line)
-                print(line, end="", flush=True)
-                if time.time() - t0 > deadline_s:
-                    raise TimeoutError
-            proc.wait()
-        except TimeoutError:
-            log(f"deadline {deadline_s:.0f}s reached: stopping the run")
-            os.killpg(proc.pid, 15)
+        def stop() -> None:
+            log(f"deadline {deadline_s:.0f}s reached: stopping the run (SIGTERM, SIGKILL 5 s later)")
+            os.killpg(proc.pid, signal.SIGTERM)
             time.sleep(5)
-            os.killpg(proc.pid, 9)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+        watchdog = threading.Timer(max(1.0, deadline_s - (time.time() - t0)), stop)
+        watchdog.start()
+        for line in proc.stdout:
+            f.write(line)
+            print(line, end="", flush=True)
+        proc.wait()
+        watchdog.cancel()
     log(f"tackroom train exited {proc.returncode} after {time.time() - t:.1f}s")
     run = d / "runs" / "gpu"
-    for name in ("steps.jsonl", "summary.json", "reward_curve.csv", "trajectories.jsonl"):
+    for name in ("steps.jsonl", "summary.json", "trajectories.jsonl"):  # $OUT returns at most 8 files
         if (run / name).is_file():
             shutil.copy2(run / name, out / name)
     server_log = run / "tinker" / "server.log"
@@ -344,11 +363,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--steps", type=int, default=5)
     r.add_argument("--max-tokens", type=int, default=64, help="per turn")
     r.add_argument("--deadline", type=float, default=540.0, help="seconds from the start of this command")
+    r.add_argument("--extra-tasks", action="append", default=[], help="more task folders (e.g. the overfit tasks)")
+    r.add_argument("--mini-batch", type=int, default=3, help="tasks per step ([train] mini_batch_size)")
     a = p.parse_args(argv)
     if a.cmd == "stage":
         stage(Path(a.dir).resolve(), Path(a.repo), Path(a.cache))
         return 0
-    return device(Path(a.dir).resolve(), a.steps, a.max_tokens, a.deadline)
+    return device(Path(a.dir).resolve(), a.steps, a.max_tokens, a.deadline, a.extra_tasks, a.mini_batch)
 
 
 if __name__ == "__main__":

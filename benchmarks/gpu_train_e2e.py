@@ -82,7 +82,9 @@ done
 
 # -- here --------------------------------------------------------------------------------------------
 def stage(dest: Path, repo: Path, cache: Path) -> None:
-    pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+    # pip itself: a uv venv has none, so fall back to the PATH's python3
+    has_pip = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode == 0
+    pip = [sys.executable if has_pip else "python3", "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
            "3.12", "--implementation", "cp"]
     for plat in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_34_x86_64"):
         pip += ["--platform", plat]

@@ -19,14 +19,17 @@ from tackroom_skyrl.tinker import curve
 from tackroom_skyrl.tinker.pipeline import Trained
 from tackroom_skyrl.tinker.records import StepRecord, TrajectoryRecord
 from tackroom_skyrl.tinker.rollouts import RolloutBatch
+from tackroom_skyrl.tracking import TrackerSet
 
 
 class RunLog:
     """The run directory's step and trajectory files, and the count of warnings and dropped batches."""
 
     def __init__(self, run_dir: Path, *, steps_total: int, max_staleness: int, mismatch_warn: float | None,
-                 log: Callable[[str], None]) -> None:
+                 log: Callable[[str], None], trackers: TrackerSet | None = None) -> None:
         self.run_dir = run_dir
+        self.trackers = trackers or TrackerSet([], log)
+        """Where each step's :meth:`~.records.StepRecord.metrics` go besides the files (``[train] trackers``)."""
         self.steps_total = steps_total
         self.max_staleness = max_staleness
         self.mismatch_warn = mismatch_warn
@@ -61,6 +64,12 @@ class RunLog:
         line = (f"step {done.step}/{self.steps_total}: mean reward {record.mean_reward:.3f} "
                 f"({record.trained_trials} trained, {record.masked_trials} masked; "
                 f"sampled with version {done.sampled.version}, staleness {done.staleness})")
+        if record.turns_per_episode is not None:
+            line += (f", {record.turns_per_episode:.1f} turns and {record.tool_calls_per_episode or 0.0:.1f} "
+                     "tool calls per episode")
+        if record.resampled_groups:
+            line += (f"; {record.no_signal_groups} group(s) without signal, {record.resampled_groups} more "
+                     "sampled in their place")
         if record.no_signal_trials:
             line += ("\n  every group's rewards are equal: no learning signal, "
                      "no optimiser step (the weights stay as they are)")
@@ -79,6 +88,7 @@ class RunLog:
         with self.steps_path.open("a") as f:
             f.write(json.dumps(record.row()) + "\n")
         curve.write_csv(self.rows(), self.curve_csv)
+        self.trackers.log(record.metrics(), record.step)
 
     def drop(self, done: Trained[RolloutBatch]) -> None:
         """A batch staler than the bound when its turn came: counted, its rows recorded as dropped."""
@@ -90,10 +100,11 @@ class RunLog:
     def trajectories(self, done: Trained[RolloutBatch], *, trained: bool) -> None:
         rollout = done.sampled.output
         with self.trajectories_path.open("a") as f:
-            for tid, reward, mask in zip(rollout.ids, rollout.output["rewards"], rollout.output["loss_masks"]):
+            for tid, task, reward, mask in zip(rollout.ids, rollout.task_ids, rollout.output["rewards"],
+                                               rollout.output["loss_masks"]):
                 f.write(json.dumps(TrajectoryRecord(
                     batch=done.sampled.index, step=done.step, version=done.sampled.version, staleness=done.staleness,
-                    task_id=tid.instance_id, repetition=tid.repetition_id, reward=reward, masked=not any(mask),
+                    task_id=task, group=tid.instance_id, repetition=tid.repetition_id, reward=reward, masked=not any(mask),
                     trained=trained and any(mask), dropped=done.step is None).model_dump()) + "\n")
 
     def rows(self) -> list[dict[str, Any]]:

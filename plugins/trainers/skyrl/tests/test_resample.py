@@ -125,6 +125,6 @@ def test_resampling_off_keeps_the_first_batch() -> None:
 
 
 def test_merged_metrics_sum_counts_and_weight_means() -> None:
-    merged = merge_metrics([{"tackroom/trials": 6, "tackroom/mean_raw_reward": 1.0, "x": 2},
-                            {"tackroom/trials": 2, "tackroom/mean_raw_reward": 0.0, "y": 0.5}])
-    assert merged == {"tackroom/trials": 8, "tackroom/mean_raw_reward": 0.75, "x": 2, "y": 0.5}
+    merged = merge_metrics([{"tackroom/trials": 6, "tackroom/mean_raw_reward": 1.0, "x": 2, "v_min": 3, "v_max": 3},
+                            {"tackroom/trials": 2, "tackroom/mean_raw_reward": 0.0, "y": 0.5, "v_min": 2, "v_max": 4}])
+    assert merged == {"tackroom/trials": 8, "tackroom/mean_raw_reward": 0.75, "x": 2, "y": 0.5, "v_min": 2, "v_max": 4}

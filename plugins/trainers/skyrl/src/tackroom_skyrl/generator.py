@@ -267,10 +267,10 @@ def tool_calls(trajectory: Trajectory) -> float:
     return float(sum(len(m.get("tool_calls") or []) for m in trajectory.messages if m.get("role") == "assistant"))
 
 
-def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+def episode_metrics(trajectories: list[Trajectory]) -> dict[str, Any]:
     """Per-episode means over a batch: ``tackroom/episode/turns`` (engine calls; the harness's ``turns`` where
     no token turns were recorded), ``tackroom/episode/tool_calls`` and, where the harness reports it,
-    ``tackroom/episode/tool_call_success``."""
+    ``tackroom/episode/tool_call_success``; with per-turn policy versions, their min and max (ints)."""
     if not trajectories:
         return {}
     turns = [float(len(t.turns)) if t.turns else float(t.metrics.get("turns", 0.0)) for t in trajectories]
@@ -280,6 +280,10 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
              if "tool_call_success_rate" in t.metrics and t.metrics.get("tool_calls")]
     if rates:
         out["tackroom/episode/tool_call_success"] = mean(rates)
+    versions = [turn.policy_version for t in trajectories for turn in t.turns if turn.policy_version is not None]
+    if versions:  # the policy versions the engine sampled the batch's turns with (a trainer's proxy says them)
+        out["tackroom/turn_version_min"], out["tackroom/turn_version_max"] = min(versions), max(versions)
+        out["tackroom/turns_with_version"] = len(versions)
     return out
 
 

@@ -73,13 +73,15 @@ LIST_FIELDS = ("prompt_token_ids", "response_ids", "rewards", "loss_masks", "sto
 
 
 def merge_metrics(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """The rollout metrics of several generate calls as one: counts (ints) summed, means (floats) weighted by
-    each call's ``tackroom/trials``."""
+    """The rollout metrics of several generate calls as one: ``*_min`` / ``*_max`` the extremes, counts (ints)
+    summed, means (floats) weighted by each call's ``tackroom/trials``."""
     weights = [float(p.get("tackroom/trials") or 0) for p in parts]
     out: dict[str, Any] = {}
     for key in dict.fromkeys(k for p in parts for k in p):
         values = [(p[key], w) for p, w in zip(parts, weights) if key in p]
-        if all(isinstance(v, int) for v, _ in values):
+        if key.endswith(("_min", "_max")):
+            out[key] = (min if key.endswith("_min") else max)(v for v, _ in values)
+        elif all(isinstance(v, int) for v, _ in values):
             out[key] = sum(v for v, _ in values)
         else:
             total = sum(w for _, w in values)

@@ -76,11 +76,19 @@ class RunLog:
         if record.mismatch_mean is not None:
             line += (f", |trainer-rollout| logprob {record.mismatch_mean:.4f} (max {record.mismatch_max:.3f}"
                      f"{'' if done.staleness == 0 else ', across %d version(s)' % done.staleness})")
+            if record.mismatch_same_version is not None:
+                line += (f" = trainer vs engine on the same version {record.mismatch_same_version:.4f}, policy drift "
+                         f"{record.policy_drift:.4f}, engine re-scoring its samples {record.mismatch_rescored:.4f}")
             warning = mismatch_warning(record.mismatch_mean, self.mismatch_warn)
             if warning is not None:
                 self.warnings += 1
                 record.mismatch_flagged = True
                 line += f"\n  WARNING: {warning}"
+        low = record.rollout_metrics.get("tackroom/turn_version_min")
+        high = record.rollout_metrics.get("tackroom/turn_version_max")
+        if low is not None and (low, high) != (done.sampled.version, done.sampled.version):
+            line += (f"\n  WARNING: the batch was pinned to version {done.sampled.version} but its turns were sampled "
+                     f"with versions {low}..{high}")
         self.records.append(record)
         self.trajectories(done, trained=done.changed)
         handoff = "" if done.handoff_s is None else f", {done.handoff_s:.1f}s hand-off"

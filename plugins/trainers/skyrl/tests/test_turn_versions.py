@@ -173,3 +173,29 @@ def test_the_breakdown_splits_the_mismatch_into_its_parts() -> None:
     assert same is not None and same.drift_mean == 0.0 and calls == [1, 1]  # one version: scored once per row
     masked = Batch([_row([1], [2], [0], [0.0])], "token_mean")
     assert asyncio.run(measure_breakdown(masked, [[0.0]], score, sampled_version=0, trainer_version=0)) is None
+
+
+def test_a_flagged_step_says_which_part_carries_its_mismatch(tmp_path: Path) -> None:
+    from skyrl.train.generators.base import TrajectoryID
+
+    from tackroom_skyrl.tinker.mismatch_breakdown import explain
+    from tackroom_skyrl.tinker.pipeline import Sampled, Trained
+    from tackroom_skyrl.tinker.records import StepRecord
+    from tackroom_skyrl.tinker.rollouts import RolloutBatch
+    from tackroom_skyrl.tinker.run_log import RunLog
+
+    assert "drift across 1 update(s) (0.5400" in explain(0.56, 0.1, staleness=1, same_version=0.03, drift=0.54,
+                                                         rescored=0.001)
+    assert "does not reproduce its own samples" in explain(0.56, 0.1, staleness=1, same_version=0.03, drift=0.0,
+                                                           rescored=0.5)
+    assert "disagree on the same weights" in explain(0.3, 0.1, staleness=0, same_version=0.3, drift=0.0, rescored=0.0)
+
+    lines: list[str] = []
+    batch = RolloutBatch([TrajectoryID(instance_id="a", repetition_id=0)], {"rewards": [1.0], "loss_masks": [[1]]})
+    RunLog(tmp_path, steps_total=1, max_staleness=1, mismatch_warn=0.1, log=lines.append).step(
+        Trained(Sampled(1, 2, batch, 1.0), step=1, staleness=1, changed=True),  # type: ignore[arg-type]
+        StepRecord(step=1, batch=1, version=2, staleness=1, mean_reward=1.0, trained_trials=1, masked_trials=0,
+                   mismatch_mean=0.56, mismatch_max=6.6, mismatch_same_version=0.03, policy_drift=0.54,
+                   mismatch_rescored=0.0))
+    assert "= trainer vs engine on the same version 0.0300, policy drift 0.5400" in lines[0]
+    assert "WARNING" in lines[0] and "the policy's drift across 1 update(s)" in lines[0]

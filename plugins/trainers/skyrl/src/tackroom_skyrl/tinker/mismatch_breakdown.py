@@ -52,6 +52,22 @@ class MismatchBreakdown(BaseModel):
     worst: list[WorstToken] = []
 
 
+def explain(total: float, threshold: float, *, staleness: int, same_version: float, drift: float,
+            rescored: float) -> str:
+    """Why a step's mean mismatch ``total`` is above ``threshold``, from its parts: which one carries it."""
+    if rescored > threshold:
+        return (f"the engine does not reproduce its own samples ({rescored:.4f} a token re-scored with the sampled "
+                "version): some turns were not sampled with the batch's version and ids (see the turns' "
+                "policy_version in trajectory.json)")
+    if same_version > threshold:
+        return (f"the trainer and the engine disagree on the same weights ({same_version:.4f} a token): weights "
+                "not synced, dtype/kernels, or re-tokenised text")
+    return (f"the trainer and the engine agree on the same version ({same_version:.4f} a token; the engine "
+            f"re-scores its samples to {rescored:.4f}); the {total:.4f} is the policy's drift across {staleness} "
+            f"update(s) ({drift:.4f} a token): the batch is that far off-policy, which the importance ratio "
+            "carries (and [train] tis_ratio_type truncates)")
+
+
 async def measure_breakdown(batch: Batch, trainer_logprobs: list[list[float]], score: Scorer, *,
                             sampled_version: int, trainer_version: int, worst: int = 3) -> MismatchBreakdown | None:
     """Re-score the measured rows on the engine under both versions and split the mismatch (None: no trained

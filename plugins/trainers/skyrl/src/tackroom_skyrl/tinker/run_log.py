@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from tackroom_skyrl.mismatch import mismatch_warning
 from tackroom_skyrl.tinker import curve
+from tackroom_skyrl.tinker.mismatch_breakdown import explain
 from tackroom_skyrl.tinker.pipeline import Trained
 from tackroom_skyrl.tinker.records import StepRecord, TrajectoryRecord
 from tackroom_skyrl.tinker.rollouts import RolloutBatch
@@ -80,6 +81,11 @@ class RunLog:
                 line += (f" = trainer vs engine on the same version {record.mismatch_same_version:.4f}, policy drift "
                          f"{record.policy_drift:.4f}, engine re-scoring its samples {record.mismatch_rescored:.4f}")
             warning = mismatch_warning(record.mismatch_mean, self.mismatch_warn)
+            if warning is not None and record.mismatch_same_version is not None and self.mismatch_warn is not None:
+                warning = (f"mean |trainer - rollout| logprob {record.mismatch_mean:.4f} is above {self.mismatch_warn}: "
+                           + explain(record.mismatch_mean, self.mismatch_warn, staleness=done.staleness,
+                                     same_version=record.mismatch_same_version, drift=record.policy_drift or 0.0,
+                                     rescored=record.mismatch_rescored or 0.0))
             if warning is not None:
                 self.warnings += 1
                 record.mismatch_flagged = True

@@ -33,11 +33,13 @@ from tackroom_skyrl.tracking import ProgressTracker, TrackerSet, check_trackers,
 STEPS = [
     StepRecord(step=1, batch=1, version=0, staleness=0, mean_reward=0.25, reward_per_task={"a": 0.5, "b@x": 0.0},
                trained_trials=4, masked_trials=0, mismatch_mean=0.02, mismatch_max=0.3, loss=-0.1,
+               mismatch_same_version=0.02,
                rollout_s=30.0, train_s=12.0, handoff_s=1.5, turns_per_episode=2.5, tool_calls_per_episode=1.25,
                tool_call_success=0.8, no_signal_groups=1, resampled_groups=1,
                rollout_metrics={"tackroom/trials": 8, "tackroom/episode/turns": 2.5}),
     StepRecord(step=2, batch=2, version=1, staleness=1, mean_reward=0.75, trained_trials=4, masked_trials=0,
-               mismatch_mean=0.04, mismatch_max=0.5, rollout_s=20.0, train_s=10.0, turns_per_episode=3.0,
+               mismatch_mean=0.04, mismatch_max=0.5, mismatch_same_version=0.02, rollout_s=20.0, train_s=10.0,
+               turns_per_episode=3.0,
                tool_calls_per_episode=2.0),
 ]
 
@@ -82,6 +84,7 @@ def test_a_step_has_the_issue_metrics_under_stable_names() -> None:
     metrics = STEPS[0].metrics()
     for key, value in {"reward/mean": 0.25, "reward/a": 0.5, "episode/turns": 2.5, "episode/tool_calls": 1.25,
                        "episode/tool_call_success": 0.8, "mismatch/mean": 0.02, "mismatch/max": 0.3,
+                       "mismatch/same_version": 0.02,
                        "policy/staleness": 0.0, "policy/version": 0.0, "time/rollout_s": 30.0,
                        "time/train_s": 12.0, "time/handoff_s": 1.5, "groups/no_signal": 1.0,
                        "groups/resampled": 1.0, "loss": -0.1, "rollout/trials": 8.0,

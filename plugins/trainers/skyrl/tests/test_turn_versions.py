@@ -5,8 +5,8 @@
 - the gateway's engine client and its recorded turns carry that version into ``TokenTurn.policy_version``;
 - the generator's rollout metrics report the turns' versions (the run warns when they are not the batch's),
   turns and tool calls per episode;
-- :func:`measure_breakdown` splits |trainer − sampled| into the engine against itself, the policy's drift and
-  trainer against engine on the same version, from the engine's re-scoring (``prompt_logprobs``).
+- a step measured across s updates says its mismatch holds the policy's drift, beside what the run's
+  staleness-0 steps measure on the same weights.
 """
 
 from __future__ import annotations
@@ -24,10 +24,7 @@ from starlette.routing import Route
 from tackroom import TokenTurn, Trajectory
 from tackroom_gateway import InLoopServer
 from tackroom_skyrl.generator import episode_metrics
-from tackroom_skyrl.tinker.datums import Batch, Row, mismatch
 from tackroom_skyrl.tinker.engine_sampling import EngineSampling
-from tackroom_skyrl.tinker.mismatch_breakdown import measure_breakdown
-from tackroom_skyrl.tinker.pipeline import EngineSamplingError
 
 
 def _engine(seen: list[dict], gate: asyncio.Event | None = None) -> Starlette:
@@ -36,10 +33,6 @@ def _engine(seen: list[dict], gate: asyncio.Event | None = None) -> Starlette:
         seen.append(body)
         if gate is not None:
             await gate.wait()
-        if body.get("prompt_logprobs") is not None:  # scoring: -0.1 × position under adapter "...-v1", else -1
-            scale = 0.1 if body["model"].endswith("-v1") else 1.0
-            entries = [None] + [{str(t): {"logprob": -scale * i, "rank": 1}} for i, t in enumerate(body["prompt"][1:], 1)]
-            return JSONResponse({"choices": [{"text": "x", "token_ids": [9], "prompt_logprobs": entries}]})
         return JSONResponse({"choices": [{"text": "x", "token_ids": [7, 8], "prompt_token_ids": body["prompt"]}],
                              "model": body["model"]})
 
@@ -71,12 +64,6 @@ def test_the_proxy_stamps_each_completion_with_the_version_it_was_sampled_with(t
                 assert (first["policy_version"], second["policy_version"]) == (0, 1)
                 assert [b["model"] for b in seen] == [sampling.adapter_name(0), sampling.adapter_name(1)]
                 assert sampling.requests_by_version == {0: 1, 1: 1} and sampling.straddled == 1
-
-                scored = await sampling.score(1, [5, 6, 7])
-                assert scored == pytest.approx([0.0, -0.1, -0.2])
-                assert seen[-1]["prompt_logprobs"] == 0 and seen[-1]["max_tokens"] == 1
-                with pytest.raises(EngineSamplingError, match="version 4 is not loaded"):
-                    await sampling.score(4, [1, 2])
         finally:
             await server.stop()
 
@@ -140,62 +127,47 @@ def test_a_turn_sampled_with_another_version_is_warned_about(tmp_path: Path) -> 
     assert "pinned to version 4 but its turns were sampled with versions 3..4" in lines[1]
 
 
-def _row(prompt: list[int], response: list[int], mask: list[int], sampled: list[float]) -> Row:
-    return Row(prompt, response, mask, sampled, advantage=1.0, group="g")
-
-
-def test_the_breakdown_splits_the_mismatch_into_its_parts() -> None:
-    # engine: under v0 every token scores -1.0; under v1 -1.5 (the policy moved 0.5 a token)
-    async def score(version: int, ids: list[int]) -> list[float]:
-        calls.append(version)
-        return [0.0] + [-1.0 if version == 0 else -1.5] * (len(ids) - 1)
-
-    calls: list[int] = []
-    # row 0 sampled as the engine scores it (-1.0); row 1's last trained token was not (-3.0: another adapter)
-    batch = Batch([_row([1, 2], [3, 4, 5], [1, 0, 1], [-1.0, 0.0, -1.0]),
-                   _row([1, 2], [3, 4], [1, 1], [-1.0, -3.0]),
-                   _row([1, 2], [3], [0], [0.0])], "token_mean")
-    # the trainer (at v1) reads -1.52 everywhere: 0.02 from the engine at v1
-    trainer = [[0.0] * 5 for _ in batch.rows]
-    for row, lp in zip(batch.rows, trainer):
-        for j in range(len(row.response_ids)):
-            lp[row.start + j] = -1.52
-    parts = asyncio.run(measure_breakdown(batch, trainer, score, sampled_version=0, trainer_version=1))
-    assert parts is not None and parts.tokens == 4 and calls == [0, 1, 0, 1]  # the masked row is not scored
-    assert parts.rescored_mean == pytest.approx(0.5) and parts.rescored_max == pytest.approx(2.0)
-    assert parts.drift_mean == pytest.approx(0.5) and parts.same_version_mean == pytest.approx(0.02)
-    assert parts.worst[0].row == 1 and parts.worst[0].position == 1 and parts.worst[0].sampled == -3.0
-    total = mismatch(batch, trainer)["mismatch_mean"]
-    assert total == pytest.approx((0.52 * 3 + 1.48) / 4)
-
-    calls.clear()
-    same = asyncio.run(measure_breakdown(batch, trainer, score, sampled_version=1, trainer_version=1))
-    assert same is not None and same.drift_mean == 0.0 and calls == [1, 1]  # one version: scored once per row
-    masked = Batch([_row([1], [2], [0], [0.0])], "token_mean")
-    assert asyncio.run(measure_breakdown(masked, [[0.0]], score, sampled_version=0, trainer_version=0)) is None
-
-
-def test_a_flagged_step_says_which_part_carries_its_mismatch(tmp_path: Path) -> None:
+def test_a_step_across_updates_says_its_mismatch_holds_the_drift(tmp_path: Path) -> None:
     from skyrl.train.generators.base import TrajectoryID
 
-    from tackroom_skyrl.tinker.mismatch_breakdown import explain
     from tackroom_skyrl.tinker.pipeline import Sampled, Trained
     from tackroom_skyrl.tinker.records import StepRecord
     from tackroom_skyrl.tinker.rollouts import RolloutBatch
     from tackroom_skyrl.tinker.run_log import RunLog
 
-    assert "drift across 1 update(s) (0.5400" in explain(0.56, 0.1, staleness=1, same_version=0.03, drift=0.54,
-                                                         rescored=0.001)
-    assert "does not reproduce its own samples" in explain(0.56, 0.1, staleness=1, same_version=0.03, drift=0.0,
-                                                           rescored=0.5)
-    assert "disagree on the same weights" in explain(0.3, 0.1, staleness=0, same_version=0.3, drift=0.0, rescored=0.0)
+    lines: list[str] = []
+    log = RunLog(tmp_path, steps_total=3, max_staleness=1, mismatch_warn=0.1, log=lines.append)
+    batch = RolloutBatch([TrajectoryID(instance_id="a", repetition_id=0)], {"rewards": [1.0], "loss_masks": [[1]]})
+    for step, staleness, value in ((1, 1, 0.56), (2, 0, 0.03), (3, 1, 0.4)):
+        log.step(Trained(Sampled(step, 2, batch, 1.0), step=step, staleness=staleness, changed=True),  # type: ignore[arg-type]
+                 StepRecord(step=step, batch=step, version=2, staleness=staleness, mean_reward=1.0, trained_trials=1,
+                            masked_trials=0, mismatch_mean=value, mismatch_max=6.6))
+    assert "measured across 1 update(s): it holds how far the policy moved" in lines[0]
+    assert "no staleness-0 step has measured" in lines[0]
+    assert "WARNING" not in lines[1]
+    assert "this run's staleness-0 steps (the same weights on both sides) measure 0.0300 (mean of 1)" in lines[2]
+    assert [r.mismatch_same_version for r in log.records] == [None, 0.03, 0.03]
+    assert log.warnings == 2 and [r.mismatch_flagged for r in log.records] == [True, False, True]
+    assert STALE_ZERO_WARNING in lines_of_stale_zero(tmp_path)
+
+
+STALE_ZERO_WARNING = "the trainer and the inference engine disagree"
+
+
+def lines_of_stale_zero(tmp_path: Path) -> str:
+    """A staleness-0 step above the threshold keeps the plain warning: there the two sides run the same weights."""
+    from skyrl.train.generators.base import TrajectoryID
+
+    from tackroom_skyrl.tinker.pipeline import Sampled, Trained
+    from tackroom_skyrl.tinker.records import StepRecord
+    from tackroom_skyrl.tinker.rollouts import RolloutBatch
+    from tackroom_skyrl.tinker.run_log import RunLog
 
     lines: list[str] = []
+    (tmp_path / "zero").mkdir()
     batch = RolloutBatch([TrajectoryID(instance_id="a", repetition_id=0)], {"rewards": [1.0], "loss_masks": [[1]]})
-    RunLog(tmp_path, steps_total=1, max_staleness=1, mismatch_warn=0.1, log=lines.append).step(
-        Trained(Sampled(1, 2, batch, 1.0), step=1, staleness=1, changed=True),  # type: ignore[arg-type]
-        StepRecord(step=1, batch=1, version=2, staleness=1, mean_reward=1.0, trained_trials=1, masked_trials=0,
-                   mismatch_mean=0.56, mismatch_max=6.6, mismatch_same_version=0.03, policy_drift=0.54,
-                   mismatch_rescored=0.0))
-    assert "= trainer vs engine on the same version 0.0300, policy drift 0.5400" in lines[0]
-    assert "WARNING" in lines[0] and "the policy's drift across 1 update(s)" in lines[0]
+    RunLog(tmp_path / "zero", steps_total=1, max_staleness=1, mismatch_warn=0.1, log=lines.append).step(
+        Trained(Sampled(1, 0, batch, 1.0), step=1, staleness=0),  # type: ignore[arg-type]
+        StepRecord(step=1, batch=1, version=0, staleness=0, mean_reward=1.0, trained_trials=1, masked_trials=0,
+                   mismatch_mean=0.3, mismatch_max=1.0))
+    return lines[0]

@@ -34,10 +34,6 @@ class TinkerSettings(BaseModel):
     engine_max_loras: int = Field(default=2, ge=1)
     engine_kv_cache_gib: int = Field(default=1, ge=1)
     engine_start_timeout_s: float = Field(default=900.0, gt=0)
-    mismatch_breakdown: bool = True
-    """On the engine: after each step's forward, the engine re-scores the measured rows under the sampled version
-    and the trainer's, splitting the mismatch into engine-vs-itself, policy drift and trainer-vs-engine
-    (:mod:`tackroom_skyrl.tinker.mismatch_breakdown`; one prefill per row and version)."""
     normalize_advantages: bool = True
     """GRPO: divide by the group's reward std (SkyRL's ``norm_adv_by_std_in_grpo``)."""
     port: int = 0

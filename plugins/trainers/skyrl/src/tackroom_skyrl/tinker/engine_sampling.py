@@ -229,26 +229,3 @@ class EngineSampling:
         data = r.json()
         data["policy_version"] = version  # the turn records it (TokenTurn.policy_version)
         return JSONResponse(data)
-
-    async def score(self, version: int, token_ids: list[int]) -> list[float]:
-        """The engine's logprob of each of ``token_ids`` after the ones before it, under policy ``version``
-        (vLLM's ``prompt_logprobs``); the first id has none and gets 0. What the mismatch breakdown compares."""
-        if version not in self.adapters:
-            raise EngineSamplingError(f"policy version {version} is not loaded in the engine (loaded: "
-                                      f"{sorted(self.adapters)})")
-        assert self._client is not None
-        body = {"model": self.adapters[version], "prompt": token_ids, "max_tokens": 1, "temperature": 0.0,
-                "prompt_logprobs": 0}
-        try:
-            r = await self._client.post(f"{self.engine_url}/v1/completions", json=body)
-        except httpx.HTTPError as exc:
-            raise EngineSamplingError(f"scoring with policy version {version}: {type(exc).__name__}: {exc}") from exc
-        if r.status_code != 200:
-            raise EngineSamplingError(f"scoring with policy version {version}: {r.status_code} {r.text[:300]}")
-        entries = r.json()["choices"][0].get("prompt_logprobs") or []
-        out = [0.0] * len(token_ids)
-        for i, (token, entry) in enumerate(zip(token_ids, entries)):
-            if entry:
-                got = entry.get(str(token))
-                out[i] = float(got["logprob"] if isinstance(got, dict) else got) if got is not None else 0.0
-        return out

@@ -224,8 +224,6 @@ async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, ser
     model_name = config.model.served_name or "tackroom-tinker"
     steps_total = total_steps(config, len(rows))
     sampler = await _sampler(config, client, service, tokenizer, model_name, engine, log)
-    if engine is not None and settings.mismatch_breakdown:
-        trainer.scorer = engine.score
     log(f"{len(rows)} tasks, {steps_total} steps × {knobs.mini_batch_size} tasks × {knobs.samples_per_prompt} samples; "
         f"LoRA rank {settings.lora_rank}, lr {lr:g}, loss {loss.describe()}; sampling on {sampler.describe()}, "
         f"staleness ≤ {knobs.max_staleness_steps}")

@@ -58,26 +58,15 @@ class StepRecord(BaseModel):
     resampled_groups: int = 0
     """Groups drawn beyond the step's first batch because groups had no signal (``[train] resample_rounds``)."""
     mismatch_same_version: float | None = None
-    """|trainer − engine| with the engine on the trainer's version: the two implementations' disagreement
-    (:mod:`.mismatch_breakdown`; None: not measured)."""
-    mismatch_rescored: float | None = None
-    """|engine re-scoring with the sampled version − sampled|: the engine against itself (≈ 0 unless a turn was
-    not sampled with its batch's version and ids)."""
-    policy_drift: float | None = None
-    """|engine at the trainer's version − engine at the sampled version|: how far the policy moved in
-    :attr:`staleness` updates."""
-    mismatch_worst: list[dict[str, Any]] = []
-    """The trained tokens with the largest |trainer − sampled|, each part of it, and where they sat."""
+    """The run's trainer-vs-engine mismatch on the same weights so far: the mean over its staleness-0 steps
+    (a staleness-s step's mismatch also holds s updates of the policy's drift)."""
     rollout_metrics: dict[str, Any] = {}
     """The generator's ``rollout_metrics`` for the batch."""
 
     def row(self) -> dict[str, Any]:
         """The flat row ``steps.jsonl`` and the curve hold: fixed columns, ``reward/<task>``, the loss path's
         metrics, ``rollout/<metric>``; ``sent_rows`` only where a part of the batch was sent."""
-        flat = self.model_dump(exclude={"reward_per_task", "loss_metrics", "rollout_metrics", "sent_rows",
-                                        "mismatch_worst"})
-        if self.mismatch_worst:
-            flat["mismatch_worst"] = self.mismatch_worst
+        flat = self.model_dump(exclude={"reward_per_task", "loss_metrics", "rollout_metrics", "sent_rows"})
         flat.update({f"reward/{task}": reward for task, reward in self.reward_per_task.items()})
         if self.sent_rows is not None:
             flat["sent_rows"] = self.sent_rows
@@ -96,7 +85,6 @@ class StepRecord(BaseModel):
             "episode/tool_call_success": self.tool_call_success,
             "mismatch/mean": self.mismatch_mean, "mismatch/max": self.mismatch_max,
             "mismatch/flagged": self.mismatch_flagged, "mismatch/same_version": self.mismatch_same_version,
-            "mismatch/rescored": self.mismatch_rescored, "mismatch/drift": self.policy_drift,
             "policy/version": self.version, "policy/staleness": self.staleness,
             "time/rollout_s": self.rollout_s, "time/train_s": self.train_s, "time/handoff_s": self.handoff_s,
             "groups/no_signal": self.no_signal_groups, "groups/resampled": self.resampled_groups,

@@ -16,11 +16,23 @@ from typing import Any, Callable
 
 from tackroom_skyrl.mismatch import mismatch_warning
 from tackroom_skyrl.tinker import curve
-from tackroom_skyrl.tinker.mismatch_breakdown import explain
 from tackroom_skyrl.tinker.pipeline import Trained
 from tackroom_skyrl.tinker.records import StepRecord, TrajectoryRecord
 from tackroom_skyrl.tinker.rollouts import RolloutBatch
 from tackroom_skyrl.tracking import TrackerSet
+
+
+def drift_warning(value: float, threshold: float, staleness: int, same_version: list[float]) -> str:
+    """The warning for a step trained ``staleness`` updates after its batch was sampled: its mismatch also holds
+    the policy's drift over those updates, which the staleness-0 steps' (same weights) do not."""
+    if same_version:
+        agree = (f"this run's staleness-0 steps (the same weights on both sides) measure {mean(same_version):.4f} "
+                 f"(mean of {len(same_version)})")
+    else:
+        agree = "no staleness-0 step has measured the trainer against the engine on the same weights yet"
+    return (f"mean |trainer - rollout| logprob {value:.4f} is above {threshold}, measured across {staleness} "
+            f"update(s): it holds how far the policy moved since the batch was sampled; {agree}. Off-policy by "
+            "that much, the importance ratio carries it ([train] tis_ratio_type truncates it)")
 
 
 class RunLog:
@@ -40,6 +52,8 @@ class RunLog:
         """Steps whose mismatch was above :attr:`mismatch_warn`."""
         self.dropped = 0
         """Batches dropped as staler than :attr:`max_staleness`."""
+        self.same_version: list[float] = []
+        """The mismatch of each staleness-0 step: the trainer against the engine on the same weights."""
 
     @property
     def steps_path(self) -> Path:
@@ -77,15 +91,12 @@ class RunLog:
         if record.mismatch_mean is not None:
             line += (f", |trainer-rollout| logprob {record.mismatch_mean:.4f} (max {record.mismatch_max:.3f}"
                      f"{'' if done.staleness == 0 else ', across %d version(s)' % done.staleness})")
-            if record.mismatch_same_version is not None:
-                line += (f" = trainer vs engine on the same version {record.mismatch_same_version:.4f}, policy drift "
-                         f"{record.policy_drift:.4f}, engine re-scoring its samples {record.mismatch_rescored:.4f}")
+            if done.staleness == 0:
+                self.same_version.append(record.mismatch_mean)
+            record.mismatch_same_version = mean(self.same_version) if self.same_version else None
             warning = mismatch_warning(record.mismatch_mean, self.mismatch_warn)
-            if warning is not None and record.mismatch_same_version is not None and self.mismatch_warn is not None:
-                warning = (f"mean |trainer - rollout| logprob {record.mismatch_mean:.4f} is above {self.mismatch_warn}: "
-                           + explain(record.mismatch_mean, self.mismatch_warn, staleness=done.staleness,
-                                     same_version=record.mismatch_same_version, drift=record.policy_drift or 0.0,
-                                     rescored=record.mismatch_rescored or 0.0))
+            if warning is not None and done.staleness:
+                warning = drift_warning(record.mismatch_mean, self.mismatch_warn, done.staleness, self.same_version)
             if warning is not None:
                 self.warnings += 1
                 record.mismatch_flagged = True

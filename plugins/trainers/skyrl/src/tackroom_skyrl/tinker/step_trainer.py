@@ -38,7 +38,6 @@ from tackroom_skyrl.tinker.datums import (
     server_loss,
     tis_ratios,
 )
-from tackroom_skyrl.tinker.mismatch_breakdown import Scorer, measure_breakdown
 from tackroom_skyrl.tinker.pipeline import Sampled
 from tackroom_skyrl.tinker.records import StepRecord
 from tackroom_skyrl.tinker.rollouts import RolloutBatch
@@ -173,10 +172,8 @@ class StepTrainer:
     the step's :class:`StepRecord`)."""
 
     def __init__(self, client: TrainingClient, path: LossPath, *, aggregation: str, learning_rate: float,
-                 normalize_advantages: bool, micro_batch: int, scorer: Scorer | None = None) -> None:
+                 normalize_advantages: bool, micro_batch: int) -> None:
         self.client = client
-        self.scorer = scorer
-        """The engine's re-scoring, for the mismatch breakdown (:mod:`.mismatch_breakdown`); None: not measured."""
         self.path = path
         self.aggregation = aggregation
         self.learning_rate = learning_rate
@@ -220,13 +217,6 @@ class StepTrainer:
         record.loss, record.sent_rows, record.loss_metrics = outcome.loss, outcome.sent_rows, outcome.metrics
         measured = mismatch(outcome.measured, outcome.trainer_logprobs)
         record.mismatch_mean, record.mismatch_max = measured["mismatch_mean"], measured["mismatch_max"]
-        if self.scorer is not None:
-            parts = await measure_breakdown(outcome.measured, outcome.trainer_logprobs, self.scorer,
-                                            sampled_version=sampled.version, trainer_version=sampled.version + staleness)
-            if parts is not None:
-                record.mismatch_same_version, record.mismatch_rescored = parts.same_version_mean, parts.rescored_mean
-                record.policy_drift = parts.drift_mean
-                record.mismatch_worst = [w.model_dump() for w in parts.worst]
         return trains, record
 
     async def probe(self, batch: Batch, step: int) -> LossOutcome:

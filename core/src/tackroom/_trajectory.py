@@ -17,6 +17,8 @@ class TokenTurn(BaseModel):
     branch: int = 0
     """Index of the history branch this turn belongs to; a new branch starts when a
     client rewrote earlier messages, so its prompt no longer extends the last turn."""
+    policy_version: int | None = None
+    """The trained policy's version the engine sampled this turn with, where a trainer's engine says it."""
 
     @model_validator(mode="after")
     def _aligned(self) -> TokenTurn:

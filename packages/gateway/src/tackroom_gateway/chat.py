@@ -93,7 +93,8 @@ class ChatHandler:
         return engine_reason or "stop"
 
     def _record(
-        self, session: TitoSession, plan: PromptPlan, ids: list[int], logprobs: list[float] | None, reason: str | None, parsed: ParsedOutput
+        self, session: TitoSession, plan: PromptPlan, ids: list[int], logprobs: list[float] | None, reason: str | None, parsed: ParsedOutput,
+        policy_version: int | None = None,
     ) -> dict[str, Any]:
         reply = self._reply(parsed)
         session.record(
@@ -104,6 +105,7 @@ class ChatHandler:
             reply=reply,
             tool_calls=len(parsed.tool_calls),
             tool_call_parse_failures=parsed.parse_failures,
+            policy_version=policy_version,
         )
         return reply
 
@@ -186,7 +188,8 @@ class ChatHandler:
         parsed = self.backend.parser.parse(result.text, parse_tools=req.parse_tools)
         if result.prompt_ids is not None and result.prompt_ids != plan.prompt_ids:
             session.notes.append(f"turn {len(session.turns)}: engine echoed prompt ids that differ from those sent")
-        reply = self._record(session, plan, result.completion_ids, result.logprobs, result.finish_reason, parsed)
+        reply = self._record(session, plan, result.completion_ids, result.logprobs, result.finish_reason, parsed,
+                             result.policy_version)
         choice: dict[str, Any] = {
             "index": 0,
             "message": reply,

@@ -114,6 +114,8 @@ class EngineCompletion(BaseModel):
     text: str
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    policy_version: int | None = None
+    """The trained policy's version that sampled it, when the engine is a trainer's proxy that says so."""
 
 
 class EngineChunk(BaseModel):
@@ -425,6 +427,7 @@ class EngineClient:
             text=str(choice.get("text") or ""),
             finish_reason=choice.get("finish_reason"),
             stop_reason=choice.get("stop_reason"),
+            policy_version=data.get("policy_version"),
         )
 
     async def stream(self, body: dict[str, Any]) -> AsyncIterator[EngineChunk]:

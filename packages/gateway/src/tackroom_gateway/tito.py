@@ -113,6 +113,7 @@ class RecordedTurn(BaseModel):
     parent: int | None = None
     tool_calls: int = 0
     tool_call_parse_failures: int = 0
+    policy_version: int | None = None
 
     def token_turn(self) -> TokenTurn:
         return TokenTurn(
@@ -121,6 +122,7 @@ class RecordedTurn(BaseModel):
             logprobs=self.logprobs,
             finish_reason=self.finish_reason,
             branch=self.branch,
+            policy_version=self.policy_version,
         )
 
 
@@ -315,6 +317,7 @@ class TitoSession:
         reply: dict[str, Any],
         tool_calls: int = 0,
         tool_call_parse_failures: int = 0,
+        policy_version: int | None = None,
     ) -> RecordedTurn:
         """Add a finished engine call; decides its branch now (other calls may have finished meanwhile)."""
         self._last_outcome = None
@@ -353,6 +356,7 @@ class TitoSession:
             parent=plan.parent,
             tool_calls=tool_calls,
             tool_call_parse_failures=tool_call_parse_failures,
+            policy_version=policy_version,
         )
         self.turns.append(turn)
         self.tips[branch] = index

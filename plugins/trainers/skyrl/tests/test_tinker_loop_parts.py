@@ -121,7 +121,7 @@ def test_the_run_log_writes_steps_trajectories_and_the_curve(tmp_path: Path) -> 
     assert [r["trained"] for r in rows[:4]] == [True, True, False, True]  # the masked row trained nothing
     assert all(r["dropped"] and r["step"] is None and r["staleness"] == 2 for r in rows[4:8])
     assert not any(r["trained"] for r in rows[8:])  # step 2 changed no weights
-    assert rows[0] == {"batch": 1, "step": 1, "version": 0, "staleness": 0, "task_id": "a", "repetition": 0,
+    assert rows[0] == {"batch": 1, "step": 1, "version": 0, "staleness": 0, "task_id": "a", "group": "a", "repetition": 0,
                        "reward": 1.0, "masked": False, "trained": True, "dropped": False}
 
     with (tmp_path / "reward_curve.csv").open() as f:

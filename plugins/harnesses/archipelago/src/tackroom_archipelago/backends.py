@@ -114,7 +114,8 @@ class CompletionsBackend:
                                                                       ensure_ascii=False)}
         done = await self.engine.complete(body)
         self.turns.append(TokenTurn(prompt_ids=list(self.tokens), completion_ids=done.completion_ids,
-                                    logprobs=done.logprobs, finish_reason=done.finish_reason, branch=self.segment))
+                                    logprobs=done.logprobs, finish_reason=done.finish_reason, branch=self.segment,
+                                    policy_version=done.policy_version))
         self.tokens.extend(done.completion_ids)
         self.mask.extend([1] * len(done.completion_ids))
         if self.logprobs is not None and done.logprobs is not None:

@@ -90,20 +90,28 @@ def add_train_command(app: Any) -> None:
                     raise typer.Exit(1)
                 return
             if config.backend == "tinker":
+                from rich.progress import Progress
+
                 from tackroom.app import run_to_completion
                 from tackroom_skyrl.tinker.loop import run_tinker
+                from tackroom_skyrl.tracking import ProgressTracker, check_trackers, progress_columns
 
-                def log(s: str) -> None:
-                    console.print(s, markup=False, highlight=False)
+                check_trackers(config.train.trackers)  # before anything starts: a missing package costs seconds
+                single = config.eval is None and not preflight_only  # the bar follows a single training run
+                with Progress(*progress_columns(), console=console, disable=not single) as bar:
+                    def log(s: str) -> None:
+                        bar.console.print(s, markup=False, highlight=False)
 
-                if config.eval is not None and not preflight_only:
-                    from tackroom_skyrl.evaluation import check_eval
-                    from tackroom_skyrl.sweep import train_and_evaluate
+                    progress = ProgressTracker(bar) if single else None
+                    if config.eval is not None and not preflight_only:
+                        from tackroom_skyrl.evaluation import check_eval
+                        from tackroom_skyrl.sweep import train_and_evaluate
 
-                    check_eval(config)  # before training: a typo in [eval] costs seconds, not the run
-                    summary = run_to_completion(train_and_evaluate(config, run_dir, log=log))  # trains, serves, evaluates
-                else:
-                    summary = run_to_completion(run_tinker(config, run_dir, preflight_only=preflight_only, log=log))
+                        check_eval(config)  # before training: a typo in [eval] costs seconds, not the run
+                        summary = run_to_completion(train_and_evaluate(config, run_dir, log=log))
+                    else:
+                        summary = run_to_completion(run_tinker(config, run_dir, preflight_only=preflight_only, log=log,
+                                                               progress=progress))
                 if preflight_only:
                     return
                 console.print(f"reward {summary.first_reward:.3f} → {summary.last_reward:.3f} (best {summary.best_reward:.3f}); "

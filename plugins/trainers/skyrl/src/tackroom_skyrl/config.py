@@ -35,6 +35,7 @@ from tackroom import AGGREGATIONS, ConfigError
 from tackroom.app import Endpoint, ExecutorName, NetworkDefaults, PluginSelection, TaskSelection, read_toml, validate
 from tackroom_skyrl.config_arms import ArmSpec, EvalSection, unique_labels
 from tackroom_skyrl.config_tinker import TinkerSettings
+from tackroom_skyrl.tracking import TrackerName
 
 
 class LossSelection(BaseModel):
@@ -101,6 +102,15 @@ class TrainKnobs(BaseModel):
     max_error_rate: float = Field(default=0.05, ge=0, le=1)
     """Refuse to train when more than this share of the error-rate pass failed as ``infra`` or ``task``."""
     logger: str = "console"
+    """SkyRL's ``trainer.logger`` on the GPU backend (one of SkyRL's; ``trackers`` with one entry sets it too)."""
+    trackers: list[TrackerName] = Field(default_factory=list)
+    """Where the per-step metrics go besides the console: ``tensorboard``, ``wandb`` (offline), ``mlflow``
+    (a local SQLite store), all under the run's folder (see tackroom_skyrl.tracking); each an optional extra of
+    this plugin, and a missing package is a ConfigError naming it."""
+    resample_rounds: int = Field(default=2, ge=0)
+    """When groups of a batch have no learning signal (every trained row scored alike), sample up to this many
+    more rounds of groups (fresh tasks, the same policy version) to fill the step with groups that have one;
+    0: train on what the first batch gave (a batch without signal then takes no optimiser step)."""
     run_name: str = "tackroom"
     seed: int = 42
 

@@ -254,7 +254,37 @@ class TackroomGenerator(GeneratorInterface):
             metrics[f"tackroom/behaviour/{key}"] = mean(values)
         for reason, count in Counter(r.trajectory.stop_reason for r in rows).items():
             metrics[f"tackroom/stop/{reason}"] = count
+        metrics.update(episode_metrics([r.trajectory for r in rows]))
         return metrics
+
+
+def tool_calls(trajectory: Trajectory) -> float:
+    """An episode's tool calls: the harness's ``tool_calls`` metric, terminus's ``commands_sent`` (its shell
+    is its tool), else the assistant messages' ``tool_calls`` in the transcript."""
+    for key in ("tool_calls", "commands_sent"):
+        if key in trajectory.metrics:
+            return float(trajectory.metrics[key])
+    return float(sum(len(m.get("tool_calls") or []) for m in trajectory.messages if m.get("role") == "assistant"))
+
+
+def episode_metrics(trajectories: list[Trajectory]) -> dict[str, Any]:
+    """Per-episode means over a batch: ``tackroom/episode/turns`` (engine calls; the harness's ``turns`` where
+    no token turns were recorded), ``tackroom/episode/tool_calls`` and, where the harness reports it,
+    ``tackroom/episode/tool_call_success``; with per-turn policy versions, their min and max (ints)."""
+    if not trajectories:
+        return {}
+    turns = [float(len(t.turns)) if t.turns else float(t.metrics.get("turns", 0.0)) for t in trajectories]
+    out = {"tackroom/episode/turns": mean(turns),
+           "tackroom/episode/tool_calls": mean(tool_calls(t) for t in trajectories)}
+    rates = [t.metrics["tool_call_success_rate"] for t in trajectories
+             if "tool_call_success_rate" in t.metrics and t.metrics.get("tool_calls")]
+    if rates:
+        out["tackroom/episode/tool_call_success"] = mean(rates)
+    versions = [turn.policy_version for t in trajectories for turn in t.turns if turn.policy_version is not None]
+    if versions:  # the policy versions the engine sampled the batch's turns with (a trainer's proxy says them)
+        out["tackroom/turn_version_min"], out["tackroom/turn_version_max"] = min(versions), max(versions)
+        out["tackroom/turns_with_version"] = len(versions)
+    return out
 
 
 def run_generate(generator: TackroomGenerator, input_batch: GeneratorInput) -> GeneratorOutput:

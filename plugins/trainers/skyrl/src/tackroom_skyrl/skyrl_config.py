@@ -35,6 +35,15 @@ def loss_overrides(options: Any) -> dict[str, Any]:
     return {f"trainer.algorithm.{dotted}": getattr(options, ours) for ours, dotted in fields.items()}
 
 
+def skyrl_logger(t: Any) -> str:
+    """SkyRL's ``trainer.logger``: one tracker of ``[train] trackers`` (SkyRL's trainer logs to one), else
+    ``[train] logger``."""
+    if len(t.trackers) > 1:
+        raise ConfigError(f"[train] trackers = {t.trackers}: SkyRL's GPU trainer logs to one tracker "
+                          "(trainer.logger); name one, or train with backend = \"tinker\", which logs to each")
+    return t.trackers[0] if t.trackers else t.logger
+
+
 def skyrl_overrides(config: TrainConfig, *, dataset_path: str | Path, run_dir: str | Path,
                     manager: Any = None, ceilings: Ceilings | None = None) -> dict[str, Any]:
     """Every SkyRL field ``tackroom train`` sets, by dotted path."""
@@ -86,7 +95,7 @@ def skyrl_overrides(config: TrainConfig, *, dataset_path: str | Path, run_dir: s
         "trainer.max_training_steps": t.max_training_steps,
         "trainer.eval_interval": -1,
         "trainer.eval_before_train": False,
-        "trainer.logger": t.logger,
+        "trainer.logger": skyrl_logger(t),
         "trainer.run_name": t.run_name,
         "trainer.project_name": "tackroom",
         "trainer.ckpt_path": str(run_dir / "ckpts"),

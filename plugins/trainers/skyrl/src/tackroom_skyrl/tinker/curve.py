@@ -8,7 +8,8 @@ from typing import Any
 
 COLUMNS = ("step", "mean_reward", "trained_trials", "masked_trials", "mismatch_mean", "mismatch_max", "loss",
            "rollout_s", "train_s", "version", "staleness", "handoff_s", "mismatch_flagged", "dropped_batches",
-           "sent_rows")
+           "sent_rows", "turns_per_episode", "tool_calls_per_episode", "tool_call_success", "no_signal_groups",
+           "resampled_groups")
 
 
 def write_csv(steps: list[dict[str, Any]], path: str | Path) -> Path:

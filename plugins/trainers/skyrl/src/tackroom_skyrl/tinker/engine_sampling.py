@@ -65,6 +65,10 @@ class EngineSampling:
         self.version: int | None = None
         self.failures: list[str] = []
         self.requests = 0
+        self.requests_by_version: dict[int, int] = {}
+        """Completions answered per policy version (the version pinned when the request arrived)."""
+        self.straddled = 0
+        """Requests whose batch's pin moved while the engine answered them (the pipeline pins per batch: 0)."""
         self._state: Any = None
         self._client: httpx.AsyncClient | None = None
         self.app = Starlette(routes=[
@@ -201,9 +205,10 @@ class EngineSampling:
             body = json.loads(await request.body())
         except ValueError as exc:
             return _error(400, f"not JSON: {exc}")
-        body["model"] = self.adapter
+        adapter, version = self.adapter, self.version
+        body["model"] = adapter
         self.requests += 1
-        assert self._client is not None
+        assert self._client is not None and version is not None
         try:
             try:
                 r = await self._client.post(f"{self.engine_url}/v1/completions", json=body)
@@ -215,5 +220,12 @@ class EngineSampling:
             return _error(503, f"the engine did not answer: {type(exc).__name__}: {exc}")
         if r.status_code >= 500 or r.status_code == 404:
             self.failures.append(f"{r.status_code} {r.text[:300]}")
-        return Response(r.content, status_code=r.status_code,
-                        media_type=r.headers.get("content-type", "application/json"))
+        if r.status_code != 200 or body.get("stream"):
+            return Response(r.content, status_code=r.status_code,
+                            media_type=r.headers.get("content-type", "application/json"))
+        self.requests_by_version[version] = self.requests_by_version.get(version, 0) + 1
+        if self.version != version:
+            self.straddled += 1
+        data = r.json()
+        data["policy_version"] = version  # the turn records it (TokenTurn.policy_version)
+        return JSONResponse(data)

@@ -56,6 +56,7 @@ from tackroom_skyrl.tinker.run_log import RunLog
 from tackroom_skyrl.tinker.sampler import EngineSampler, JaxSampler, Sampler
 from tackroom_skyrl.tinker.server import TinkerCalls, TinkerServer, check_reachable
 from tackroom_skyrl.tinker.step_trainer import LossChoice, StepTrainer, loss_path
+from tackroom_skyrl.tracking import Tracker, TrackerSet, check_trackers, open_trackers
 
 
 class TinkerRunSummary(BaseModel):
@@ -124,13 +125,16 @@ def total_steps(config: TrainConfig, n_tasks: int) -> int:
 
 
 async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any = None,
-                     log: Callable[[str], None] = print, preflight_only: bool = False) -> TinkerRunSummary:
+                     log: Callable[[str], None] = print, preflight_only: bool = False,
+                     progress: Tracker | None = None) -> TinkerRunSummary:
     """Train (blocks until done); starts and stops a Tinker server unless ``[tinker] url`` is set.
 
     The error-rate pass (``[train] preflight_passes``) runs first and raises :class:`PreflightRefusedError`
-    above ``[train] max_error_rate``; ``preflight_only`` stops after it (no step is trained)."""
+    above ``[train] max_error_rate``; ``preflight_only`` stops after it (no step is trained). Each step's metrics
+    go to the ``[train] trackers`` (checked here, before anything starts) and to ``progress`` (the console's bar)."""
     from tackroom_gateway import load_tokenizer
 
+    check_trackers(config.train.trackers)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     settings = config.tinker
@@ -174,7 +178,7 @@ async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any =
         if engine_start is not None:
             await engine_start
         return await _train(config, run_dir, TinkerCalls(settings, server), url, base_model, rows, tokenizer, loss,
-                            manager, log, preflight_only, engine)
+                            manager, log, preflight_only, engine, progress)
     finally:
         if engine_start is not None and not engine_start.done():
             engine_start.cancel()
@@ -194,13 +198,13 @@ def _engine_log(port: int) -> str:
 async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str, base_model: str,
                  rows: list[dict[str, Any]], tokenizer: Any, loss: LossChoice, manager: Any,
                  log: Callable[[str], None], preflight_only: bool = False,
-                 engine: EngineSampling | None = None) -> TinkerRunSummary:
+                 engine: EngineSampling | None = None, progress: Tracker | None = None) -> TinkerRunSummary:
     import tinker
 
     service = tinker.ServiceClient(base_url=url, api_key=os.environ.get("TINKER_API_KEY") or "tml-tackroom")
     try:
         return await _train_with(config, run_dir, call, service, base_model, rows, tokenizer, loss, manager, log,
-                                 preflight_only, engine)
+                                 preflight_only, engine, progress)
     finally:
         _close(service)
 
@@ -208,10 +212,8 @@ async def _train(config: TrainConfig, run_dir: Path, call: TinkerCalls, url: str
 async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, service: Any, base_model: str,
                       rows: list[dict[str, Any]], tokenizer: Any, loss: LossChoice, manager: Any,
                       log: Callable[[str], None], preflight_only: bool = False,
-                      engine: EngineSampling | None = None) -> TinkerRunSummary:
+                      engine: EngineSampling | None = None, progress: Tracker | None = None) -> TinkerRunSummary:
     """The run on a server that answers: the sampler, the trainer and the log built once, then the pipeline."""
-    from tackroom_skyrl.generator import TackroomGenerator
-
     settings, knobs = config.tinker, config.train
     client = await TrainingClient.create(service, call, base_model=base_model, rank=settings.lora_rank)
     micro_batch = int(settings.backend_config.get("train_micro_batch_size") or 0)
@@ -226,8 +228,27 @@ async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, ser
         f"LoRA rank {settings.lora_rank}, lr {lr:g}, loss {loss.describe()}; sampling on {sampler.describe()}, "
         f"staleness ≤ {knobs.max_staleness_steps}")
 
+    trackers = TrackerSet([*([progress] if progress is not None else []),
+                           *open_trackers([] if preflight_only else knobs.trackers, run_dir, run_name=run_dir.name,
+                                          config=config.model_dump(mode="json", exclude={"arms", "eval"}))], log)
+    trackers.start(steps_total)
     run_log = RunLog(run_dir, steps_total=steps_total, max_staleness=knobs.max_staleness_steps,
-                     mismatch_warn=knobs.logprob_mismatch_warn, log=log)
+                     mismatch_warn=knobs.logprob_mismatch_warn, log=log, trackers=trackers)
+    try:
+        return await _run_steps(config, run_dir, call, service, base_model, rows, tokenizer, loss, manager, log,
+                                preflight_only, sampler, trainer, client, run_log, steps_total, model_name)
+    finally:
+        trackers.close()
+
+
+async def _run_steps(config: TrainConfig, run_dir: Path, call: TinkerCalls, service: Any, base_model: str,
+                     rows: list[dict[str, Any]], tokenizer: Any, loss: LossChoice, manager: Any,
+                     log: Callable[[str], None], preflight_only: bool, sampler: Sampler, trainer: StepTrainer,
+                     client: TrainingClient, run_log: RunLog, steps_total: int, model_name: str) -> TinkerRunSummary:
+    """The preflight, the pipeline's steps, the final save and the export, with the sampler entered."""
+    from tackroom_skyrl.generator import TackroomGenerator
+
+    settings, knobs = config.tinker, config.train
     async with sampler:
         preflight = None
         if knobs.preflight_passes or preflight_only:
@@ -240,7 +261,7 @@ async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, ser
                                       run_root=run_dir / "rollouts", manager=manager)
         rollouts = Rollouts(generator, sampler, task_batches(rows, knobs.mini_batch_size, knobs.seed),
                             samples_per_prompt=knobs.samples_per_prompt, temperature=knobs.temperature,
-                            max_generate_length=knobs.max_generate_length)
+                            max_generate_length=knobs.max_generate_length, resample_rounds=knobs.resample_rounds)
         try:
             await run_pipeline(steps=steps_total, max_staleness=knobs.max_staleness_steps, rollout=rollouts,
                                train=trainer.train, publish=sampler.publish, on_step=run_log.step,

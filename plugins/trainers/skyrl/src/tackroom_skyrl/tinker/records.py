@@ -46,6 +46,20 @@ class StepRecord(BaseModel):
     """Seconds from the optimiser step to the new weights being the sampler's (None: no update)."""
     dropped_batches: int = 0
     """Batches dropped as too stale so far in the run."""
+    turns_per_episode: float | None = None
+    """Mean engine calls (model turns) per episode of the batch (None: no episode recorded any)."""
+    tool_calls_per_episode: float | None = None
+    """Mean tool calls per episode (the harness's ``tool_calls``, terminus's ``commands_sent``, else the
+    transcript's tool calls)."""
+    tool_call_success: float | None = None
+    """Mean share of an episode's tool calls that succeeded, where the harness reports it."""
+    no_signal_groups: int = 0
+    """Groups drawn for this step whose trained rows all scored alike (no learning signal)."""
+    resampled_groups: int = 0
+    """Groups drawn beyond the step's first batch because groups had no signal (``[train] resample_rounds``)."""
+    mismatch_same_version: float | None = None
+    """The run's trainer-vs-engine mismatch on the same weights so far: the mean over its staleness-0 steps
+    (a staleness-s step's mismatch also holds s updates of the policy's drift)."""
     rollout_metrics: dict[str, Any] = {}
     """The generator's ``rollout_metrics`` for the batch."""
 
@@ -60,6 +74,36 @@ class StepRecord(BaseModel):
         flat.update({f"rollout/{k}": v for k, v in self.rollout_metrics.items()})
         return flat
 
+    def metrics(self) -> dict[str, float]:
+        """The step as the trackers get it: one flat ``{name: float}``, grouped by prefix (``reward/``,
+        ``episode/``, ``mismatch/``, ``policy/``, ``time/``, ``groups/``, ``trials/``, ``rollout/``); a value
+        that was not measured this step is left out rather than sent as 0; names as :func:`metric_name` makes
+        them."""
+        named: dict[str, float | int | bool | None] = {
+            "reward/mean": self.mean_reward,
+            "episode/turns": self.turns_per_episode, "episode/tool_calls": self.tool_calls_per_episode,
+            "episode/tool_call_success": self.tool_call_success,
+            "mismatch/mean": self.mismatch_mean, "mismatch/max": self.mismatch_max,
+            "mismatch/flagged": self.mismatch_flagged, "mismatch/same_version": self.mismatch_same_version,
+            "policy/version": self.version, "policy/staleness": self.staleness,
+            "time/rollout_s": self.rollout_s, "time/train_s": self.train_s, "time/handoff_s": self.handoff_s,
+            "groups/no_signal": self.no_signal_groups, "groups/resampled": self.resampled_groups,
+            "batches/dropped": self.dropped_batches,
+            "trials/trained": self.trained_trials, "trials/masked": self.masked_trials,
+            "trials/no_signal": self.no_signal_trials, "loss": self.loss,
+        }
+        named.update({f"reward/{task}": reward for task, reward in self.reward_per_task.items()})
+        named.update({f"loss/{k}": v for k, v in self.loss_metrics.items()})
+        named.update({f"rollout/{k.removeprefix('tackroom/')}": v for k, v in self.rollout_metrics.items()})
+        return {metric_name(k): float(v) for k, v in named.items()
+                if isinstance(v, (int, float)) and not (isinstance(v, float) and v != v)}
+
+
+def metric_name(key: str) -> str:
+    """A name every tracker keeps as it is: letters, digits and ``_-./``; anything else (a task id's ``@``)
+    becomes ``_`` (TensorBoard and MLflow would each rewrite it their own way)."""
+    return "".join(c if c.isalnum() or c in "_-./" else "_" for c in key)
+
 
 class TrajectoryRecord(BaseModel):
     """One row of a batch: where it came from and what became of it (a line of ``trajectories.jsonl``)."""
@@ -70,6 +114,8 @@ class TrajectoryRecord(BaseModel):
     version: int
     staleness: int
     task_id: str
+    group: str | None = None
+    """Its GRPO group: the task, or ``task@round`` for a task drawn again in a resample round."""
     repetition: int
     reward: float
     masked: bool

@@ -194,14 +194,19 @@ class StepTrainer:
         trains = batch.has_signal
         rewards = rollout.output["rewards"]
         per_task: dict[str, list[float]] = {}
-        for group, reward in zip(rollout.groups, rewards):
+        for group, reward in zip(rollout.task_ids, rewards):
             per_task.setdefault(group, []).append(reward)
         record = StepRecord(
             step=step, batch=sampled.index, version=sampled.version, staleness=staleness, mean_reward=mean(rewards),
             reward_per_task={g: mean(v) for g, v in per_task.items()},
             trained_trials=batch.trained_rows if trains else 0, masked_trials=sum(rollout.masked),
             no_signal_trials=0 if trains else batch.trained_rows,
-            rollout_metrics=rollout.output["rollout_metrics"] or {})
+            rollout_metrics=rollout.output["rollout_metrics"] or {},
+            no_signal_groups=rollout.no_signal_groups, resampled_groups=rollout.resampled_groups)
+        episode = record.rollout_metrics
+        record.turns_per_episode = episode.get("tackroom/episode/turns")
+        record.tool_calls_per_episode = episode.get("tackroom/episode/tool_calls")
+        record.tool_call_success = episode.get("tackroom/episode/tool_call_success")
         if trains:
             outcome = await self.path.forward_backward(batch, step)
             await self.client.optim_step(self.learning_rate, f"step {step}: optim_step")

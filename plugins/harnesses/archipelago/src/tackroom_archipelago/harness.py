@@ -37,6 +37,7 @@ from tackroom_archipelago.world import (
     task_world_dir,
 )
 from tackroom_gateway import ChatTemplate, get_tool_parser
+from tackroom_worlds import check_tool_globs, task_answer_path, task_world
 
 DEFAULT_SYSTEM_PROMPT = """You are an assistant that completes office tasks with the tools you are given.
 
@@ -105,6 +106,9 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
         self.gateway: GatewayHandle | None = None
         self.sandbox: Sandbox | None = None
         self.setup_notes: list[str] = []
+        self.tool_globs: tuple[list[str], list[str]] = ([], [])
+        self.task_world: Any = None
+        self.answer_path: str | None = None
 
     # -- setup -------------------------------------------------------------------------------------
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
@@ -114,6 +118,10 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
             raise TaskError(f"{task.path}: the archipelago harness runs world tasks; add [world] path = ... to task.toml "
                             "(or set the harness option `world`)")
         self.sandbox = sandbox
+        self.task_world = table = task_world(task)  # the task's own tools and answer path win over the options
+        self.tool_globs = (table.tools_include if table and table.tools_include is not None else o.tools_include,
+                           table.tools_exclude if table and table.tools_exclude is not None else o.tools_exclude)
+        self.answer_path = task_answer_path(task, o.answer_path)
         self.world = load_world(world_dir)
         t0 = time.monotonic()
         python = await install_world(sandbox, self.world, base=o.world_base,
@@ -152,7 +160,10 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
         state: dict[str, Any] = {"stop": "max_turns", "final": None, "nudged": False, "repairs": 0}
         try:
             await mcp.connect()
-            tools, wrappers = openai_tools(await mcp.list_tools(), o.tools_include or None, o.tools_exclude or None)
+            include, exclude = self.tool_globs
+            listed = await mcp.list_tools()
+            check_tool_globs(task, self.task_world, [t.name for t in listed])
+            tools, wrappers = openai_tools(listed, include or None, exclude or None)
             if o.final_answer_tool or (o.final_answer_tool is None and o.tool_choice == "required"):
                 tools.append(final_answer_tool())
             if o.tool_choice == "required" and not tools:
@@ -195,8 +206,8 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
                 self._maybe_nudge(observation, backend, state, stats)
                 messages.extend(observation)
                 backend.add_observation(observation)
-            if o.answer_path and state["final"]:
-                await sandbox.write_file(o.answer_path, state["final"].strip() + "\n")
+            if self.answer_path and state["final"]:
+                await sandbox.write_file(self.answer_path, state["final"].strip() + "\n")
             return self._trajectory(messages, backend, stats, state, mcp)
         except BaseException as exc:
             if isinstance(exc, Exception) and getattr(exc, "error_class", None) == "model":

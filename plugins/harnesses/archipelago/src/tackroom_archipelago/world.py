@@ -22,35 +22,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tackroom import Sandbox, Task, TaskError, cache_root
+from tackroom import Sandbox, cache_root
 from tackroom_archipelago.errors import WorldBuildError, WorldFormatError, WorldRuntimeError
+from tackroom_worlds import FilesSpec, WorldTable, task_world_dir  # the task-side tables every harness reads
 
 SANDBOX_SIDE = Path(__file__).with_name("sandbox_side")
 WORLD_FILE = "world.toml"
 MIN_PYTHON = (3, 10)
-
-
-class WorldTable(BaseModel):
-    """A task's ``[world]`` table: ``path`` to a world directory, relative to the task directory.
-
-    The table is this harness's: core keeps it as written (and covers the world directory in the task's
-    content hash); :func:`task_world_dir` validates it."""
-
-    model_config = ConfigDict(extra="allow")
-
-    path: str
-
-
-def task_world_dir(task: Task) -> Path | None:
-    """The world directory a task names in ``[world]`` (resolved), ``None`` when it names none;
-    :class:`TaskError` when the table is malformed or the directory does not exist."""
-    table = task.section("world", WorldTable, owner="archipelago")
-    if table is None:
-        return None
-    world_dir = (task.path / table.path).resolve()
-    if not world_dir.is_dir():
-        raise TaskError(f"{task.path / 'task.toml'}: [world].path {table.path!r} does not exist ({world_dir})")
-    return world_dir
 
 
 class ServerSpec(BaseModel):
@@ -70,15 +48,6 @@ class ServerSpec(BaseModel):
         if (self.module is None) == (self.command is None):
             raise ValueError("give exactly one of `module` (a Python module) or `command` (a stdio MCP server)")
         return self
-
-
-class FilesSpec(BaseModel):
-    """``[files]``: the world's files and where they land in the sandbox."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    source: str = "files"
-    mount: str = "/workspace"
 
 
 class RuntimeSpec(BaseModel):
@@ -348,6 +317,7 @@ async def _health(sandbox: Sandbox, handle: GatewayHandle) -> dict[str, Any] | N
 
 
 __all__ = [
+    "FilesSpec", "WorldTable", "task_world_dir",
     "GatewayHandle", "SandboxPython", "ServerSpec", "WorldSpec", "build_site", "install_world", "load_world",
     "probe_python", "start_gateway",
 ]

@@ -44,6 +44,7 @@ from tackroom_opencode.errors import (
 from tackroom_opencode.events import Episode, parse_events
 from tackroom_opencode.install import DEFAULT_VERSION, OpenCodeInstall, ensure_installed
 from tackroom_opencode.relay import ModelRelay
+from tackroom_worlds import mount_world_files
 
 OPENCODE_MEMORY_MB = 512
 """What OpenCode (a Bun binary) needs at least: 256 MB kills it at start (exit 137), 512 MB runs a short episode."""
@@ -104,6 +105,7 @@ class OpenCodeHarness(Harness):
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
         self.install: OpenCodeInstall | None = None
+        self.world_note: str | None = None
 
     # -- paths inside the sandbox ------------------------------------------------------
     def _path(self, *parts: str) -> str:
@@ -115,6 +117,7 @@ class OpenCodeHarness(Harness):
 
     # -- setup -------------------------------------------------------------------------
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
+        self.world_note = await mount_world_files(sandbox, task)  # a world task's data, where its instruction says
         self.install = await ensure_installed(
             self.options.version,
             cache_dir=Path(self.options.cache_dir).expanduser() if self.options.cache_dir else None,
@@ -377,6 +380,8 @@ class OpenCodeHarness(Harness):
         elif episode.steps and episode.steps[-1].finish_reason == "length":
             stop = "max_tokens"
         notes = [f"opencode {self.options.version}, profile {profile} (context {context}), tools {', '.join(agent.tools)}"]
+        if self.world_note:
+            notes.append(self.world_note)
         if episode.unparsed_lines:
             notes.append(f"{episode.unparsed_lines} lines of OpenCode's output were not JSON events")
         return Trajectory(messages=episode.messages(instruction), final_answer=episode.final_answer,

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tackroom import Task, TaskError
 
-OWNER = "tackroom-worlds (read by the archipelago, terminus, opencode and answer harnesses)"
+OWNER = "tackroom-worlds"
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -65,7 +65,7 @@ def read_table(task: Task, name: str, model: type[M]) -> M | None:
     unknown = sorted(set(raw) - set(model.model_fields))
     if unknown:
         raise TaskError(f"{task.path / 'task.toml'}: [{name}] has unknown field(s) {', '.join(unknown)}; "
-                        f"valid fields: {', '.join(model.model_fields)} (the table is read by {OWNER})")
+                        f"valid fields: {', '.join(model.model_fields)} (the table is read by {OWNER} for every harness)")
     return task.section(name, model, owner=OWNER)
 
 

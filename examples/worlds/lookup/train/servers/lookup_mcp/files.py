@@ -19,6 +19,7 @@ MAX_HITS = 50
 def build_server(root: Path, mount: str = "/workspace") -> MCPServer:
     root = root.resolve()
     server = MCPServer("files", instructions=f"Read the files under {mount}.")
+    read_before: set[Path] = set()  # one server per trial: what this episode has read
 
     def resolve(path: str) -> Path:
         text = (path or ".").strip()
@@ -51,9 +52,13 @@ def build_server(root: Path, mount: str = "/workspace") -> MCPServer:
         if full.is_dir():
             raise ToolError(f"{path!r} is a directory; use list_directory")
         try:
-            return full.read_text(encoding="utf-8")[:MAX_CHARS]
+            text = full.read_text(encoding="utf-8")[:MAX_CHARS]
         except UnicodeDecodeError:
             raise ToolError(f"{path!r} is not a text file") from None
+        if full in read_before:  # a small model re-reads instead of answering: say what to do instead
+            return f"{text}\n(You read this file before. If it holds what the task asks for, give it as your answer now.)"
+        read_before.add(full)
+        return text
 
     @server.tool()
     def grep(text: str, path: str = mount) -> str:

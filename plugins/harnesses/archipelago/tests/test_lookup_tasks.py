@@ -4,6 +4,7 @@ task's own tools ([world] tools_include) and answer path ([answer] path), with a
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -80,3 +81,28 @@ async def test_a_tools_include_that_matches_nothing_fails_the_trial_as_a_task_er
                                             r"tools; they are: files_grep, files_list_directory, files_read_file"):
             await harness.run(task, sandbox, Policy(base_url=engine.url, model="scripted"))
         assert engine.requests == []
+
+
+def forced_names(tag) -> list[str]:
+    """The tool names a structural tag lets the model call (from its const_string prefixes)."""
+    if isinstance(tag, dict):
+        found = re.findall(r'"name": "(\w+)"', tag["value"]) if tag.get("type") == "const_string" else []
+        return found + [n for v in tag.values() for n in forced_names(v)]
+    return [n for v in tag for n in forced_names(v)] if isinstance(tag, list) else []
+
+
+async def test_answer_on_last_step_lets_the_last_turn_call_only_final_answer(read_task_sandbox):
+    task, sandbox = read_task_sandbox
+    path = re.search(r"/workspace/notes/\w+\.txt", task.instruction).group(0)
+    code = expected(task.path)
+    script = [call("files_read_file", path=path), call("files_read_file", path=path), call("final_answer", answer=code)]
+    harness = ArchipelagoHarness({"max_steps": 3, "tool_choice": "required", "answer_on_last_step": True})
+    await harness.setup(sandbox, task)
+    async with ScriptedEngine(script) as engine:
+        traj = await harness.run(task, sandbox, Policy(base_url=engine.url, model="scripted"))
+    offered = [forced_names(json.loads(r["structured_outputs"]["structural_tag"])) for r in engine.requests]
+    assert sorted(set(offered[0])) == ["files_read_file", "final_answer"] and offered[1] == offered[0]
+    assert set(offered[2]) == {"final_answer"}     # the last step: only final_answer
+    assert "You read this file before" in [m for m in traj.messages if m["role"] == "tool"][1]["content"]
+    assert traj.stop_reason == "completed" and traj.final_answer == code
+    assert (await sandbox.exec("cat /app/answer.txt")).stdout.strip() == code

@@ -87,7 +87,7 @@ class CompletionsBackend:
     def room(self) -> int | None:
         return None if self.context_length is None else self.context_length - len(self.tokens)
 
-    async def generate(self, *, force_tool: bool) -> Generation:
+    async def generate(self, *, force_tool: bool, only: str | None = None) -> Generation:
         room = self.room
         body: dict[str, Any] = {**self.sampling, "prompt": list(self.tokens)}
         wanted = self.max_tokens_per_turn
@@ -97,7 +97,7 @@ class CompletionsBackend:
             stops.append(self.template.end_of_turn_id)
         body["stop_token_ids"] = stops
         if force_tool:
-            body["structured_outputs"] = {"structural_tag": json.dumps(forced_tool_call_tag(self.tools, None), ensure_ascii=False)}
+            body["structured_outputs"] = {"structural_tag": json.dumps(forced_tool_call_tag(self.tools, only), ensure_ascii=False)}
         done = await self.engine.complete(body)
         self.turns.append(TokenTurn(prompt_ids=list(self.tokens), completion_ids=done.completion_ids,
                                     logprobs=done.logprobs, finish_reason=done.finish_reason))
@@ -173,13 +173,14 @@ class ChatBackend:
     def room(self) -> int | None:
         return None if self.context_length is None else self.context_length - self.used
 
-    async def generate(self, *, force_tool: bool) -> Generation:
+    async def generate(self, *, force_tool: bool, only: str | None = None) -> Generation:
         room = self.room
         body: dict[str, Any] = {**self.sampling, "model": self.policy.model, "messages": self.messages,
                                 "logprobs": True, "return_token_ids": True}
         if self.tools:
             body["tools"] = self.tools
-            body["tool_choice"] = "required" if force_tool else "auto"
+            body["tool_choice"] = ({"type": "function", "function": {"name": only}} if only
+                                   else "required" if force_tool else "auto")
         wanted = self.max_tokens_per_turn
         limit = min(wanted, room) if wanted and room is not None else (wanted or room)
         if limit:

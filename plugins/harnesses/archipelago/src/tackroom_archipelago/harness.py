@@ -73,6 +73,9 @@ class ArchipelagoOptions(PluginOptions):
     tool_choice: Literal["auto", "required"] = Field(
         default="auto", description="'required' constrains every turn to a tool call (structured outputs); small models need it")
     final_answer_tool: bool | None = Field(default=None, description="Offer a final_answer tool (default: when tool_choice='required')")
+    answer_on_last_step: bool = Field(
+        default=False, description="The last of max_steps turns may only call final_answer (offered then): an episode "
+        "that read the answer but keeps calling tools still ends with one (a 135M model re-reads instead of answering)")
     answer_path: str | None = Field(
         default=None, description="Write the final answer (stripped) to this sandbox file, for verifiers that grade a "
         "file, as the `answer` harness does (e.g. /app/answer.txt); nothing is written when there is none")
@@ -164,17 +167,20 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
             listed = await mcp.list_tools()
             check_tool_globs(task, self.task_world, [t.name for t in listed])
             tools, wrappers = openai_tools(listed, include or None, exclude or None)
-            if o.final_answer_tool or (o.final_answer_tool is None and o.tool_choice == "required"):
+            if (o.final_answer_tool or o.answer_on_last_step
+                    or (o.final_answer_tool is None and o.tool_choice == "required")):
                 tools.append(final_answer_tool())
             if o.tool_choice == "required" and not tools:
                 raise TaskError("tool_choice = 'required' but no tool is left after tools_include/tools_exclude")
             await backend.start(messages, tools)
-            for _ in range(o.max_steps):
+            for step in range(o.max_steps):
                 if backend.room is not None and backend.room <= 0:
                     state["stop"] = "context_exhausted"
                     raise ContextExhaustedError(f"no context left for another turn ({backend.used} tokens used)")
                 t0 = time.monotonic()
-                gen = await backend.generate(force_tool=o.tool_choice == "required")
+                last = o.answer_on_last_step and step == o.max_steps - 1
+                gen = await backend.generate(force_tool=o.tool_choice == "required" or last,
+                                             only=FINAL_ANSWER_TOOL if last else None)
                 stats.model_time_s += time.monotonic() - t0
                 stats.turns += 1
                 stats.completion_tokens += gen.completion_tokens

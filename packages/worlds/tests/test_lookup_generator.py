@@ -51,8 +51,10 @@ def test_the_oracle_solution_and_the_grader_agree(tmp_path):
     script = (task / "tests" / "test.sh").read_text().replace("/app/answer.txt", str(tmp_path / "answer.txt")) \
         .replace("/logs/verifier", str(tmp_path / "logs"))
     (tmp_path / "t.sh").write_text(script)
+    near = value[:2] + value[3:]                        # one character dropped: 5 of 6 kept in order
     for answer, reward in [(f" {value.lower()}.\n", "1"), (f"The code is {value}", "0.5"),
-                           (f"{value} " + "x" * 300, "0"), ("", "0")]:
+                           (near, "0.333"), (value[:3], "0"), ("ZZZZZZ" if "Z" not in value else "QQQQQQ", "0"),
+                           (near + "X" * 12, "0"), (f"{value} " + "x" * 300, "0"), ("", "0")]:
         (tmp_path / "answer.txt").write_text(answer)
         subprocess.run(["bash", str(tmp_path / "t.sh")], check=True)
         assert (tmp_path / "logs" / "reward.txt").read_text().strip() == reward, answer

@@ -258,3 +258,28 @@ async def test_without_the_gateway_tackroom_run_answer_chats_straight_to_the_end
     trial = json.loads(out)["trials"][0]
     assert trial["error"] is None and trial["reward"] == 1.0
     assert server.requests[0]["messages"][-1]["content"] == tackroom.load_task(SAY_BLUE).instruction
+
+
+# -- the task's [answer] path (tackroom-worlds) ------------------------------------------------------------
+def _task_with(tmp_path: Path, toml: str) -> tackroom.Task:
+    folder = tmp_path / "task"
+    folder.mkdir()
+    (folder / "instruction.md").write_text("Say blue.")
+    (folder / "task.toml").write_text(toml)
+    return tackroom.load_task(folder)
+
+
+async def test_the_tasks_answer_path_wins_over_the_option(sandbox, tmp_path):
+    task = _task_with(tmp_path, '[answer]\npath = "/app/task/says.txt"\n')
+    async with ScriptedChatServerForTests(["blue"]) as server:
+        await harness(answer_path="/app/option.txt").run(task, sandbox, server.policy())
+    assert (await sandbox.read_file("/app/task/says.txt")) == b"blue"
+    assert not (await sandbox.exec("test -e /app/option.txt")).ok
+
+
+async def test_a_wrong_answer_table_fails_before_the_model_is_asked(sandbox, tmp_path):
+    task = _task_with(tmp_path, '[answer]\npath = "answer.txt"\n')
+    async with ScriptedChatServerForTests(["blue"]) as server:
+        with pytest.raises(tackroom.TaskError, match=r"\[answer\] path must be an absolute sandbox path"):
+            await harness().run(task, sandbox, server.policy())
+    assert server.requests == []

@@ -32,7 +32,7 @@ def test_a_task_names_its_world_in_a_table_this_harness_reads(tmp_path):
     assert task_world_dir(load_task(plain)) is None
     (plain / "task.toml").write_text("[world]\npath = 3\n")
     with pytest.raises(TaskError, match=r"task.toml: world.path: Input should be a valid string \(the \[world\] "
-                                        r"table is read by the archipelago plugin\)"):
+                                        r"table is read by the tackroom-worlds plugin\)"):
         task_world_dir(load_task(plain))
 
 

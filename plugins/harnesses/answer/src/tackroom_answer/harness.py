@@ -44,6 +44,7 @@ from tackroom import (
 )
 from tackroom import openai_error_message as _error_message
 from tackroom_answer.spec import ANSWER
+from tackroom_worlds import task_answer_path
 
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context length", "max_model_len",
                     "too many tokens")
@@ -90,6 +91,7 @@ class AnswerHarness(Harness, spec=ANSWER):
             raise InfraError("the answer harness calls a model but was given no policy; set [policy] base_url "
                              "(or --base-url) to an OpenAI-compatible endpoint, e.g. the one `tackroom model up` prints")
         o = self.options
+        answer_path = task_answer_path(task, o.answer_path) or o.answer_path  # the task's [answer] path wins
         messages: list[dict[str, Any]] = []
         if o.system:
             messages.append({"role": "system", "content": o.system})
@@ -113,13 +115,13 @@ class AnswerHarness(Harness, spec=ANSWER):
         seconds = time.monotonic() - t0
 
         answer = content.strip() if o.strip else content
-        parent = posixpath.dirname(o.answer_path)
+        parent = posixpath.dirname(answer_path)
         if parent and parent != "/":
             made = await sandbox.exec(f"mkdir -p {shlex.quote(parent)}", timeout=60)
             if not made.ok:
                 raise InfraError(f"could not create {parent} in the sandbox for the answer: "
                                  f"{(made.stderr or made.stdout).strip()[:500]}")
-        await sandbox.write_file(o.answer_path, answer)
+        await sandbox.write_file(answer_path, answer)
 
         metrics = {"turns": 1.0, "model_time_s": round(seconds, 4)}
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}

@@ -100,7 +100,8 @@ class CompletionsBackend:
     def room(self) -> int | None:
         return None if self.context_length is None else self.context_length - len(self.tokens)
 
-    async def generate(self, *, force_tool: bool, max_tokens: int | None = None, no_tools: bool = False) -> Generation:
+    async def generate(self, *, force_tool: bool, max_tokens: int | None = None, no_tools: bool = False,
+                       only: str | None = None) -> Generation:
         room = self.room
         body: dict[str, Any] = {**self.sampling, "prompt": list(self.tokens)}
         wanted = max_tokens or self.max_tokens_per_turn
@@ -110,7 +111,7 @@ class CompletionsBackend:
             stops.append(self.template.end_of_turn_id)
         body["stop_token_ids"] = stops
         if force_tool:
-            body["structured_outputs"] = {"structural_tag": json.dumps(forced_tool_call_tag(self.call_tools, None),
+            body["structured_outputs"] = {"structural_tag": json.dumps(forced_tool_call_tag(self.call_tools, only),
                                                                       ensure_ascii=False)}
         done = await self.engine.complete(body)
         self.turns.append(TokenTurn(prompt_ids=list(self.tokens), completion_ids=done.completion_ids,
@@ -199,13 +200,15 @@ class ChatBackend:
     def room(self) -> int | None:
         return None if self.context_length is None else self.context_length - self.used
 
-    async def generate(self, *, force_tool: bool, max_tokens: int | None = None, no_tools: bool = False) -> Generation:
+    async def generate(self, *, force_tool: bool, max_tokens: int | None = None, no_tools: bool = False,
+                       only: str | None = None) -> Generation:
         room = self.room
         body: dict[str, Any] = {**self.sampling, "model": self.policy.model, "messages": self.messages,
                                 "logprobs": True, "return_token_ids": True}
         if self.tools:  # sent unchanged within a segment, so the gateway's turns extend each other
             body["tools"] = self.tools
-            body["tool_choice"] = "none" if no_tools else ("required" if force_tool else "auto")
+            body["tool_choice"] = ("none" if no_tools else {"type": "function", "function": {"name": only}} if only
+                                   else "required" if force_tool else "auto")
         wanted = max_tokens or self.max_tokens_per_turn
         limit = min(wanted, room) if wanted and room is not None else (wanted or room)
         if limit:

@@ -41,6 +41,7 @@ from tackroom_archipelago.world import (
     task_world_dir,
 )
 from tackroom_gateway import ChatTemplate, get_tool_parser
+from tackroom_worlds import check_tool_globs, task_answer_path, task_world
 
 DEFAULT_SYSTEM_PROMPT = """You are an assistant that completes office tasks with the tools you are given.
 
@@ -93,6 +94,9 @@ class ArchipelagoOptions(PluginOptions):
     tool_choice: Literal["auto", "required"] = Field(
         default="auto", description="'required' constrains every turn to a tool call (structured outputs); small models need it")
     final_answer_tool: bool | None = Field(default=None, description="Offer a final_answer tool (default: when tool_choice='required')")
+    answer_on_last_step: bool = Field(
+        default=False, description="The last of max_steps turns may only call final_answer (offered then): an episode "
+        "that read the answer but keeps calling tools still ends with one (a 135M model re-reads instead of answering)")
     answer_path: str | None = Field(
         default=None, description="Write the final answer (stripped) to this sandbox file, for verifiers that grade a "
         "file, as the `answer` harness does (e.g. /app/answer.txt); nothing is written when there is none")
@@ -137,6 +141,9 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
         self.gateway: GatewayHandle | None = None
         self.sandbox: Sandbox | None = None
         self.setup_notes: list[str] = []
+        self.tool_globs: tuple[list[str], list[str]] = ([], [])
+        self.task_world: Any = None
+        self.answer_path: str | None = None
 
     # -- setup -------------------------------------------------------------------------------------
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
@@ -146,6 +153,10 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
             raise TaskError(f"{task.path}: the archipelago harness runs world tasks; add [world] path = ... to task.toml "
                             "(or set the harness option `world`)")
         self.sandbox = sandbox
+        self.task_world = table = task_world(task)  # the task's own tools and answer path win over the options
+        self.tool_globs = (table.tools_include if table and table.tools_include is not None else o.tools_include,
+                           table.tools_exclude if table and table.tools_exclude is not None else o.tools_exclude)
+        self.answer_path = task_answer_path(task, o.answer_path)
         self.world = load_world(world_dir)
         t0 = time.monotonic()
         python = await install_world(sandbox, self.world, base=o.world_base,
@@ -186,20 +197,26 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
         ep.count_tokens = backend.estimate_tokens
         try:
             await mcp.connect()
-            tools, wrappers = openai_tools(await mcp.list_tools(), o.tools_include or None, o.tools_exclude or None)
+            include, exclude = self.tool_globs
+            listed = await mcp.list_tools()
+            check_tool_globs(task, self.task_world, [t.name for t in listed])
+            tools, wrappers = openai_tools(listed, include or None, exclude or None)
             if o.toolbelt:
                 ep.toolbelt = Toolbelt(tools)
                 tools = ep.toolbelt.prompt_tools()
-            elif o.final_answer_tool or (o.final_answer_tool is None and o.tool_choice == "required"):
+            elif (o.final_answer_tool or o.answer_on_last_step
+                    or (o.final_answer_tool is None and o.tool_choice == "required")):
                 tools.append(final_answer_tool())
             if o.tool_choice == "required" and not tools:
                 raise TaskError("tool_choice = 'required' but no tool is left after tools_include/tools_exclude")
             await backend.start(messages, tools)
-            for _ in range(o.max_steps):
+            for step in range(o.max_steps):
                 if backend.room is not None and backend.room <= 0:
                     ep.stop = "context_exhausted"
                     raise ContextExhaustedError(f"no context left for another turn ({backend.used} tokens used)")
-                gen = await self._turn(backend, stats, ep, force_tool=o.tool_choice == "required")
+                last = o.answer_on_last_step and step == o.max_steps - 1
+                gen = await self._turn(backend, stats, ep, force_tool=o.tool_choice == "required" or last,
+                                       only=FINAL_ANSWER_TOOL if last else None)
                 if not gen.tool_calls:
                     if self._repair(gen, backend, stats, ep):
                         continue
@@ -230,8 +247,8 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
                     backend.call_tools = ep.toolbelt.prompt_tools()
                 if self._should_summarize(backend, ep):
                     await self._summarize(task, backend, stats, ep)
-            if o.answer_path and ep.final:
-                await sandbox.write_file(o.answer_path, ep.final.strip() + "\n")
+            if self.answer_path and ep.final:
+                await sandbox.write_file(self.answer_path, ep.final.strip() + "\n")
             return self._trajectory(messages, backend, stats, ep, mcp)
         except BaseException as exc:
             if isinstance(exc, Exception) and getattr(exc, "error_class", None) == "model":
@@ -244,10 +261,12 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
             await backend.aclose()
 
     async def _turn(self, backend: CompletionsBackend | ChatBackend, stats: EpisodeStats, ep: _Episode, *,
-                    force_tool: bool, max_tokens: int | None = None, no_tools: bool = False) -> Generation:
-        """One model turn, counted and appended to the transcript; running into the window ends the episode."""
+                    force_tool: bool, max_tokens: int | None = None, no_tools: bool = False,
+                    only: str | None = None) -> Generation:
+        """One model turn, counted and appended to the transcript; running into the window ends the episode.
+        ``only``: the one tool the turn must call (``answer_on_last_step``'s final answer)."""
         t0 = time.monotonic()
-        gen = await backend.generate(force_tool=force_tool, max_tokens=max_tokens, no_tools=no_tools)
+        gen = await backend.generate(force_tool=force_tool, max_tokens=max_tokens, no_tools=no_tools, only=only)
         stats.model_time_s += time.monotonic() - t0
         stats.turns += 1
         stats.completion_tokens += gen.completion_tokens

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tackroom import Sandbox, Task, TaskError, cache_root
+from tackroom import Sandbox, Task, cache_root
 from tackroom_archipelago.errors import WorldBuildError, WorldFormatError, WorldRuntimeError
 from tackroom_archipelago.projects import (
     IGNORED,
@@ -36,6 +36,12 @@ from tackroom_archipelago.projects import (
     python_candidates,
     read_project,
 )
+from tackroom_worlds import (  # the task-side tables every harness reads
+    FilesSpec,
+    WorldTable,
+    task_world,
+    task_world_dir,
+)
 
 SANDBOX_SIDE = Path(__file__).with_name("sandbox_side")
 WORLD_FILE = "world.toml"
@@ -44,34 +50,9 @@ GATEWAY_REQUIREMENTS = ["mcp>=2.3,<3"]
 """What the world gateway itself imports (uvicorn and starlette come with the MCP SDK); always installed."""
 
 
-class WorldTable(BaseModel):
-    """A task's ``[world]`` table: ``path`` to a world directory, relative to the task directory.
-
-    The table is this harness's: core keeps it as written (and covers the world directory in the task's
-    content hash); :func:`task_world_dir` validates it."""
-
-    model_config = ConfigDict(extra="allow")
-
-    path: str
-    system_prompt: str | None = None
-    """The task's own system message (an imported Mercor task's), instead of the harness's ``system_prompt``."""
-
-
-def task_world_dir(task: Task) -> Path | None:
-    """The world directory a task names in ``[world]`` (resolved), ``None`` when it names none;
-    :class:`TaskError` when the table is malformed or the directory does not exist."""
-    table = task.section("world", WorldTable, owner="archipelago")
-    if table is None:
-        return None
-    world_dir = (task.path / table.path).resolve()
-    if not world_dir.is_dir():
-        raise TaskError(f"{task.path / 'task.toml'}: [world].path {table.path!r} does not exist ({world_dir})")
-    return world_dir
-
-
 def task_system_prompt(task: Task) -> str | None:
     """The system message the task's ``[world]`` table gives, ``None`` when it gives none."""
-    table = task.section("world", WorldTable, owner="archipelago")
+    table = task_world(task)
     return None if table is None else table.system_prompt
 
 
@@ -102,15 +83,6 @@ class ServerSpec(BaseModel):
         if self.python is not None and self.project is None:
             raise ValueError("`python` applies to a `project` server only")
         return self
-
-
-class FilesSpec(BaseModel):
-    """``[files]``: the world's files and where they land in the sandbox."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    source: str = "files"
-    mount: str = "/workspace"
 
 
 class RuntimeSpec(BaseModel):
@@ -479,6 +451,7 @@ async def _health(sandbox: Sandbox, handle: GatewayHandle) -> dict[str, Any] | N
 
 
 __all__ = [
+    "FilesSpec", "WorldTable", "task_world_dir",
     "GatewayHandle", "SandboxPython", "ServerSpec", "WorldSpec", "build_site", "install_world", "load_world",
     "probe_python", "start_gateway",
 ]

@@ -25,8 +25,18 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import Field
 
-from tackroom import (ConfigError, ExecResult, Harness, InfraError, PluginOptions, Policy, Sandbox, SandboxError, Task,
-                      Trajectory)
+from tackroom import (
+    ConfigError,
+    ExecResult,
+    Harness,
+    InfraError,
+    PluginOptions,
+    Policy,
+    Sandbox,
+    SandboxError,
+    Task,
+    Trajectory,
+)
 from tackroom_opencode.config import (
     COMPACT_PROMPT,
     COMPACT_TOOLS,
@@ -47,6 +57,7 @@ from tackroom_opencode.events import Episode, parse_events
 from tackroom_opencode.install import DEFAULT_VERSION, OpenCodeInstall, ensure_installed
 from tackroom_opencode.relay import ModelRelay
 from tackroom_sandbox_kit import describe_exit, exit_signal
+from tackroom_worlds import mount_world_files
 
 OPENCODE_MEMORY_MB = 512
 """What OpenCode (a Bun binary) needs at least: 256 MB kills it at start (exit 137), 512 MB runs a short episode."""
@@ -107,6 +118,7 @@ class OpenCodeHarness(Harness):
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
         self.install: OpenCodeInstall | None = None
+        self.world_note: str | None = None
 
     # -- paths inside the sandbox ------------------------------------------------------
     def _path(self, *parts: str) -> str:
@@ -118,6 +130,7 @@ class OpenCodeHarness(Harness):
 
     # -- setup -------------------------------------------------------------------------
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
+        self.world_note = await mount_world_files(sandbox, task)  # a world task's data, where its instruction says
         self.install = await ensure_installed(
             self.options.version,
             cache_dir=Path(self.options.cache_dir).expanduser() if self.options.cache_dir else None,
@@ -395,6 +408,8 @@ class OpenCodeHarness(Harness):
         elif episode.steps and episode.steps[-1].finish_reason == "length":
             stop = "max_tokens"
         notes = [f"opencode {self.options.version}, profile {profile} (context {context}), tools {', '.join(agent.tools)}"]
+        if self.world_note:
+            notes.append(self.world_note)
         if episode.unparsed_lines:
             notes.append(f"{episode.unparsed_lines} lines of OpenCode's output were not JSON events")
         return Trajectory(messages=episode.messages(instruction), final_answer=episode.final_answer,

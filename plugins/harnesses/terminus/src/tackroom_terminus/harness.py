@@ -27,6 +27,7 @@ from tackroom_terminus.protocol import parse_reply, reply_schema, response_forma
 from tackroom_terminus.spec import TERMINUS
 from tackroom_terminus.tmux import Observation, TmuxSession
 from tackroom_terminus.tmux_install import ensure_tmux
+from tackroom_worlds import mount_world_files
 
 
 class TerminusOptions(PluginOptions):
@@ -112,6 +113,9 @@ class TerminusHarness(Harness, spec=TERMINUS):
 
     # -- setup -----------------------------------------------------------------------
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
+        mounted = await mount_world_files(sandbox, task)  # a world task's data, where its instruction says
+        if mounted:
+            self.setup_notes.append(f"terminus: {mounted}")
         how = await ensure_tmux(sandbox, mode=self.options.tmux_install, timeout=self.options.tmux_install_timeout_sec)
         if how != "present":
             self.setup_notes.append(f"terminus: tmux was missing from the sandbox and installed ({how})")

@@ -63,10 +63,18 @@ async def mount_module(name: str, module: str, root: Path) -> Mounted:
     return Mounted(name, tools, call, time.monotonic() - started)
 
 
+def child_env(own: dict[str, str]) -> dict[str, str]:
+    """What a stdio server gets besides the SDK's safe defaults (PATH, HOME, ...): the gateway's PYTHONPATH (the
+    world's site with ``mcp`` and its [runtime] pythonpath), WORLD_ROOT and WORLD_MOUNT, then its own ``env``.
+    Without it a Python server started as ``python3 -m pkg`` cannot import ``mcp`` or the world's packages."""
+    inherited = {k: os.environ[k] for k in ("PYTHONPATH", "WORLD_ROOT", "WORLD_MOUNT") if os.environ.get(k)}
+    return {**inherited, **own}
+
+
 async def mount_command(name: str, spec: dict[str, Any], stack: contextlib.AsyncExitStack) -> Mounted:
     started = time.monotonic()
     command = spec["command"]
-    params = StdioServerParameters(command=command[0], args=command[1:], env=spec.get("env") or None,
+    params = StdioServerParameters(command=command[0], args=command[1:], env=child_env(spec.get("env") or {}),
                                    cwd=spec.get("cwd") or None)
     client = await stack.enter_async_context(Client(params, read_timeout_seconds=spec.get("timeout_sec", 600)))
     tools = (await client.list_tools()).tools

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo K9LPOB > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo W33W93 > /app/answer.txt

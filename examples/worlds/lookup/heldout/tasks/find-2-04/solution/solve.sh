@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo WX2KZ3 > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo N56XEV > /app/answer.txt

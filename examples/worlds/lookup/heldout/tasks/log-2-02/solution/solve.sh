@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo LI66X6 > /app/answer.txt

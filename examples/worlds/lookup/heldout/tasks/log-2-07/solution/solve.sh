@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo OUKR4T > /app/answer.txt

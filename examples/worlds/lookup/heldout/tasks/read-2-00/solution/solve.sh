@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo X3UY17 > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo YN1B7O > /app/answer.txt

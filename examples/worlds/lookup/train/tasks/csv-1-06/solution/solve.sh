@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo 4PZ0LX > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo SHV616 > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo ZKK6OA > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo BTYV0M > /app/answer.txt

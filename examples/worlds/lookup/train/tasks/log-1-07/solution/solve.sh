@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo XF26GK > /app/answer.txt

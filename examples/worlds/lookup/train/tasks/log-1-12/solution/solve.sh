@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo 9N1D4X > /app/answer.txt

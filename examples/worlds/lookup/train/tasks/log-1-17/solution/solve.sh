@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo SEKKQ7 > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo SB09GL > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo ZX5B4C > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo RS3U54 > /app/answer.txt

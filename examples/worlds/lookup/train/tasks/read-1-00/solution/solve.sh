@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo UBBB8A > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo TS56ZC > /app/answer.txt

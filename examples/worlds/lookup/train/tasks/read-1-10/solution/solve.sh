@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo 9OZ6WW > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo OL9LF9 > /app/answer.txt

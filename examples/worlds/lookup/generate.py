@@ -36,6 +36,13 @@ PEOPLE = ("Ana Ruiz", "Ivo Park", "Mia Chen", "Omar Haddad", "Lena Vogel", "Raj 
           "Yuki Mori", "Zoe Brandt", "Kofi Mensah", "Ines Costa")
 ITEMS = ("copper-valve steel-bolt brass-hinge rubber-seal glass-panel oak-plank nylon-strap zinc-bracket "
          "iron-gear felt-pad cork-disk tin-cap").split()
+VALUE_WORDS = ("apple banana cherry lemon mango olive peach plum grape melon carrot onion garlic ginger honey "
+               "butter cookie bread pizza pasta rocket planet silver golden purple orange yellow violet indigo "
+               "castle bridge garden forest island valley river canyon desert glacier tiger zebra panda koala "
+               "eagle parrot dolphin shark whale rabbit turtle spider monkey donkey camel piano guitar violin "
+               "trumpet drum").split()
+"""``--values words``: answers a 135M model can copy (the first rung of the curriculum); disjoint from WORDS,
+which name the files, so no instruction holds its answer."""
 ANSWER = "/app/answer.txt"
 TOOLS = {"read": ["files_read_file"], "csv": ["files_read_file"], "log": ["files_read_file", "files_grep"],
          "mail": ["files_list_directory", "files_read_file"],
@@ -111,6 +118,16 @@ echo {value} > {answer}
 """
 
 
+def word(rng: random.Random, used: set[str]) -> str:
+    """A fresh word of VALUE_WORDS never used before in this set."""
+    left = [w for w in VALUE_WORDS if w not in used]
+    if not left:
+        raise SystemExit(f"--values words has {len(VALUE_WORDS)} words: ask for fewer tasks")
+    value = rng.choice(left)
+    used.add(value)
+    return value
+
+
 def code(rng: random.Random, used: set[str]) -> str:
     """A fresh 6-character value (letters and digits, at least one of each) never used before in this set."""
     while True:
@@ -123,8 +140,9 @@ def code(rng: random.Random, used: set[str]) -> str:
 class SetWriter:
     """The files of one set, built task by task: every task adds its own record to the shared files."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, values: str = "codes") -> None:
         self.rng = random.Random(seed)
+        self.new_value = word if values == "words" else code
         self.seed = seed
         self.used: set[str] = set()
         self.notes: dict[str, str] = {}
@@ -138,13 +156,14 @@ class SetWriter:
 
     def task(self, level: str) -> tuple[str, str]:
         """(instruction, value) of a new task of ``level``."""
-        value = code(self.rng, self.used)
-        tail = f"Answer with the code only, nothing else (write it to {ANSWER})."
+        value = self.new_value(self.rng, self.used)
+        what = "word" if self.new_value is word else "code"
+        tail = f"Answer with the {what} only, nothing else (write it to {ANSWER})."
         if level == "read":
             name = next(self.words)
             self.notes[name] = f"{value}\n"
             path = f"/workspace/notes/{name}.txt"
-            return (f"The file {path} holds a secret code. Read it with the read_file tool "
+            return (f"The file {path} holds a {'word' if what == 'word' else 'secret code'}. Read it with the read_file tool "
                     f"(path \"{path}\"), or `cat {path}` in a shell. {tail}"), value
         if level == "csv":
             item = f"{self.rng.choice(ITEMS)}-{len(self.inventory) + 1:02d}"
@@ -174,7 +193,7 @@ class SetWriter:
         for name, text in self.notes.items():
             _write(files / "notes" / f"{name}.txt", text)
         for i in range(3):  # notes nobody asks about
-            _write(files / "notes" / f"misc-{i}.txt", f"{code(self.rng, self.used)}\n")
+            _write(files / "notes" / f"misc-{i}.txt", f"{self.new_value(self.rng, self.used)}\n")
         rows = list(self.inventory) + [(f"{self.rng.choice(ITEMS)}-x{i}", code(self.rng, self.used),
                                         self.rng.randint(1, 500)) for i in range(4)]
         self.rng.shuffle(rows)
@@ -201,14 +220,22 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def generate(out: Path, seed: int, n: int, levels: list[str]) -> list[str]:
-    """Write the set into ``out`` (replacing it); the task ids."""
+def answers_of(set_dir: Path) -> set[str]:
+    """The answers of an existing set (its solutions' ``echo VALUE > ...``), for ``--avoid``."""
+    return {solve.read_text(encoding="utf-8").split("echo ", 1)[1].split()[0]
+            for solve in set_dir.glob("tasks/*/solution/solve.sh")}
+
+
+def generate(out: Path, seed: int, n: int, levels: list[str], values: str = "codes",
+             avoid: set[str] = frozenset()) -> list[str]:
+    """Write the set into ``out`` (replacing it); the task ids. No answer is one of ``avoid``."""
     unknown = sorted(set(levels) - set(LEVELS))
     if unknown:
         raise SystemExit(f"unknown level(s) {unknown}; levels: {', '.join(LEVELS)}")
     if out.exists():
         shutil.rmtree(out)
-    writer = SetWriter(seed)
+    writer = SetWriter(seed, values)
+    writer.used.update(avoid)
     ids = []
     for i in range(n):
         level = levels[i % len(levels)]
@@ -233,8 +260,13 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10, help="tasks (levels taken in turn)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--levels", default=",".join(LEVELS), help=f"comma-separated, of {', '.join(LEVELS)}")
+    parser.add_argument("--values", choices=["codes", "words"], default="codes",
+                        help="codes: 6 random letters and digits; words: common words (the curriculum's first rung)")
+    parser.add_argument("--avoid", type=Path, action="append", default=[],
+                        help="a set whose answers this one must not reuse (a held-apart set: other values)")
     args = parser.parse_args()
-    ids = generate(args.out, args.seed, args.n, [x for x in args.levels.split(",") if x])
+    avoid = set().union(*(answers_of(d) for d in args.avoid)) if args.avoid else set()
+    ids = generate(args.out, args.seed, args.n, [x for x in args.levels.split(",") if x], args.values, avoid)
     print(f"{len(ids)} tasks in {args.out / 'tasks'}: {', '.join(ids)}")
 
 

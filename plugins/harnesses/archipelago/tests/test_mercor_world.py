@@ -115,7 +115,8 @@ async def test_the_imported_public_sample_starts_lists_and_grades(tmp_path, monk
             assert traj.messages[0]["content"].startswith("You are an AI assistant that completes tasks")
             tree, image = [m["content"] for m in traj.messages if m["role"] == "tool"]
             assert "xk92m" in tree and "qz7fw.png" in tree, tree
-            assert "image/png" in image, image[:300]
+            # the picture is a JPEG whatever its name says (sniffed); a completions endpoint gets the placeholder
+            assert "[image image/jpeg" in image, image[:300]
             reward = await judge.verify(task, box, traj)
         finally:
             await box.stop()

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo purple > /app/answer.txt

@@ -64,7 +64,7 @@ pythonpath = ["servers"]
 
 [[servers]]                   # a real stdio MCP server, started by the world gateway as a child process
 name = "files"
-command = ["python3", "-m", "lookup_mcp.files"]
+command = ["python3", "-m", "lookup_mcp.files"{server_args}]
 """
 
 TASK_TOML = """version = "1.0"
@@ -227,8 +227,9 @@ def answers_of(set_dir: Path) -> set[str]:
 
 
 def generate(out: Path, seed: int, n: int, levels: list[str], values: str = "codes",
-             avoid: set[str] = frozenset()) -> list[str]:
-    """Write the set into ``out`` (replacing it); the task ids. No answer is one of ``avoid``."""
+             avoid: set[str] = frozenset(), framed: bool = False) -> list[str]:
+    """Write the set into ``out`` (replacing it); the task ids. No answer is one of ``avoid``; ``framed``: the
+    server shows one-line files as a quoted value and names the next step (``lookup_mcp.files --framed``)."""
     unknown = sorted(set(levels) - set(LEVELS))
     if unknown:
         raise SystemExit(f"unknown level(s) {unknown}; levels: {', '.join(LEVELS)}")
@@ -245,11 +246,11 @@ def generate(out: Path, seed: int, n: int, levels: list[str], values: str = "cod
         _write(task / "instruction.md", instruction + "\n")
         _write(task / "task.toml", TASK_TOML.format(level=level, seed=seed, tools=TOOLS[level], answer=ANSWER)
                .replace("'", '"'))
-        _write(task / "tests" / "test.sh", TEST_SH.format(value=value, answer=ANSWER), 0o755)
+        _write(task / "tests" / "test.sh", TEST_SH.format(value=value.upper(), answer=ANSWER), 0o755)
         _write(task / "solution" / "solve.sh", SOLVE_SH.format(value=value, answer=ANSWER), 0o755)
         ids.append(task_id)
     writer.write_files(out / "files")
-    _write(out / "world.toml", WORLD_TOML.format(seed=seed))
+    _write(out / "world.toml", WORLD_TOML.format(seed=seed, server_args=', "--framed"' if framed else ""))
     shutil.copytree(HERE / "servers", out / "servers", ignore=shutil.ignore_patterns("__pycache__"))
     return ids
 
@@ -264,9 +265,11 @@ def main() -> None:
                         help="codes: 6 random letters and digits; words: common words (the curriculum's first rung)")
     parser.add_argument("--avoid", type=Path, action="append", default=[],
                         help="a set whose answers this one must not reuse (a held-apart set: other values)")
+    parser.add_argument("--framed", action="store_true",
+                        help="the server quotes a one-line file's value and names the next step (a rung below plain)")
     args = parser.parse_args()
     avoid = set().union(*(answers_of(d) for d in args.avoid)) if args.avoid else set()
-    ids = generate(args.out, args.seed, args.n, [x for x in args.levels.split(",") if x], args.values, avoid)
+    ids = generate(args.out, args.seed, args.n, [x for x in args.levels.split(",") if x], args.values, avoid, args.framed)
     print(f"{len(ids)} tasks in {args.out / 'tasks'}: {', '.join(ids)}")
 
 

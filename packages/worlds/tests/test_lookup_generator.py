@@ -21,7 +21,8 @@ spec.loader.exec_module(generate)
 
 
 def values(out: Path) -> dict[str, str]:
-    return {t.name: re.search(r'expected="(\w+)"', (t / "tests" / "test.sh").read_text()).group(1)
+    """Each task's value, as its oracle writes it."""
+    return {t.name: re.search(r"echo (\w+)", (t / "solution" / "solve.sh").read_text()).group(1)
             for t in sorted((out / "tasks").iterdir())}
 
 
@@ -55,6 +56,28 @@ def test_the_oracle_solution_and_the_grader_agree(tmp_path):
     for answer, reward in [(f" {value.lower()}.\n", "1"), (f"The code is {value}", "0.5"),
                            (near, "0.333"), (value[:3], "0"), ("ZZZZZZ" if "Z" not in value else "QQQQQQ", "0"),
                            (near + "X" * 12, "0"), (f"{value} " + "x" * 300, "0"), ("", "0")]:
+        (tmp_path / "answer.txt").write_text(answer)
+        subprocess.run(["bash", str(tmp_path / "t.sh")], check=True)
+        assert (tmp_path / "logs" / "reward.txt").read_text().strip() == reward, answer
+
+
+def test_a_words_set_grades_the_word_in_any_case_and_its_oracle_scores_1(tmp_path):
+    """The grader compares upper-cased text: a lower-case word must be upper-cased in test.sh too (it was not, and
+    every answer to a words task scored 0)."""
+    generate.generate(tmp_path, seed=3, n=2, levels=["read"], values="words")
+    task = tmp_path / "tasks" / "read-3-00"
+    word = values(tmp_path)["read-3-00"]
+    assert word.isalpha() and word.islower()
+    script = (task / "tests" / "test.sh").read_text().replace("/app/answer.txt", str(tmp_path / "answer.txt")) \
+        .replace("/logs/verifier", str(tmp_path / "logs"))
+    (tmp_path / "t.sh").write_text(script)
+    solve = (task / "solution" / "solve.sh").read_text().replace("/app/answer.txt", str(tmp_path / "answer.txt"))
+    subprocess.run(["bash", "-c", solve], check=True)
+    subprocess.run(["bash", str(tmp_path / "t.sh")], check=True)
+    assert (tmp_path / "logs" / "reward.txt").read_text().strip() == "1"
+    other = values(tmp_path)["read-3-01"]
+    for answer, reward in [(word, "1"), (f" {word.title()}.\n", "1"), (word.upper(), "1"),
+                           (f"the word is {word}", "0.5"), (other, "0"), ("", "0")]:
         (tmp_path / "answer.txt").write_text(answer)
         subprocess.run(["bash", str(tmp_path / "t.sh")], check=True)
         assert (tmp_path / "logs" / "reward.txt").read_text().strip() == reward, answer

@@ -6,6 +6,7 @@ nothing outside the root is served (links included)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -16,7 +17,22 @@ MAX_CHARS = 20_000
 MAX_HITS = 50
 
 
-def build_server(root: Path, mount: str = "/workspace") -> MCPServer:
+def framed(text: str) -> str:
+    """A file's text as the ``--framed`` style shows it: a one-line value quoted in a sentence and the next step
+    named (a 135M model copies a quoted value into ``final_answer`` far more often than a bare line, measured in
+    the README); longer files as they are, with the same next step."""
+    lines = text.strip().splitlines()
+    if len(lines) == 1:
+        value = lines[0].strip()
+        kind = "the word " if value.isalpha() else ""
+        return f'The file holds {kind}"{value}".\nCall final_answer with it.'
+    return f"{text.rstrip()}\n\nFind what the task asks for above, then call final_answer with it."
+
+
+def build_server(root: Path, mount: str = "/workspace", *, style: str = "plain") -> MCPServer:
+    """``style``: ``plain`` returns a file's text as it is; ``framed`` as :func:`framed` shows it."""
+    if style not in ("plain", "framed"):
+        raise ValueError(f"unknown style {style!r}; styles: plain, framed")
     root = root.resolve()
     server = MCPServer("files", instructions=f"Read the files under {mount}.")
     read_before: set[Path] = set()  # one server per trial: what this episode has read
@@ -55,6 +71,8 @@ def build_server(root: Path, mount: str = "/workspace") -> MCPServer:
             text = full.read_text(encoding="utf-8")[:MAX_CHARS]
         except UnicodeDecodeError:
             raise ToolError(f"{path!r} is not a text file") from None
+        if style == "framed":
+            text = framed(text)
         if full in read_before:  # a small model re-reads instead of answering: say what to do instead
             return f"{text}\n(You read this file before. If it holds what the task asks for, give it as your answer now.)"
         read_before.add(full)
@@ -84,4 +102,8 @@ def build_server(root: Path, mount: str = "/workspace") -> MCPServer:
 
 
 if __name__ == "__main__":
-    build_server(Path(os.environ.get("WORLD_ROOT", "/workspace")), os.environ.get("WORLD_MOUNT", "/workspace")).run("stdio")
+    parser = argparse.ArgumentParser(description="The lookup world's read-only file tools over stdio")
+    parser.add_argument("--framed", action="store_true", help="show one-line files as a quoted value and the next step")
+    args = parser.parse_args()
+    build_server(Path(os.environ.get("WORLD_ROOT", "/workspace")), os.environ.get("WORLD_MOUNT", "/workspace"),
+                 style="framed" if args.framed else "plain").run("stdio")

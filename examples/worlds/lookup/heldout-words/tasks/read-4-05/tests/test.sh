@@ -3,7 +3,7 @@
 # answer of at most 200 characters; 0.4 x (the longest common subsequence with the value / its length) for a
 # near copy no longer than twice the value that shares at least 4 characters in order with it (a guess does
 # not: the value is random and never in the instruction); else 0.
-expected="indigo"
+expected="INDIGO"
 norm() { tr -d '[:space:][:punct:]' | tr '[:lower:]' '[:upper:]'; }
 answer=$(head -c 4096 /app/answer.txt 2>/dev/null)
 a=$(printf %s "$answer" | norm)

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo spider > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo ginger > /app/answer.txt

@@ -44,3 +44,34 @@ async def test_the_server_over_stdio(root):
     for refused in (escape, link):
         assert refused.is_error and "outside /workspace" in refused.content[0].text
     assert missing.is_error and "list_directory shows what exists" in missing.content[0].text
+
+
+async def test_the_framed_style_quotes_a_one_line_value_and_keeps_longer_files_whole(root):
+    """``--framed`` (the rung a 135M model can copy from): a one-line file comes back as a quoted value and the next
+    step; a longer file stays whole; errors and the re-read note are unchanged."""
+    (root / "notes" / "fox.txt").write_text("guitar\n")
+    params = StdioServerParameters(command=sys.executable, args=["-m", "lookup_mcp.files", "--framed"],
+                                   env={"WORLD_ROOT": str(root), "WORLD_MOUNT": "/workspace",
+                                        "PYTHONPATH": str(LOOKUP / "servers")})
+    async with Client(params) as client:
+        word = await client.call_tool("read_file", {"path": "/workspace/notes/fox.txt"})
+        code = await client.call_tool("read_file", {"path": "/workspace/notes/otter.txt"})
+        again = await client.call_tool("read_file", {"path": "/workspace/notes/fox.txt"})
+        log = await client.call_tool("read_file", {"path": "/workspace/logs/app.log"})
+        escape = await client.call_tool("read_file", {"path": "/workspace/../../etc/passwd"})
+    assert word.content[0].text == 'The file holds the word "guitar".\nCall final_answer with it.'
+    assert code.content[0].text == 'The file holds "Q7K2ZP".\nCall final_answer with it.'
+    assert again.content[0].text.startswith('The file holds the word "guitar".') and "read this file before" in \
+        again.content[0].text
+    assert log.content[0].text.startswith("INFO user=a request=AAA111\nERROR user=b request=BBB222\n\nFind what")
+    assert escape.is_error and "outside /workspace" in escape.content[0].text
+
+
+def test_an_unknown_style_is_refused_naming_the_styles(tmp_path):
+    sys.path.insert(0, str(LOOKUP / "servers"))
+    try:
+        from lookup_mcp.files import build_server
+    finally:
+        sys.path.remove(str(LOOKUP / "servers"))
+    with pytest.raises(ValueError, match="unknown style 'fancy'; styles: plain, framed"):
+        build_server(tmp_path, style="fancy")

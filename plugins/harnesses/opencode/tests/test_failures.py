@@ -81,17 +81,35 @@ async def test_cancelling_the_run_kills_opencode_and_what_it_started(tmp_path, s
         assert "sleep 300" not in (await sandbox.exec("ps -eo args", timeout=30)).stdout
 
 
-async def test_no_progress_and_no_model_call_is_a_hang_an_infra_error_with_the_log(tmp_path, smollm2_tokenizer, opencode_install):
-    # OpenCode sits on a command that never returns: nothing is written and no model call is in flight.
+async def test_no_progress_after_the_agents_command_is_a_hang_counted_as_the_models(tmp_path, smollm2_tokenizer,
+                                                                                     opencode_install):
+    # OpenCode sits on the agent's command that never returns: nothing is written and no model call is in flight.
+    # The agent's command did it, so it is the model's (reward 0): as infra it would be retried and then dropped
+    # from training, and an agent failing a task would learn to block its harness instead.
     engine = ScriptedEngineForTests(smollm2_tokenizer, replies=[tool_call("bash", command="sleep 300", description="wait")],
                                     default="Done.")
     async with prepared(tmp_path, engine, hang_timeout_sec=10) as (harness, task, sandbox, policy):
-        with pytest.raises(OpenCodeCrashError, match="no progress for 10s") as info:
+        with pytest.raises(OpenCodeModelError, match="no progress for 10s.*after 1 model reply.*counted as the model's") \
+                as info:
             await harness.run(task, sandbox, policy)
         assert await opencode_processes(sandbox) == ""
-    assert info.value.error_class == "infra" and len(engine.prompts) == 1
+    assert info.value.error_class == "model" and len(engine.prompts) == 1
+    assert info.value.trajectory.stop_reason == "hang"
     log = str(info.value).split("--- opencode log (tail) ---")[1]
     assert "level=INFO" in log and "message=" in log
+
+
+async def test_an_agent_that_kills_its_harness_gets_no_retry(tmp_path, smollm2_tokenizer, opencode_install):
+    # The hostile case: the agent's bash call sends OpenCode a SIGSEGV (Bun's handler then dies by SIGILL). Classed
+    # infra, the trial would be retried and, still failing, dropped from training: a way out of a 0. It is the
+    # model's episode instead.
+    engine = ScriptedEngineForTests(smollm2_tokenizer, replies=[
+        tool_call("bash", command="kill -SEGV $PPID; sleep 5", description="crash the harness")], default="Done.")
+    async with prepared(tmp_path, engine) as (harness, task, sandbox, policy):
+        with pytest.raises(OpenCodeModelError, match=r"killed by SIG[A-Z]+ .*after 1 model reply whose tool calls run") as info:
+            await harness.run(task, sandbox, policy)
+        assert await opencode_processes(sandbox) == ""
+    assert info.value.error_class == "model" and info.value.trajectory.stop_reason == "opencode_crashed"
 
 
 async def test_a_slow_model_is_not_a_hang(tmp_path, smollm2_tokenizer, opencode_install):

@@ -239,9 +239,8 @@ class OpenCodeHarness(Harness):
                 f"after {len(episode.steps)} turns; it was stopped", trajectory)
         if ended == "hang":
             trajectory.stop_reason = "hang"
-            raise OpenCodeCrashError(
-                f"OpenCode made no progress for {self.options.hang_timeout_sec:g}s and was stopped"
-                + await self._logs(sandbox), trajectory)
+            raise _crash(f"OpenCode made no progress for {self.options.hang_timeout_sec:g}s and was stopped"
+                         + await self._logs(sandbox), _answered(episode, relay), trajectory)
         if ended == "model_errors":
             trajectory.stop_reason = "endpoint_failing"
             raise OpenCodeCrashError(
@@ -265,7 +264,7 @@ class OpenCodeHarness(Harness):
                 how += (f"; most likely the sandbox's memory limit of {sandbox.spec.memory_mb} MB, the task's "
                         f"[environment] memory_mb; OpenCode needs at least {OPENCODE_MEMORY_MB} MB")
             when = f"after {len(episode.steps)} turns" if episode.steps else "before its first turn"
-            raise OpenCodeCrashError(f"OpenCode {how} {when}" + await self._logs(sandbox), trajectory)
+            raise _crash(f"OpenCode {how} {when}" + await self._logs(sandbox), _answered(episode, relay), trajectory)
         return trajectory
 
     def _settings(self, policy: Policy, base_url: str, context: int, profile: str) -> tuple[ModelSettings, AgentSettings]:
@@ -470,3 +469,20 @@ async def check_reachable(sandbox: Sandbox, base_url: str, policy_url: str, time
             f"({(result.stderr or 'connection refused or timed out').strip()[-300:]}). Harnesses with the "
             "`agent_in_sandbox` capability reach the host through Sandbox.forward_host_port (one port, no network)"
         )
+
+
+def _answered(episode: Episode, relay: ModelRelay) -> int:
+    """Model replies that reached OpenCode (a reply's tool calls run before its step is written)."""
+    return max(len(episode.steps), relay.calls - relay.failures - relay.refused)
+
+
+def _crash(message: str, answered: int, trajectory: Trajectory) -> OpenCodeCrashError | OpenCodeModelError:
+    """A crash or a hang: ``infra`` (retried) before the model's first reply reached OpenCode; after it, the model's
+    (reward 0, not retried): that reply's commands ran in the sandbox and may have sent the signal or stopped the
+    process, and a retry would let an episode the agent was failing escape its grade."""
+    if not answered:
+        return OpenCodeCrashError(message, trajectory)
+    first, _, rest = message.partition("\n")
+    return OpenCodeModelError(f"{first}, after {answered} model repl{'y' if answered == 1 else 'ies'} whose tool calls "
+                              "run in the sandbox: counted as the model's (reward 0, not retried), since an agent can "
+                              "kill or stop its own harness" + (f"\n{rest}" if rest else ""), trajectory)

@@ -388,6 +388,27 @@ class EngineClient:
         """POST ``/completions`` and wait for the whole answer."""
         return await self._call("POST", "completions", self._payload(body, stream=False), self._completion)
 
+    async def score(self, prompt_ids: list[int], completion_ids: list[int], model: str | None = None) -> list[float]:
+        """The model's own logprob of each of ``completion_ids`` after ``prompt_ids``: one prefill
+        (``prompt_logprobs``), no sampling constraint. A turn sampled under structured outputs carries the logprobs
+        of the constrained distribution (vLLM applies the grammar's mask before it computes them: a forced token
+        reads 0.0); a trainer computes the unconstrained ones, and these match it."""
+        if not completion_ids:
+            return []
+        body: dict[str, Any] = {"prompt": list(prompt_ids) + list(completion_ids), "max_tokens": 1, "temperature": 0.0,
+                                "prompt_logprobs": 0}
+        if model:
+            body["model"] = model
+        start = len(prompt_ids)
+
+        def parse(data: Any) -> list[float]:
+            entries = data["choices"][0]["prompt_logprobs"][start:]
+            if len(entries) != len(completion_ids):
+                raise ValueError(f"{len(entries)} prompt logprobs for {len(completion_ids)} completion tokens")
+            return [float(entry[str(token)]["logprob"]) for token, entry in zip(completion_ids, entries)]
+
+        return await self._call("POST", "completions", self._payload(body, stream=False), parse)
+
     async def probe(self, prompt_ids: list[int], timeout_s: float | None = None) -> str | None:
         """Ask the engine for one token of ``prompt_ids``: None when it answered with a completion within
         ``timeout_s`` (default ``probe_timeout_s``), else what went wrong. One attempt, on the probe pool,

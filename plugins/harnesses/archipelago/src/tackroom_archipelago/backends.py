@@ -55,7 +55,9 @@ class CompletionsBackend:
     exact = True
 
     def __init__(self, policy: Policy, template: ChatTemplate, parser: ToolParser, *, context_length: int | None,
-                 sampling: dict[str, Any], max_tokens_per_turn: int | None, timeout: float) -> None:
+                 sampling: dict[str, Any], max_tokens_per_turn: int | None, timeout: float,
+                 constrained_logprobs: str = "model") -> None:
+        self.constrained_logprobs = constrained_logprobs
         self.engine = EngineClient(EngineSettings(base_url=policy.base_url, model=None if policy.model == "default" else policy.model,
                                                   api_key=policy.api_key, timeouts=EngineTimeouts(read=timeout)))
         self.template = template
@@ -114,6 +116,11 @@ class CompletionsBackend:
             body["structured_outputs"] = {"structural_tag": json.dumps(forced_tool_call_tag(self.call_tools, only),
                                                                       ensure_ascii=False)}
         done = await self.engine.complete(body)
+        if force_tool and self.constrained_logprobs == "model" and done.logprobs is not None:
+            # Sampled under the grammar, the engine's logprobs are the constrained distribution's (a forced token
+            # reads 0.0, measured up to 15 nats from the model's own); the trainer's forward pass computes the
+            # model's own, so record those: one more prefill of this turn.
+            done.logprobs = await self.engine.score(body["prompt"], done.completion_ids, body.get("model"))
         self.turns.append(TokenTurn(prompt_ids=list(self.tokens), completion_ids=done.completion_ids,
                                     logprobs=done.logprobs, finish_reason=done.finish_reason, branch=self.segment,
                                     policy_version=done.policy_version))

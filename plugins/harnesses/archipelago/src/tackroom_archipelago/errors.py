@@ -21,6 +21,12 @@ class McpGatewayError(InfraError):
     """The world's MCP endpoint stopped answering and one reconnect did not bring it back."""
 
 
+class WorldLostError(ModelError):
+    """The world's MCP gateway died during the model's tool call and did not come back. Counted as the model's
+    (reward 0, not retried): a tool call can end the world's servers (code execution, a kill, a memory blow-up), and
+    as ``infra`` a failing episode would be retried and then dropped from training, a way out of its 0."""
+
+
 class ContextExhaustedError(ModelError):
     """The episode ran into the engine's context window (a turn ended with finish_reason=length at the limit)."""
 

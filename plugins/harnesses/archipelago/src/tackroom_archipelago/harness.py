@@ -93,6 +93,11 @@ class ArchipelagoOptions(PluginOptions):
     max_parse_repairs: int = Field(default=2, ge=0)
     tool_choice: Literal["auto", "required"] = Field(
         default="auto", description="'required' constrains every turn to a tool call (structured outputs); small models need it")
+    constrained_logprobs: Literal["model", "sampler"] = Field(
+        default="model", description="The logprobs recorded for a turn constrained to a tool call (tool_choice = "
+        "'required', answer_on_last_step) on /v1/completions: 'model' re-scores its tokens without the grammar (one "
+        "more prefill; what a trainer computes), 'sampler' keeps the engine's, renormalised over the tokens the "
+        "grammar allowed (a forced token reads 0.0)")
     final_answer_tool: bool | None = Field(default=None, description="Offer a final_answer tool (default: when tool_choice='required')")
     answer_on_last_step: bool = Field(
         default=False, description="The last of max_steps turns may only call final_answer (offered then): an episode "
@@ -339,7 +344,8 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
                                max_tokens_per_turn=o.max_tokens_per_turn, timeout=o.model_timeout_sec, template=template,
                                parser=get_tool_parser(parser_name))
         return CompletionsBackend(policy, template, get_tool_parser(parser_name), context_length=o.context_length,
-                                  sampling=sampling, max_tokens_per_turn=o.max_tokens_per_turn, timeout=o.model_timeout_sec)
+                                  sampling=sampling, max_tokens_per_turn=o.max_tokens_per_turn, timeout=o.model_timeout_sec,
+                                  constrained_logprobs=o.constrained_logprobs)
 
     @staticmethod
     def _assistant_message(gen: Generation) -> dict[str, Any]:

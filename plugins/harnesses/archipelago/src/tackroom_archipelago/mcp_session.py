@@ -21,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, ImageContent, TextContent, Tool
 from pydantic import BaseModel, Field
 
-from tackroom_archipelago.errors import McpGatewayError
+from tackroom_archipelago.errors import McpGatewayError, WorldLostError
 from tackroom_archipelago.images import DEFAULT_IMAGE_MAX_BYTES, ToolImage, read_image
 
 FATAL_MESSAGES = ("session terminated", "not connected", "server disconnected", "failed to connect",
@@ -125,7 +125,15 @@ class WorldMcp:
             return list((await self.client.list_tools()).tools)
 
     async def call(self, name: str, arguments: dict[str, Any], timeout: float) -> ToolOutcome:
-        """Call a tool; every failure but a dead session comes back as text for the model."""
+        """Call a tool; every failure but a dead session comes back as text for the model. A session that dies in
+        the call and does not come back is :class:`WorldLostError`: the model's call may have ended it."""
+        try:
+            return await self._call(name, arguments, timeout)
+        except McpGatewayError as exc:
+            raise WorldLostError(f"{exc}; it died during the model's call of {name}, which may have ended it (code "
+                                 "execution, a kill): counted as the model's (reward 0, not retried)") from exc
+
+    async def _call(self, name: str, arguments: dict[str, Any], timeout: float) -> ToolOutcome:
         started = time.monotonic()
         for attempt in (1, 2):
             assert self.client is not None, "connect() first"

@@ -114,3 +114,35 @@ async def test_no_final_answer_writes_no_answer_file(world_task, sandbox):
     assert traj.stop_reason == "max_turns"
     with pytest.raises(FileNotFoundError):
         await sandbox.read_file("/app/answer.txt")
+
+
+
+async def test_a_session_lost_in_the_models_tool_call_is_the_models_failure():
+    """A world session that dies in a tool call and does not come back (the model's code may have killed the
+    gateway) is ``model``, not ``infra``: retried and then dropped from training, a failing episode would escape
+    its 0. (A real kill of the gateway surfaces from the MCP SDK as a CancelledError of the calling task: see the
+    README's "Not handled yet".)"""
+    import anyio
+
+    from tackroom_archipelago.errors import WorldLostError
+    from tackroom_archipelago.mcp_session import WorldMcp
+
+    class DeadClient:
+        calls = 0
+
+        async def call_tool(self, name, arguments):
+            DeadClient.calls += 1
+            raise anyio.ClosedResourceError()
+
+    session = WorldMcp(DeadClient)
+
+    async def reconnect():  # the gateway answers again, its session does not
+        session.reconnects += 1
+        session.client = DeadClient()
+
+    session.reconnect = reconnect
+    session.client = DeadClient()
+    with pytest.raises(WorldLostError, match=r"died twice \(tool code_run_python\).*lost in the model's tool call.*"
+                       "counted as the model's") as info:
+        await session.call("code_run_python", {"code": "..."}, timeout=5)
+    assert info.value.error_class == "model" and DeadClient.calls == 2 and session.reconnects == 1

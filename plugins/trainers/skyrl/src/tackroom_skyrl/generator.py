@@ -26,6 +26,7 @@ from tackroom import ConfigError, Policy, Task, Trajectory, Trial, TrialResult, 
 from tackroom.app import TrialPlugins, TrialRuntime, gateway_sessions, instantiate, policy_gateway, wants_gateway
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.masking import RowOutcome, decide_group
+from tackroom_skyrl.tinker.datums import CONSTRAINED_KEY
 
 TIMEOUT_STOP_REASONS = frozenset({"agent_timeout"})
 
@@ -61,6 +62,19 @@ def split_tokens(trajectory: Trajectory) -> tuple[list[int], list[int], list[int
     ids, mask = trajectory.token_ids, trajectory.loss_mask
     logprobs = None if trajectory.logprobs is None else [float(x) for x in trajectory.logprobs[first:]]
     return list(ids[:first]), list(ids[first:]), [int(m) for m in mask[first:]], logprobs
+
+
+def constrained_tokens(trajectory: Trajectory, first: int, length: int) -> list[int]:
+    """1 at each response position (from ``first``, ``length`` of them) whose logprob the engine computed under a
+    grammar (``TokenTurn.logprobs_constrained``: not the model's own, so the trainer uses its own there)."""
+    flags = [0] * length
+    last = max((t.branch for t in trajectory.turns), default=0)
+    for turn in trajectory.turns:
+        if turn.logprobs_constrained and turn.branch == last:
+            start = len(turn.prompt_ids) - first
+            for j in range(max(start, 0), min(start + len(turn.completion_ids), length)):
+                flags[j] = 1
+    return flags
 
 
 def skyrl_sampling(sampling_params: dict[str, Any] | None) -> dict[str, Any]:
@@ -201,6 +215,7 @@ class TackroomGenerator(GeneratorInterface):
             decisions.update(zip(members, group.rows))
 
         prompt_ids, response_ids, loss_masks, logprobs, rewards, stops, times = [], [], [], [], [], [], []
+        constrained: list[list[int]] = []
         logprobs_complete = True
         for i, row in enumerate(rows):
             d = decisions[i]
@@ -209,9 +224,11 @@ class TackroomGenerator(GeneratorInterface):
                 if lp is None:
                     lp = [0.0] * len(r)
                     logprobs_complete = logprobs_complete and d.masked
+                constrained.append(constrained_tokens(row.trajectory, len(p), len(r)))
             else:
                 p, r = self._placeholder(prompts[i])
                 m, lp = [0] * len(r), [0.0] * len(r)
+                constrained.append([0] * len(r))
             if d.masked:
                 m = [0] * len(m)
             prompt_ids.append(p)
@@ -222,13 +239,16 @@ class TackroomGenerator(GeneratorInterface):
             stops.append("stop" if row.trajectory.stop_reason == "completed" else row.trajectory.stop_reason)
             times.append(float(row.result.timings.get("total", 0.0)))
 
-        return GeneratorOutput(
+        output = GeneratorOutput(
             prompt_token_ids=prompt_ids, response_ids=response_ids, rewards=rewards, loss_masks=loss_masks,
             stop_reasons=stops, rollout_metrics=self._metrics(rows, decisions, counts),
             rollout_logprobs=logprobs if logprobs_complete else None, trajectory_ids=list(ids),
             trajectory_generation_times=times, trajectory_time_splits=None, rollout_expert_indices=None,
             rollout_sample_support=None, is_last_step=None, env_metrics=None, pixel_values=None, image_grid_thw=None,
         )
+        if any(map(any, constrained)):  # only then: SkyRL's own trainer (the GPU path) does not know the key
+            output[CONSTRAINED_KEY] = constrained  # type: ignore[literal-required]
+        return output
 
     @staticmethod
     def _metrics(rows: list[RolloutRow], decisions: dict[int, Any], counts: Counter[str]) -> dict[str, Any]:

@@ -35,6 +35,9 @@ from statistics import mean, pstdev
 from typing import Any
 
 BUILTIN_LOSSES = ("importance_sampling", "ppo", "cispo")
+CONSTRAINED_KEY = "tackroom_logprobs_constrained"
+"""The generator output's per-token flags of logprobs sampled under a grammar (``TokenTurn.logprobs_constrained``),
+present when any is set."""
 LOSS_FNS = ("auto", "tackroom", *BUILTIN_LOSSES)
 
 
@@ -91,6 +94,12 @@ class Row:
     rollout_logprobs: list[float]
     advantage: float
     group: str
+    constrained: list[int] = field(default_factory=list)
+    """1 where the sampler's logprob was computed under a grammar (``TokenTurn.logprobs_constrained``): the trainer's
+    own logprob stands in for it (the loss's reference) and the mismatch leaves it out. Empty: none."""
+
+    def is_constrained(self, j: int) -> bool:
+        return j < len(self.constrained) and bool(self.constrained[j])
 
     @property
     def start(self) -> int:
@@ -115,6 +124,10 @@ class Batch:
         if self.factors is not None:
             return self.factors
         return aggregation_factors([r.mask for r in self.rows], [r.group for r in self.rows], self.aggregation)
+
+    @property
+    def has_constrained(self) -> bool:
+        return any(any(r.constrained) for r in self.rows)
 
     def subset(self, indices: list[int]) -> Batch:
         """The rows at ``indices``, keeping the whole batch's aggregation factors."""
@@ -166,11 +179,13 @@ def batch_from_output(output: dict[str, Any], advantages: list[float], groups: l
     sequence/group totals as in SkyRL, and keep the batch shape fixed (the JAX backend compiles once per shape)."""
     rows = []
     logprobs = output.get("rollout_logprobs")
+    constrained = output.get(CONSTRAINED_KEY) or []
     for i, (p, r, m) in enumerate(zip(output["prompt_token_ids"], output["response_ids"], output["loss_masks"])):
         if logprobs is None and any(m):
             raise ValueError("the rollout returned no logprobs for a trained row; the Tinker backend needs them")
         lp = [float(x) for x in logprobs[i]] if logprobs is not None else [0.0] * len(r)
-        rows.append(Row(list(p), list(r), [int(x) for x in m], lp, advantages[i], groups[i]))
+        flags = [int(x) for x in constrained[i]] if i < len(constrained) and constrained[i] else []
+        rows.append(Row(list(p), list(r), [int(x) for x in m], lp, advantages[i], groups[i], flags))
     return Batch(rows, aggregation)
 
 
@@ -191,7 +206,8 @@ def tis_ratios(batch: Batch, trainer_logprobs: list[list[float]], ratio_type: st
 
     out, capped, counted = [], 0, 0
     for row, lp in zip(batch.rows, trainer_logprobs):
-        deltas = [float(lp[row.start + j]) - r for j, r in enumerate(row.rollout_logprobs)]
+        deltas = [0.0 if row.is_constrained(j) else float(lp[row.start + j]) - r
+                  for j, r in enumerate(row.rollout_logprobs)]
         if ratio_type == "token":
             ratios = [safe_exp(d) for d in deltas]
             capped += sum(1 for x, m in zip(ratios, row.mask) if m and x > token_cap)
@@ -208,8 +224,18 @@ def tis_ratios(batch: Batch, trainer_logprobs: list[list[float]], ratio_type: st
     return out, {key: capped / max(counted, 1)}
 
 
+def reference_logprobs(row: Row, old: list[float] | None, *, everywhere: bool) -> list[float]:
+    """The loss's reference logprobs of ``row``: the trainer's (``old``, per target position) everywhere, or only
+    where the sampler's were constrained (the sampler's elsewhere); the sampler's when ``old`` is None."""
+    if old is None:
+        return list(row.rollout_logprobs)
+    mine = [float(x) for x in old[row.start:row.start + len(row.mask)]]
+    return mine if everywhere else [m if row.is_constrained(j) else r
+                                    for j, (m, r) in enumerate(zip(mine, row.rollout_logprobs))]
+
+
 def datums(batch: Batch, *, with_advantages: bool, old_logprobs: list[list[float]] | None = None,
-           token_weights: list[list[float]] | None = None) -> list[Any]:
+           token_weights: list[list[float]] | None = None, old_everywhere: bool = True) -> list[Any]:
     """Tinker ``Datum`` s; with ``with_advantages`` also ``logprobs``, ``advantages`` and ``weights`` for a built-in loss.
 
     The built-in losses of SkyRL's JAX backend reduce as ``(1/B) Σ_b (Σ_t w_bt ℓ_bt) / Σ_t w_bt``
@@ -232,8 +258,8 @@ def datums(batch: Batch, *, with_advantages: bool, old_logprobs: list[list[float
         if with_advantages:
             pad = [0.0] * row.start
             scale = row.advantage * c * sum(row.mask) * size
-            reference = row.rollout_logprobs if old_logprobs is None else \
-                [float(x) for x in old_logprobs[i][row.start:row.start + len(row.mask)]]
+            reference = reference_logprobs(row, None if old_logprobs is None else old_logprobs[i],
+                                           everywhere=old_everywhere)
             weights = token_weights[i] if token_weights is not None else [1.0] * len(row.mask)
             inputs["logprobs"] = pad + reference
             inputs["advantages"] = pad + [scale * m * w for m, w in zip(row.mask, weights)]
@@ -253,13 +279,18 @@ def reduced_loss(data: list[Any], outputs: list[dict[str, Any]]) -> float:
 
 
 def mismatch(batch: Batch, trainer_logprobs: list[list[float]]) -> dict[str, float]:
-    """Mean and max |trainer − rollout| logprob over the trained tokens (the guide's Step 2 check)."""
-    diffs = []
+    """Mean and max |trainer − rollout| logprob over the trained tokens (the guide's Step 2 check), leaving out the
+    tokens sampled under a grammar, whose logprobs are the constrained distribution's: their mean gap (the
+    grammar's renormalisation, not an error) is ``mismatch_constrained_mean`` with their count."""
+    diffs, held = [], []
     for row, lp in zip(batch.rows, trainer_logprobs):
         for j, (m, rollout) in enumerate(zip(row.mask, row.rollout_logprobs)):
             if m:
-                diffs.append(abs(float(lp[row.start + j]) - rollout))
-    return {"mismatch_mean": mean(diffs) if diffs else 0.0, "mismatch_max": max(diffs) if diffs else 0.0}
+                (held if row.is_constrained(j) else diffs).append(abs(float(lp[row.start + j]) - rollout))
+    out = {"mismatch_mean": mean(diffs) if diffs else 0.0, "mismatch_max": max(diffs) if diffs else 0.0}
+    if held:
+        out |= {"mismatch_constrained_mean": mean(held), "constrained_tokens": float(len(held))}
+    return out
 
 
 class TackroomLoss:
@@ -293,6 +324,9 @@ class TackroomLoss:
             return torch.tensor([v + [0] * (width - len(v)) for v in values], dtype=dtype)
 
         rollout = padded([r.rollout_logprobs for r in rows])
+        if self.batch.has_constrained:  # the trainer's own logprob where the sampler's was constrained
+            rollout = torch.where(padded([r.constrained + [0] * (len(r.mask) - len(r.constrained)) for r in rows],
+                                         torch.bool), log_probs.detach(), rollout)
         mask = padded([r.mask for r in rows], torch.bool)
         advantages = padded([[r.advantage] * len(r.mask) for r in rows])
         group_ids = torch.tensor([self.batch.group_index[r.group] for r in rows])

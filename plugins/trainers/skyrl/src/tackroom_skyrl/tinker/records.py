@@ -32,6 +32,9 @@ class StepRecord(BaseModel):
     mismatch_mean: float | None = None
     """Mean |trainer − rollout| logprob over the trained tokens measured (None: no trained token)."""
     mismatch_max: float | None = None
+    mismatch_constrained: float | None = None
+    """Mean |trainer − sampler| logprob over the trained tokens sampled under a grammar (structured outputs), left
+    out of :attr:`mismatch_mean`: the grammar's renormalisation, which the trainer's own logprobs replace."""
     mismatch_flagged: bool = False
     """Whether :attr:`mismatch_mean` was above ``[train] logprob_mismatch_warn``."""
     loss: float | None = None
@@ -84,6 +87,7 @@ class StepRecord(BaseModel):
             "episode/turns": self.turns_per_episode, "episode/tool_calls": self.tool_calls_per_episode,
             "episode/tool_call_success": self.tool_call_success,
             "mismatch/mean": self.mismatch_mean, "mismatch/max": self.mismatch_max,
+            "mismatch/constrained": self.mismatch_constrained,
             "mismatch/flagged": self.mismatch_flagged, "mismatch/same_version": self.mismatch_same_version,
             "policy/version": self.version, "policy/staleness": self.staleness,
             "time/rollout_s": self.rollout_s, "time/train_s": self.train_s, "time/handoff_s": self.handoff_s,

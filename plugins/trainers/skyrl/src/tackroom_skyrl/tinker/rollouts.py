@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import TYPE_CHECKING, Any, Iterator
 
+from tackroom_skyrl.tinker.datums import CONSTRAINED_KEY
 from tackroom_skyrl.tinker.sampler import Sampler
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class RolloutBatch:
 
 
 LIST_FIELDS = ("prompt_token_ids", "response_ids", "rewards", "loss_masks", "stop_reasons", "rollout_logprobs",
-               "trajectory_ids", "trajectory_generation_times")
+               "trajectory_ids", "trajectory_generation_times", CONSTRAINED_KEY)
 
 
 def merge_metrics(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -118,6 +119,8 @@ def combine(draws: list[RolloutBatch], size: int) -> RolloutBatch:
     output = dict(draws[0].output)
     output.update(rows)
     output["rollout_logprobs"] = rows["rollout_logprobs"] if with_logprobs else None
+    if not any(draw.output.get(CONSTRAINED_KEY) for draw in draws):
+        output.pop(CONSTRAINED_KEY, None)
     output["trajectory_ids"] = ids
     output["rollout_metrics"] = merge_metrics([draw.output.get("rollout_metrics") or {} for draw in draws])
     no_signal = sum(len(draw.group_rows()) - len(draw.signal_groups()) for draw in draws)

@@ -91,6 +91,9 @@ class RunLog:
         if record.mismatch_mean is not None:
             line += (f", |trainer-rollout| logprob {record.mismatch_mean:.4f} (max {record.mismatch_max:.3f}"
                      f"{'' if done.staleness == 0 else ', across %d version(s)' % done.staleness})")
+            if record.mismatch_constrained is not None:
+                line += (f" [grammar-constrained tokens left out: their sampler logprobs differ by "
+                         f"{record.mismatch_constrained:.3f}; the trainer's own stand in]")
             if done.staleness == 0:
                 self.same_version.append(record.mismatch_mean)
             record.mismatch_same_version = mean(self.same_version) if self.same_version else None

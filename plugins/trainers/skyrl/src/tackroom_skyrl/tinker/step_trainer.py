@@ -107,11 +107,14 @@ class BuiltinLoss:
 
     async def forward_backward(self, batch: Batch, step: int) -> LossOutcome:
         sent = self.sent(batch)
-        data = datums(sent, with_advantages=True)
+        old = None
+        if sent.has_constrained:  # the sampler's logprobs there are the grammar's: a forward gives the trainer's
+            old = await self.client.forward(datums(sent, with_advantages=False), f"step {step}: forward (constrained)")
+        data = datums(sent, with_advantages=True, old_logprobs=old, old_everywhere=False)
         result = await self.client.forward_backward(data, self.loss_fn, self.loss_fn_config,
                                                     f"step {step}: forward_backward")
-        return LossOutcome(reduced_loss(data, result.loss_fn_outputs), sent, self.client.logprobs(result),
-                           sent_rows=len(sent.rows))
+        return LossOutcome(reduced_loss(data, result.loss_fn_outputs), sent,
+                           old if old is not None else self.client.logprobs(result), sent_rows=len(sent.rows))
 
 
 class CorrectedBuiltinLoss(BuiltinLoss):
@@ -217,6 +220,7 @@ class StepTrainer:
         record.loss, record.sent_rows, record.loss_metrics = outcome.loss, outcome.sent_rows, outcome.metrics
         measured = mismatch(outcome.measured, outcome.trainer_logprobs)
         record.mismatch_mean, record.mismatch_max = measured["mismatch_mean"], measured["mismatch_max"]
+        record.mismatch_constrained = measured.get("mismatch_constrained_mean")
         return trains, record
 
     async def probe(self, batch: Batch, step: int) -> LossOutcome:

@@ -152,7 +152,8 @@ async def test_the_imported_public_sample_is_solved_through_images_on_mercors_se
     (the chat endpoint) reads the four pictures, gets their pixels as image_url parts and names the gorilla by
     its pixels; the rubric judge (a scripted judge server: no judge model runs here) grades the answer on the
     snapshot diff: 1.0. The control, ``images = "placeholder"`` (a text-only model), gets no pixels, cannot
-    tell, and scores 0. Then hostile picture files become notes, and the episode goes on."""
+    tell, and scores 0. Then hostile picture files become notes, and the episode goes on; and on /v1/completions
+    (token ids carry no pixels) the placeholder is what the recorded ids hold."""
     mercor_checkout()
     docker_with_python313()
     [imported] = import_tasks(SAMPLE, tmp_path / "tasks")
@@ -201,6 +202,13 @@ async def test_the_imported_public_sample_is_solved_through_images_on_mercors_se
             async with ScriptedChatEngine(script, max_model_len=32768) as engine:
                 hostile = await harness.run(task, box, Policy(base_url=engine.url, model="scripted-vision"))
                 hostile_requests = engine.requests
+
+            # a text-only token path (/v1/completions, images = "auto"): the placeholder, in the exact ids
+            harness.options = harness.options.model_copy(update={"images": "auto"})
+            script = [call("filesystem_read_image_file", file_path=gorilla), "I cannot see it."]
+            async with ScriptedEngine(script, max_model_len=16384) as engine:
+                tokens = await harness.run(task, box, Policy(base_url=engine.url, model="scripted"))
+                token_prompt = engine.template.decode(engine.requests[-1]["prompt"])
         finally:
             await box.stop()
 
@@ -234,3 +242,7 @@ async def test_the_imported_public_sample_is_solved_through_images_on_mercors_se
     assert "Access denied: /../../etc/passwd.png" in escape and hostile.metrics["tool_errors/tool_error"] == 1.0, escape
     assert "image_url" not in json.dumps(hostile_requests)
     assert hostile.stop_reason == "completed" and hostile.metrics["images"] == 0.0
+
+    [read] = [m["content"] for m in tokens.messages if m["role"] == "tool"]
+    assert read == "[image image/jpeg, 20,860 bytes: not shown, this model reads text only]" and read in token_prompt
+    assert tokens.token_ids == tokens.turns[-1].prompt_ids + tokens.turns[-1].completion_ids

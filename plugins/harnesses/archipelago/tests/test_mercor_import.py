@@ -12,6 +12,7 @@ import os
 import shutil
 import stat
 import tarfile
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -67,7 +68,8 @@ def test_the_public_sample_imports_as_a_world_task(tmp_path):
     assert "/filesystem/animals/mn83p/jw9vb.png" in baseline.files
     assert task.config.environment.docker_image == "python:3.13-slim-bookworm"
     assert json.loads((imported.path / "mercor" / "verifiers.json").read_text())[0]["verifier_id"] == "ver_001"
-    assert "max_steps = 20" in (tmp_path / "tasks" / "run.toml").read_text()
+    run = tomllib.loads((tmp_path / "tasks" / "run.toml").read_text())
+    assert run["harness"]["max_steps"] == 20 and run["sandbox"]["output_limit_bytes"] == 12_000_000
 
 
 def test_the_cli_imports_and_reports(tmp_path):

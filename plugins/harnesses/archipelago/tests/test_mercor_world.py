@@ -13,8 +13,10 @@ import base64
 import hashlib
 import io
 import json
+import random
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -49,11 +51,11 @@ def docker_with_python313() -> None:
                      "../shared/tools/tb2-python-base.sh")
 
 
-def docker_sandbox(task):
+def docker_sandbox(task, **options):
     from tackroom_docker import DockerProvider
 
     # removing a container that holds the servers' sites (about 600 MB each) takes a while on a busy host
-    return DockerProvider({"cli_timeout_sec": 300}).create(sandbox_spec(task, "mercor-world"))
+    return DockerProvider({"cli_timeout_sec": 300, **options}).create(sandbox_spec(task, "mercor-world"))
 
 
 async def test_the_example_world_runs_mercors_filesystem_and_chat_servers(monkeypatch):
@@ -138,13 +140,19 @@ class PixelMatchingPolicy:
         return f"The gorilla is at {gorilla[0]}"
 
 
-def hostile_pictures(files: Path) -> None:
-    """What a hostile task snapshot can hold beside the real pictures: a text file named .png and a "PNG" over
-    the image_max_bytes the hostile episode sets (100,000). (Kept under the docker sandbox's 1 MB exec output cap:
-    through the exec relay a larger answer is a tool error before the image check, test_images.py shows it.)"""
+def large_and_hostile_pictures(files: Path) -> bytes:
+    """Beside the sample's pictures: a real photo-sized PNG (noise, about 1.5 MB: over docker's default 1 MB exec
+    output cap once base64'd twice through the exec relay, under the cap run.toml sets), and what a hostile
+    snapshot can hold: a text file named .png and a "PNG" over the default image_max_bytes (5,000,000). The
+    photo's bytes."""
+    (files / "photos").mkdir()
+    buffer = io.BytesIO()
+    PILImage.frombytes("RGB", (800, 640), random.Random(7).randbytes(800 * 640 * 3)).save(buffer, "PNG")
+    (files / "photos" / "noise.png").write_bytes(buffer.getvalue())
     (files / "hostile").mkdir()
     (files / "hostile" / "not-an-image.png").write_bytes(b"this is text, not a picture\n")
-    (files / "hostile" / "huge.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(300_000))
+    (files / "hostile" / "huge.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(6_000_000))
+    return buffer.getvalue()
 
 
 async def test_the_imported_public_sample_is_solved_through_images_on_mercors_server(tmp_path):
@@ -161,8 +169,10 @@ async def test_the_imported_public_sample_is_solved_through_images_on_mercors_se
     by_hash = {hashlib.sha256(p.read_bytes()).hexdigest(): "/" + p.relative_to(files).as_posix()
                for p in files.rglob("*") if p.is_file()}
     gorilla = by_hash[GORILLA_SHA256]  # the sample's labelled picture, found by its bytes
-    hostile_pictures(files)
+    photo = large_and_hostile_pictures(files)
     task = load_task(imported.path)
+    run = tomllib.loads((tmp_path / "tasks" / "run.toml").read_text())
+    sandbox_options = {k: v for k, v in run["sandbox"].items() if k != "name"}  # what `tackroom run -c` would use
     [criterion] = task_rubric(task)
     assert gorilla in criterion.criterion  # the rubric names the same file
     prompts: list[str] = []
@@ -172,13 +182,14 @@ async def test_the_imported_public_sample_is_solved_through_images_on_mercors_se
         answer = prompt.split("# The agent's final answer", 1)[1].split("# ", 1)[0]
         return gorilla in answer
 
-    box = docker_sandbox(task)
+    box = docker_sandbox(task, **sandbox_options)
     with MisbehavingJudgeServerForTests(decide=decide) as server:
         judge = RubricJudgeVerifier({"base_url": server.base_url, "model": "judge"})
         await box.start()
         try:
             await judge.prepare(task, box)
             harness = ArchipelagoHarness({"max_steps": 4, "images": "send"})
+            assert harness.options.image_max_bytes == 5_000_000
             await harness.setup(box, task)
             assert harness.gateway.listing["filesystem"].tools == 6
             print("listing:", harness.gateway.describe(), "| startup", harness.gateway.startup_s, "s")
@@ -196,9 +207,10 @@ async def test_the_imported_public_sample_is_solved_through_images_on_mercors_se
                 control_requests = engine.requests
             unsolved = await judge.verify(task, box, control)
 
-            harness.options = harness.options.model_copy(update={"images": "send", "image_max_bytes": 100_000})
+            harness.options = harness.options.model_copy(update={"images": "send"})
             script = ["\n".join(call("filesystem_read_image_file", file_path=p) for p in (
-                "/hostile/not-an-image.png", "/hostile/huge.png", "/../../etc/passwd.png")), "Nothing to see."]
+                "/hostile/not-an-image.png", "/hostile/huge.png", "/../../etc/passwd.png", "/photos/noise.png")),
+                "Noise, and nothing else to see."]
             async with ScriptedChatEngine(script, max_model_len=32768) as engine:
                 hostile = await harness.run(task, box, Policy(base_url=engine.url, model="scripted-vision"))
                 hostile_requests = engine.requests
@@ -223,7 +235,7 @@ async def test_the_imported_public_sample_is_solved_through_images_on_mercors_se
     assert traj.final_answer == f"The gorilla is at {gorilla}" and traj.metrics["images"] == 4.0
     assert solved.score == 1.0, json.dumps(solved.details)[:2000]
     # the judge saw the diff against the imported snapshot: the agent changed nothing
-    assert "# Files the agent changed\nFiles under /filesystem: 0 added, 0 removed, 0 modified, 6 unchanged." \
+    assert "# Files the agent changed\nFiles under /filesystem: 0 added, 0 removed, 0 modified, 7 unchanged." \
         in prompts[0], prompts[0]
 
     # The control: no pixels anywhere in what the text-only model was sent; the placeholder says what was there.
@@ -234,14 +246,17 @@ async def test_the_imported_public_sample_is_solved_through_images_on_mercors_se
     assert control.final_answer.startswith("I could not see the pictures")
     assert unsolved.score == 0.0, json.dumps(unsolved.details)[:2000]
 
-    # Hostile files through the real server: notes for the model, no image part, the episode goes on.
-    fake, huge, escape = (m["content"] for m in hostile.messages if m["role"] == "tool")
+    # Hostile files through the real server: notes for the model, the episode goes on; the large photo arrives.
+    fake, huge, escape, large = (m["content"] for m in hostile.messages if m["role"] == "tool")
     assert fake == "[image dropped: 28 bytes claimed as image/png are not a PNG, JPEG, GIF or WebP image]"
-    assert huge.startswith("[image dropped: about 300,008 bytes (image/png), over the 100,000-byte limit"), huge
+    assert huge.startswith("[image dropped: about 6,000,008 bytes (image/png), over the 5,000,000-byte limit"), huge
     # the server refuses the climb (its own check); the model reads the error, never a file outside the snapshot
     assert "Access denied: /../../etc/passwd.png" in escape and hostile.metrics["tool_errors/tool_error"] == 1.0, escape
-    assert "image_url" not in json.dumps(hostile_requests)
-    assert hostile.stop_reason == "completed" and hostile.metrics["images"] == 0.0
+    assert large == f"[image 1: image/png, {len(photo):,} bytes; shown in the next message]" and len(photo) > 1_000_000
+    parts = hostile_requests[-1]["messages"][-1]["content"]
+    assert [p["type"] for p in parts] == ["text", "image_url"]  # only the photo became an image part
+    assert base64.b64decode(parts[1]["image_url"]["url"].split(",", 1)[1]) == photo
+    assert hostile.stop_reason == "completed" and hostile.metrics["images"] == 1.0
 
     [read] = [m["content"] for m in tokens.messages if m["role"] == "tool"]
     assert read == "[image image/jpeg, 20,860 bytes: not shown, this model reads text only]" and read in token_prompt

@@ -42,6 +42,10 @@ CHECKOUT_ENV = "TACKROOM_MERCOR_ARCHIPELAGO"
 MOUNT = "/filesystem"
 IMAGE = "python:3.13-slim-bookworm"
 SNAPSHOT_NAMES = ("original_snapshot.zip", "original_snapshot.tar.gz", "original_snapshot.tgz", "original_snapshot.tar")
+EXEC_OUTPUT_LIMIT = 12_000_000
+"""run.toml's docker ``output_limit_bytes``: under ``--network none`` the harness reaches the servers through
+``Sandbox.exec``, whose answer is the MCP JSON (an image in base64) in base64 again, so a 5 MB picture needs about
+8.9 MB; docker's default cap (1 MB) would refuse any picture over about 550 KB."""
 COPIED = ("initial_messages.json", "mcp_config.json", "verifiers.json", "agent_config.json", "eval_configs.json",
           "grading_settings.json", "scoring_config.json", "orchestrator_config.json")
 
@@ -375,7 +379,10 @@ def import_tasks(src: Path, dest: Path, *, checkout: Path | None = None, image: 
 ]
     if steps:
         run.append(f"max_steps = {steps}")
-    run += ["", "[sandbox]", 'name = "docker"', "", "[verifier]", 'name = "rubric-judge"']
+    run += ["", "[sandbox]", 'name = "docker"',
+            f"output_limit_bytes = {EXEC_OUTPUT_LIMIT}   # an image answer through the exec relay is base64 twice (16/9",
+            "                                # of the image): room for the harness's image_max_bytes (5,000,000)",
+            "", "[verifier]", 'name = "rubric-judge"']
     if not (dest / "run.toml").exists():
         _write_toml(dest / "run.toml", "\n".join(run) + "\n")
     return imported

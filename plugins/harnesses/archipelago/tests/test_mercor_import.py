@@ -280,7 +280,7 @@ def uv_config(command: str, args: list[str], cwd: str | None = None) -> dict:
     (uv_config("/usr/local/bin/uv", ["--directory", FS, "run", "--frozen", "-q", "--python", "3.13", "-m",
                                      "mcp_servers.filesystem_server.main", "--verbose"]),
      ["python", "-m", "mcp_servers.filesystem_server.main", "--verbose"], ".", "python3.13"),
-    (uv_config("uv", ["run", "--project", FS, "--no-sync", "python3", "main.py"],
+    (uv_config("uv", ["run", "--project", FS, "--no-sync", "--color", "never", "python3", "main.py"],
                cwd=f"{FS}/mcp_servers/filesystem_server"),
      ["python", "main.py"], "mcp_servers/filesystem_server", None),
     (uv_config("uv", ["run", "--directory", "mcp_servers/filesystem_server", "--", "python", "main.py"], cwd=FS),
@@ -306,13 +306,14 @@ def test_uv_run_commands_become_project_servers(tmp_path, config, command, cwd, 
     ("uv", ["run", "--bogus", "main.py"], "`--bogus` is not a uv option"),
     ("uv", ["run", "--python", "pypy", "main.py"], "`--python pypy` is not a Python version"),
     ("uv", ["run"], "names no command"),
+    ("uv", ["--directory", FS], "`uv` without `run`"),
     ("uv", ["run", "--directory"], "`--directory` has no value"),
     ("uv", ["run", "--directory", f"{FS}/../../../etc", "python", "x.py"], "climbs with '..'"),
     ("uv", ["run", "--project", "/app/mcp_servers/chat", "main.py"],
      "runs in mcp_servers/filesystem with the project mcp_servers/chat; tackroom runs a server in its own"),
     ("uv", ["run", "--project", "/app/mcp_servers/mail", "main.py"], "unknown server 'filesystem_server'"),
 ], ids=["with", "extra", "env-file", "uvx", "tool-run", "pip", "console-script", "unknown-option", "bad-python",
-        "no-command", "no-value", "dotdot", "other-project", "unknown-project"])
+        "no-command", "no-run", "no-value", "dotdot", "other-project", "unknown-project"])
 def test_uv_commands_that_cannot_be_read_are_refused_with_what_to_write(tmp_path, command, args, message):
     checkout = fake_checkout(tmp_path)
     (checkout / "mcp_servers" / "chat").mkdir()

@@ -12,6 +12,7 @@ import os
 import shutil
 import stat
 import tarfile
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -67,7 +68,8 @@ def test_the_public_sample_imports_as_a_world_task(tmp_path):
     assert "/filesystem/animals/mn83p/jw9vb.png" in baseline.files
     assert task.config.environment.docker_image == "python:3.13-slim-bookworm"
     assert json.loads((imported.path / "mercor" / "verifiers.json").read_text())[0]["verifier_id"] == "ver_001"
-    assert "max_steps = 20" in (tmp_path / "tasks" / "run.toml").read_text()
+    run = tomllib.loads((tmp_path / "tasks" / "run.toml").read_text())
+    assert run["harness"]["max_steps"] == 20 and run["sandbox"]["output_limit_bytes"] == 12_000_000
 
 
 def test_the_cli_imports_and_reports(tmp_path):
@@ -257,3 +259,88 @@ def test_a_broken_archive_and_a_hostile_sample_through_the_importer(tmp_path):
     with pytest.raises(UnsafeArchiveError, match="climbs out"):
         import_task(task, tmp_path / "out" / "t1")
     assert not (tmp_path / "out" / "t1").exists()
+
+
+# -- uv run commands in mcp_config.json -----------------------------------------------------------------
+FS = "/app/mcp_servers/filesystem"
+
+
+def uv_config(command: str, args: list[str], cwd: str | None = None) -> dict:
+    entry: dict = {"transport": "stdio", "command": command, "args": args}
+    if cwd is not None:
+        entry["cwd"] = cwd
+    return {"mcpServers": {"filesystem_server": entry}}
+
+
+@pytest.mark.parametrize(("config", "command", "cwd", "python"), [
+    (uv_config("uv", ["run", "--directory", f"{FS}/mcp_servers/filesystem_server", "python", "main.py"]),
+     ["python", "main.py"], "mcp_servers/filesystem_server", None),
+    (uv_config("uv", ["run", "main.py"], cwd=f"{FS}/mcp_servers/filesystem_server"),
+     ["python", "main.py"], "mcp_servers/filesystem_server", None),
+    (uv_config("/usr/local/bin/uv", ["--directory", FS, "run", "--frozen", "-q", "--python", "3.13", "-m",
+                                     "mcp_servers.filesystem_server.main", "--verbose"]),
+     ["python", "-m", "mcp_servers.filesystem_server.main", "--verbose"], ".", "python3.13"),
+    (uv_config("uv", ["run", "--project", FS, "--no-sync", "--color", "never", "python3", "main.py"],
+               cwd=f"{FS}/mcp_servers/filesystem_server"),
+     ["python", "main.py"], "mcp_servers/filesystem_server", None),
+    (uv_config("uv", ["run", "--directory", "mcp_servers/filesystem_server", "--", "python", "main.py"], cwd=FS),
+     ["python", "main.py"], "mcp_servers/filesystem_server", None),
+], ids=["directory-python", "cwd-script", "global-directory-module-python", "project-apart", "relative-directory"])
+def test_uv_run_commands_become_project_servers(tmp_path, config, command, cwd, python):
+    checkout = fake_checkout(tmp_path)
+    imported = import_task(fake_task(tmp_path, **{"mcp_config.json": config}), tmp_path / "out" / "t1",
+                           checkout=checkout)
+    [server] = load_world(imported.path / "world").servers  # the world loads: project and cwd exist
+    assert (server.name, server.command, server.cwd, server.python) == ("filesystem", command, cwd, python)
+    assert server.project.endswith("/mcp_servers/filesystem")
+
+
+@pytest.mark.parametrize(("command", "args", "message"), [
+    ("uv", ["run", "--with", "requests", "python", "main.py"], "`--with` adds packages outside the project"),
+    ("uv", ["run", "--extra", "all", "main.py"], "`--extra` installs an optional extra"),
+    ("uv", ["run", "--env-file", ".env", "main.py"], "reads the server's environment from a file"),
+    ("uvx", ["mercor-filesystem"], "`uvx` runs a published package"),
+    ("uv", ["tool", "run", "mercor-filesystem"], "`uv tool run` runs a published package"),
+    ("uv", ["pip", "install", "x"], "`uv pip` is not `uv run`"),
+    ("uv", ["run", "filesystem-server"], "runs a console script or program \\('filesystem-server'\\)"),
+    ("uv", ["run", "--bogus", "main.py"], "`--bogus` is not a uv option"),
+    ("uv", ["run", "--python", "pypy", "main.py"], "`--python pypy` is not a Python version"),
+    ("uv", ["run"], "names no command"),
+    ("uv", ["--directory", FS], "`uv` without `run`"),
+    ("uv", ["run", "--directory"], "`--directory` has no value"),
+    ("uv", ["run", "--directory", f"{FS}/../../../etc", "python", "x.py"], "climbs with '..'"),
+    ("uv", ["run", "--project", "/app/mcp_servers/chat", "main.py"],
+     "runs in mcp_servers/filesystem with the project mcp_servers/chat; tackroom runs a server in its own"),
+    ("uv", ["run", "--project", "/app/mcp_servers/mail", "main.py"], "unknown server 'filesystem_server'"),
+], ids=["with", "extra", "env-file", "uvx", "tool-run", "pip", "console-script", "unknown-option", "bad-python",
+        "no-command", "no-run", "no-value", "dotdot", "other-project", "unknown-project"])
+def test_uv_commands_that_cannot_be_read_are_refused_with_what_to_write(tmp_path, command, args, message):
+    checkout = fake_checkout(tmp_path)
+    (checkout / "mcp_servers" / "chat").mkdir()
+    (checkout / "mcp_servers" / "chat" / "pyproject.toml").write_text('[project]\nname = "chat"\n')
+    config = uv_config(command, args, cwd=f"{FS}/mcp_servers/filesystem_server")
+    with pytest.raises(MercorImportError, match=message) as raised:
+        import_task(fake_task(tmp_path, **{"mcp_config.json": config}), tmp_path / "out" / "t1", checkout=checkout)
+    if "--project" not in args:
+        assert "server 'filesystem_server' runs `" in str(raised.value)  # the server and its command, named
+        assert 'write the entry as `"command": "python", "args": ["main.py"]`' in str(raised.value)
+    assert not (tmp_path / "out" / "t1").exists()
+
+
+def test_the_sample_written_with_uv_run_imports_to_the_same_server(tmp_path):
+    """Mercor's sample with its server started by `uv run --directory ...` imports to exactly the [[servers]] table
+    of the sample as published (which test_mercor_world runs against the real server)."""
+    mercor_checkout()
+    [plain] = import_tasks(SAMPLE, tmp_path / "plain")
+    variant = tmp_path / "uv-sample"
+    variant.mkdir()
+    for file in SAMPLE.iterdir():
+        if file.name != "mcp_config.json":
+            (variant / file.name).symlink_to(file)
+    config = json.loads((SAMPLE / "mcp_config.json").read_text())
+    entry = config["mcpServers"]["filesystem_server"]
+    entry["args"] = ["run", "--directory", entry.pop("cwd"), "--frozen", "python", *entry["args"]]
+    entry["command"] = "uv"
+    (variant / "mcp_config.json").write_text(json.dumps(config))
+    [rewritten] = import_tasks(variant, tmp_path / "uv", checkout=CHECKOUT)
+    assert load_world(rewritten.path / "world").servers == load_world(plain.path / "world").servers

@@ -15,7 +15,9 @@ graded on the snapshot diff), ``agent_config.json`` and a world snapshot (``orig
 The snapshot's ``filesystem/`` lands at ``/filesystem`` (where Mercor's filesystem server looks) and its
 ``.apps_data/`` at ``/filesystem/.apps_data`` (``APP_APPS_DATA_ROOT`` for every server). The servers'
 checkout is ``--checkout``, else ``$TACKROOM_MERCOR_ARCHIPELAGO``, else the nearest folder above SRC with
-``mcp_servers/``; world.toml keeps ``${TACKROOM_MERCOR_ARCHIPELAGO:-<that path>}`` so it can move.
+``mcp_servers/``; world.toml keeps ``${TACKROOM_MERCOR_ARCHIPELAGO:-<that path>}`` so it can move. A server
+started with ``uv run`` (``uv run --directory D python -m server``, ``uv run server.py``) becomes the command uv
+would run, in the project's own environment; one that cannot be read so is refused (uv_commands.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import tempfile
 import tomllib
@@ -33,11 +36,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tackroom_archipelago.errors import MercorImportError
 from tackroom_archipelago.snapshot_archive import SnapshotLimits, unpack_snapshot
+from tackroom_archipelago.uv_commands import UvCommandError, is_uv, parse_uv_run
 
 CHECKOUT_ENV = "TACKROOM_MERCOR_ARCHIPELAGO"
 MOUNT = "/filesystem"
 IMAGE = "python:3.13-slim-bookworm"
 SNAPSHOT_NAMES = ("original_snapshot.zip", "original_snapshot.tar.gz", "original_snapshot.tgz", "original_snapshot.tar")
+EXEC_OUTPUT_LIMIT = 12_000_000
+"""run.toml's docker ``output_limit_bytes``: under ``--network none`` the harness reaches the servers through
+``Sandbox.exec``, whose answer is the MCP JSON (an image in base64) in base64 again, so a 5 MB picture needs about
+8.9 MB; docker's default cap (1 MB) would refuse any picture over about 550 KB."""
 COPIED = ("initial_messages.json", "mcp_config.json", "verifiers.json", "agent_config.json", "eval_configs.json",
           "grading_settings.json", "scoring_config.json", "orchestrator_config.json")
 
@@ -149,34 +157,73 @@ def server_name(key: str) -> str:
     return name if name[:1].isalpha() else f"s{name}"
 
 
-def map_server(key: str, entry: McpServerEntry, checkout: Path, *, apps_data: bool, where: Path) -> tuple[str, dict[str, Any]]:
-    """One ``mcp_config.json`` entry as a ``[[servers]]`` table running from the checkout's project."""
-    if entry.transport != "stdio":
-        raise MercorImportError(f"{where}: server {key!r} uses transport {entry.transport!r}; tackroom starts "
-                                "Mercor's servers over stdio")
-    parts = PurePosixPath(entry.cwd or "").parts
+def _join(base: str | None, path: str | None) -> str:
+    """``path`` against ``base`` the way a shell would (both POSIX, as Mercor's configs are written)."""
+    if not path:
+        return base or ""
+    return path if path.startswith("/") or not base else f"{base.rstrip('/')}/{path}"
+
+
+def _locate(key: str, path: str, checkout: Path, *, what: str, where: Path) -> tuple[str, list[str]]:
+    """The ``mcp_servers/<server>`` folder ``path`` lies in, and the parts of ``path`` below it."""
+    parts = PurePosixPath(path).parts
     at = next((i for i in range(len(parts) - 1) if parts[i] == "mcp_servers"), None)
     available = sorted(p.name for p in (checkout / "mcp_servers").iterdir() if (p / "pyproject.toml").is_file())
     if at is None:
-        raise MercorImportError(f"{where}: server {key!r} has cwd {entry.cwd!r}, which names no mcp_servers/<server> "
+        raise MercorImportError(f"{where}: server {key!r} has {what} {path!r}, which names no mcp_servers/<server> "
                                 f"folder; the checkout {checkout} has: {', '.join(available) or 'none'}")
     folder = parts[at + 1]
     if ".." in parts[at:]:
-        raise MercorImportError(f"{where}: server {key!r} has cwd {entry.cwd!r}, which climbs with '..'; refused")
+        raise MercorImportError(f"{where}: server {key!r} has {what} {path!r}, which climbs with '..'; refused")
     if folder not in available:
         raise MercorImportError(f"{where}: unknown server {key!r}: the checkout {checkout} has no mcp_servers/{folder} "
                                 f"project; it has: {', '.join(available) or 'none'} (fetch the full repository for "
                                 "the others)")
+    return folder, list(parts[at + 2:])
+
+
+def map_server(key: str, entry: McpServerEntry, checkout: Path, *, apps_data: bool, where: Path) -> tuple[str, dict[str, Any]]:
+    """One ``mcp_config.json`` entry as a ``[[servers]]`` table running from the checkout's project.
+
+    A ``uv run`` command is rewritten to what uv would run in the project's environment (uv_commands.py):
+    ``uv run --directory D python -m server`` runs ``python -m server`` in D; one that cannot be read so is
+    refused with the reason and the entry to write instead."""
+    if entry.transport != "stdio":
+        raise MercorImportError(f"{where}: server {key!r} uses transport {entry.transport!r}; tackroom starts "
+                                "Mercor's servers over stdio")
+    command, python, run_dir, project_dir = [entry.command, *entry.args], None, entry.cwd or "", None
+    if is_uv(entry.command):
+        try:
+            uv = parse_uv_run(entry.command, entry.args)
+        except UvCommandError as exc:
+            raise MercorImportError(
+                f"{where}: server {key!r} runs `{shlex.join(command)}`: {exc}. tackroom runs a Mercor server in its "
+                "uv project's own environment, without uv: write the entry as `\"command\": \"python\", \"args\": "
+                "[\"main.py\"]` with `cwd` the server's folder under mcp_servers/<server>/ (or, by hand, a "
+                "[[servers]] table with project = \".../mcp_servers/<server>\" and command = [\"python\", ...])"
+            ) from exc
+        command, python = uv.command, uv.python
+        run_dir = _join(entry.cwd, uv.directory)
+        project_dir = _join(run_dir, uv.project) if uv.project else None
+    folder, below = _locate(key, run_dir, checkout, what="cwd" if run_dir == (entry.cwd or "") else "directory",
+                            where=where)
+    if project_dir is not None:
+        named, _ = _locate(key, project_dir, checkout, what="project", where=where)
+        if named != folder:
+            raise MercorImportError(f"{where}: server {key!r} runs in mcp_servers/{folder} with the project "
+                                    f"mcp_servers/{named}; tackroom runs a server in its own project's folder")
     env = {**entry.env, "MCP_TRANSPORT": "stdio"}
     if apps_data:
         env["APP_APPS_DATA_ROOT"] = f"{MOUNT}/.apps_data"
     table = {
         "name": server_name(key),
         "project": f"${{{CHECKOUT_ENV}:-{checkout}}}/mcp_servers/{folder}",
-        "cwd": str(PurePosixPath(*parts[at + 2:])) if len(parts) > at + 2 else ".",
-        "command": [entry.command, *entry.args],
+        "cwd": str(PurePosixPath(*below)) if below else ".",
+        "command": command,
         "env": env,
     }
+    if python:
+        table["python"] = python
     return folder, table
 
 
@@ -332,7 +379,10 @@ def import_tasks(src: Path, dest: Path, *, checkout: Path | None = None, image: 
 ]
     if steps:
         run.append(f"max_steps = {steps}")
-    run += ["", "[sandbox]", 'name = "docker"', "", "[verifier]", 'name = "rubric-judge"']
+    run += ["", "[sandbox]", 'name = "docker"',
+            f"output_limit_bytes = {EXEC_OUTPUT_LIMIT}   # an image answer through the exec relay is base64 twice (16/9",
+            "                                # of the image): room for the harness's image_max_bytes (5,000,000)",
+            "", "[verifier]", 'name = "rubric-judge"']
     if not (dest / "run.toml").exists():
         _write_toml(dest / "run.toml", "\n".join(run) + "\n")
     return imported

@@ -148,6 +148,20 @@ async def test_parameters_reach_the_engine(smollm2_tokenizer):
     assert bad.status_code == 400 and "not among the request's tools" in bad.json()["error"]["message"]
     assert n2.status_code == 400 and n2.json()["error"]["code"] == "invalid_request"
     assert len(fake.requests) == 4  # the bad requests never reached the engine
+    # every turn sampled under a grammar says so: its logprobs are the constrained distribution's
+    assert [t.logprobs_constrained for t in gw.trajectory("p").turns] == [True, True, True, False]
+
+
+async def test_a_plain_turn_and_a_text_response_format_are_not_constrained(smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    async with gateway_over_fake(tok) as (fake, gw), httpx.AsyncClient(timeout=30) as c:
+        fake.default = lambda prompt: Scripted(completion_ids=ids(tok, "fine"))
+        url = gw.session_base_url("q") + "/chat/completions"
+        base = {"messages": [{"role": "user", "content": "hi"}]}
+        await c.post(url, json=base)
+        await c.post(url, json={**base, "response_format": {"type": "text"}, "tools": TOOLS, "tool_choice": "auto"})
+        await c.post(url, json={**base, "stream": True, "structured_outputs": {"regex": "fi.*"}})
+    assert [t.logprobs_constrained for t in gw.trajectory("q").turns] == [False, False, True]
 
 
 async def test_engine_5xx_is_retried(smollm2_tokenizer):

@@ -94,7 +94,7 @@ class ChatHandler:
 
     def _record(
         self, session: TitoSession, plan: PromptPlan, ids: list[int], logprobs: list[float] | None, reason: str | None, parsed: ParsedOutput,
-        policy_version: int | None = None,
+        policy_version: int | None = None, constrained: bool = False,
     ) -> dict[str, Any]:
         reply = self._reply(parsed)
         session.record(
@@ -106,8 +106,19 @@ class ChatHandler:
             tool_calls=len(parsed.tool_calls),
             tool_call_parse_failures=parsed.parse_failures,
             policy_version=policy_version,
+            logprobs_constrained=constrained,
         )
         return reply
+
+    @staticmethod
+    def _constrained(req: ChatCompletionRequest) -> bool:
+        """Whether the engine samples under a grammar (a forced tool call, structured outputs, a response format):
+        then its logprobs are the constrained distribution's, not the model's own."""
+        fields = {**(req.model_extra or {}), **req.model_dump(exclude_unset=True)}
+        fmt = fields.get("response_format")
+        if fields.get("structured_outputs") is not None or (fmt is not None and (fmt or {}).get("type") != "text"):
+            return True
+        return bool(req.tools) and req.forced_tool() is not None
 
     async def complete(self, request: Request, session: TitoSession) -> Response:
         """Answer ``request`` (an OpenAI chat completion, streamed or not) in ``session``."""
@@ -189,7 +200,7 @@ class ChatHandler:
         if result.prompt_ids is not None and result.prompt_ids != plan.prompt_ids:
             session.notes.append(f"turn {len(session.turns)}: engine echoed prompt ids that differ from those sent")
         reply = self._record(session, plan, result.completion_ids, result.logprobs, result.finish_reason, parsed,
-                             result.policy_version)
+                             result.policy_version, self._constrained(req))
         choice: dict[str, Any] = {
             "index": 0,
             "message": reply,
@@ -300,7 +311,8 @@ class ChatHandler:
                 yield chunk(tail)
             if parsed.tool_calls:
                 yield chunk({"tool_calls": [c.openai(index=i) for i, c in enumerate(parsed.tool_calls)]})
-            self._record(session, plan, ids, logprobs if len(logprobs) == len(ids) else None, engine_reason, parsed)
+            self._record(session, plan, ids, logprobs if len(logprobs) == len(ids) else None, engine_reason, parsed,
+                         constrained=self._constrained(req))
             yield chunk({}, finish=self._finish_reason(engine_reason, parsed))
             if (req.stream_options or {}).get("include_usage"):
                 yield sse(

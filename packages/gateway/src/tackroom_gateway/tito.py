@@ -114,6 +114,7 @@ class RecordedTurn(BaseModel):
     tool_calls: int = 0
     tool_call_parse_failures: int = 0
     policy_version: int | None = None
+    logprobs_constrained: bool = False
 
     def token_turn(self) -> TokenTurn:
         return TokenTurn(
@@ -123,6 +124,7 @@ class RecordedTurn(BaseModel):
             finish_reason=self.finish_reason,
             branch=self.branch,
             policy_version=self.policy_version,
+            logprobs_constrained=self.logprobs_constrained,
         )
 
 
@@ -318,6 +320,7 @@ class TitoSession:
         tool_calls: int = 0,
         tool_call_parse_failures: int = 0,
         policy_version: int | None = None,
+        logprobs_constrained: bool = False,
     ) -> RecordedTurn:
         """Add a finished engine call; decides its branch now (other calls may have finished meanwhile)."""
         self._last_outcome = None
@@ -357,6 +360,7 @@ class TitoSession:
             tool_calls=tool_calls,
             tool_call_parse_failures=tool_call_parse_failures,
             policy_version=policy_version,
+            logprobs_constrained=logprobs_constrained,
         )
         self.turns.append(turn)
         self.tips[branch] = index

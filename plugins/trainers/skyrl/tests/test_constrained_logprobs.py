@@ -55,6 +55,9 @@ def test_the_mismatch_leaves_constrained_tokens_out_and_reports_them_apart() -> 
     plain.pop(CONSTRAINED_KEY)
     unmarked = mismatch(batch_from_output(plain, [1.0], ["a"], "token_mean"), TRAINER)
     assert unmarked["mismatch_mean"] == pytest.approx((6.0 + 0.1 + 0.05) / 3) and "constrained_tokens" not in unmarked
+    every = dict(OUT, **{CONSTRAINED_KEY: [[1, 1, 0, 1]]})  # every trained token constrained: nothing to compare
+    m = mismatch(batch_from_output(every, [1.0], ["a"], "token_mean"), TRAINER)
+    assert m["mismatch_mean"] is None and m["mismatch_max"] is None and m["constrained_tokens"] == 3
 
 
 def test_the_trainers_own_logprob_is_the_reference_where_the_samplers_was_constrained() -> None:

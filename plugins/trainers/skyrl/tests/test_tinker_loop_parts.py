@@ -131,3 +131,16 @@ def test_the_run_log_writes_steps_trajectories_and_the_curve(tmp_path: Path) -> 
     assert log.finish(title="t").read_bytes()[:4] == b"\x89PNG"
     assert "WARNING" in lines[0] and "dropped" in lines[1] and "no learning signal" in lines[2]
     assert lines[-1].startswith("step  mean_reward")
+
+
+def test_a_step_whose_trained_tokens_were_all_constrained_says_why_no_mismatch_was_measured(tmp_path: Path) -> None:
+    lines: list[str] = []
+    log = RunLog(tmp_path, steps_total=1, max_staleness=0, mismatch_warn=0.1, log=lines.append)
+    batch = _rollout([1.0, 0.0], [[1, 1], [1, 1]], ["a", "a"])
+    log.step(Trained(Sampled(1, 0, batch, 4.0), step=1, staleness=0, changed=True, train_s=9.0),
+             StepRecord(step=1, batch=1, version=0, staleness=0, mean_reward=0.5, trained_trials=2, masked_trials=0,
+                        mismatch_constrained=0.586))
+    assert "not measured: every trained token was sampled under a grammar" in lines[0] and "0.586" in lines[0]
+    assert "WARNING" not in lines[0] and log.warnings == 0 and log.mismatch_mean is None
+    step = json.loads((tmp_path / "steps.jsonl").read_text())
+    assert step["mismatch_mean"] is None and step["mismatch_constrained"] == 0.586

@@ -278,15 +278,19 @@ def reduced_loss(data: list[Any], outputs: list[dict[str, Any]]) -> float:
     return total / max(len(data), 1)
 
 
-def mismatch(batch: Batch, trainer_logprobs: list[list[float]]) -> dict[str, float]:
+def mismatch(batch: Batch, trainer_logprobs: list[list[float]]) -> dict[str, float | None]:
     """Mean and max |trainer − rollout| logprob over the trained tokens (the guide's Step 2 check), leaving out the
     tokens sampled under a grammar, whose logprobs are the constrained distribution's: their mean gap (the
-    grammar's renormalisation, not an error) is ``mismatch_constrained_mean`` with their count."""
+    grammar's renormalisation, not an error) is ``mismatch_constrained_mean`` with their count. When every trained
+    token was constrained the mismatch is None: there is nothing to compare the two programs on."""
     diffs, held = [], []
     for row, lp in zip(batch.rows, trainer_logprobs):
         for j, (m, rollout) in enumerate(zip(row.mask, row.rollout_logprobs)):
             if m:
                 (held if row.is_constrained(j) else diffs).append(abs(float(lp[row.start + j]) - rollout))
+    if held and not diffs:  # every trained token was constrained: nothing the two programs can be compared on
+        return {"mismatch_mean": None, "mismatch_max": None, "mismatch_constrained_mean": mean(held),
+                "constrained_tokens": float(len(held))}
     out = {"mismatch_mean": mean(diffs) if diffs else 0.0, "mismatch_max": max(diffs) if diffs else 0.0}
     if held:
         out |= {"mismatch_constrained_mean": mean(held), "constrained_tokens": float(len(held))}

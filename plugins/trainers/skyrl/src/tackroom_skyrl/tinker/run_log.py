@@ -88,6 +88,10 @@ class RunLog:
         if record.no_signal_trials:
             line += ("\n  every group's rewards are equal: no learning signal, "
                      "no optimiser step (the weights stay as they are)")
+        if record.mismatch_mean is None and record.mismatch_constrained is not None:
+            line += (", |trainer-rollout| logprob not measured: every trained token was sampled under a grammar (the "
+                     f"engine's logprobs are the constrained distribution's, {record.mismatch_constrained:.3f} from the "
+                     "trainer's; the trainer's own stand in)")
         if record.mismatch_mean is not None:
             line += (f", |trainer-rollout| logprob {record.mismatch_mean:.4f} (max {record.mismatch_max:.3f}"
                      f"{'' if done.staleness == 0 else ', across %d version(s)' % done.staleness})")

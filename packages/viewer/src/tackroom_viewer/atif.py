@@ -98,7 +98,9 @@ def _turn_metrics(turn: TokenTurn) -> AtifMetrics:
     return AtifMetrics(prompt_tokens=len(turn.prompt_ids), completion_tokens=len(turn.completion_ids),
                        prompt_token_ids=list(turn.prompt_ids), completion_token_ids=list(turn.completion_ids),
                        logprobs=None if turn.logprobs is None else list(turn.logprobs),
-                       extra={"finish_reason": turn.finish_reason, "branch": turn.branch})
+                       extra={"finish_reason": turn.finish_reason, "branch": turn.branch,
+                              "policy_version": turn.policy_version,
+                              "logprobs_constrained": turn.logprobs_constrained})
 
 
 class _StepsBuilder:
@@ -264,7 +266,9 @@ def from_atif(document: dict[str, Any]) -> ImportedTrial:
     try:
         turns = [TokenTurn(prompt_ids=s.metrics.prompt_token_ids, completion_ids=s.metrics.completion_token_ids,
                            logprobs=s.metrics.logprobs, finish_reason=(s.metrics.extra or {}).get("finish_reason"),
-                           branch=(s.metrics.extra or {}).get("branch") or 0)
+                           branch=(s.metrics.extra or {}).get("branch") or 0,
+                           policy_version=(s.metrics.extra or {}).get("policy_version"),
+                           logprobs_constrained=bool((s.metrics.extra or {}).get("logprobs_constrained")))
                  for s in doc.steps if s.source == "agent" and s.metrics is not None
                  and s.metrics.prompt_token_ids is not None and s.metrics.completion_token_ids is not None]
         if ours is not None:

@@ -83,3 +83,70 @@ def test_the_custom_loss_takes_the_trainers_logprob_on_constrained_tokens() -> N
     direct, _ = spec.load()(lp, reference, torch.ones(1, 4), spec.Options(), mask, reference,
                             aggregation="token_mean", group_ids=torch.tensor([0]), num_groups=1)
     assert loss.item() == pytest.approx(direct.item(), rel=1e-5)
+
+
+def test_a_step_with_only_constrained_tokens_measures_the_mismatch_on_a_free_sample() -> None:
+    """Every trained token constrained: the engine completes the first trained prompt freely with the batch's
+    version, the trainer scores those ids before its optimiser step, and that is the step's mismatch."""
+    import asyncio
+
+    from tackroom_skyrl.tinker.step_trainer import StepTrainer
+
+    class Client:
+        forwards: list = []
+
+        async def forward(self, data, what):
+            Client.forwards.append((len(data), what))
+            return [[0.0, -0.45, -1.2, -0.3]] * len(data)  # target positions: the sample starts at 1
+
+    asked = []
+
+    async def free_sample(version, prompt):
+        asked.append((version, prompt))
+        return [5, 6, 7], [-0.5, -1.0, -0.3]
+
+    trainer = StepTrainer(Client(), None, aggregation="token_mean", learning_rate=1e-3, normalize_advantages=True,
+                          micro_batch=2)
+    every = dict(OUT, **{CONSTRAINED_KEY: [[1, 1, 0, 1]]})
+    batch = batch_from_output(every, [1.0], ["a"], "token_mean")
+    assert asyncio.run(trainer.free_mismatch(batch, 3, 0, 1)) is None  # no engine: nothing to measure on
+    trainer.free_sample = free_sample
+    m = asyncio.run(trainer.free_mismatch(batch, 3, 0, 1))
+    assert asked == [(3, [1, 2])] and Client.forwards == [(2, "step 1: forward (free sample)")]  # one micro-batch
+    assert m["mismatch_mean"] == pytest.approx((0.05 + 0.2 + 0.0) / 3) and m["mismatch_max"] == pytest.approx(0.2)
+    # a step with free tokens, or one behind the engine's version, measures on its own tokens
+    assert asyncio.run(trainer.free_mismatch(_batch(), 3, 0, 1)) is None
+    assert asyncio.run(trainer.free_mismatch(batch, 3, 1, 1)) is None
+
+
+@pytest.mark.parametrize("answer,error", [
+    ({"choices": [{"token_ids": [5, 6], "logprobs": {"token_logprobs": [-0.5, -1.0]}}]}, None),
+    ({"error": "adapter gone"}, "free sample for the mismatch failed"),
+    ({"choices": [{"token_ids": [5, 6], "logprobs": {"token_logprobs": [-0.5]}}]}, "2 ids and 1 logprobs"),
+])
+def test_the_engines_free_sample_asks_the_versions_adapter_without_a_grammar(tmp_path, answer, error) -> None:
+    import asyncio
+    import json
+
+    import httpx
+
+    from tackroom_skyrl.tinker.engine_sampling import EngineSampling, EngineSamplingError
+
+    sent = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200 if "choices" in answer else 404, json=answer)
+
+    engine = EngineSampling(tmp_path / "run", "m", engine_url="http://engine")
+    engine.adapters = {2: "run-v2"}
+    engine._client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
+    if error is None:
+        assert asyncio.run(engine.free_sample(2, [1, 2, 3])) == ([5, 6], [-0.5, -1.0])
+    else:
+        with pytest.raises(EngineSamplingError, match=error):
+            asyncio.run(engine.free_sample(2, [1, 2, 3]))
+    assert sent[0]["model"] == "run-v2" and sent[0]["prompt"] == [1, 2, 3]
+    assert "structured_outputs" not in sent[0] and sent[0]["temperature"] == 1.0
+    with pytest.raises(EngineSamplingError, match="version 7 is not loaded"):
+        asyncio.run(engine.free_sample(7, [1]))

@@ -188,6 +188,29 @@ class EngineSampling:
                                       f"{sorted(self.adapters)})")
         self.version, self.adapter = version, self.adapters[version]
 
+    async def free_sample(self, version: int, prompt_ids: list[int], max_tokens: int = 24) -> tuple[list[int], list[float]]:
+        """A completion of ``prompt_ids`` by ``version``'s adapter with no grammar (temperature 1, a fixed seed), and
+        its logprobs: what the trainer's forward on the same ids must agree with when every trained token of a
+        step was sampled under a grammar (whose logprobs are not the model's own)."""
+        if version not in self.adapters:
+            raise EngineSamplingError(f"policy version {version} is not loaded in the engine")
+        assert self._client is not None
+        body = {"model": self.adapters[version], "prompt": list(prompt_ids), "max_tokens": max_tokens,
+                "temperature": 1.0, "seed": 1234, "logprobs": 0, "return_token_ids": True}
+        try:
+            r = await self._client.post(f"{self.engine_url}/v1/completions", json=body)
+            r.raise_for_status()
+            choice = r.json()["choices"][0]
+            ids = [int(i) for i in choice["token_ids"]]
+            logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]
+        except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
+            self.failures.append(f"free sample: {type(exc).__name__}: {exc}")
+            raise EngineSamplingError(f"the engine's free sample for the mismatch failed: {type(exc).__name__}: "
+                                      f"{exc}") from exc
+        if len(ids) != len(logprobs):
+            raise EngineSamplingError(f"the engine's free sample has {len(ids)} ids and {len(logprobs)} logprobs")
+        return ids, logprobs
+
     # -- the proxy ----------------------------------------------------------------------
     async def _health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "model": self.model_name})

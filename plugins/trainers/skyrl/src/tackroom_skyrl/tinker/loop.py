@@ -221,6 +221,8 @@ async def _train_with(config: TrainConfig, run_dir: Path, call: TinkerCalls, ser
     trainer = StepTrainer(client, loss_path(loss, knobs, client, micro_batch=micro_batch),
                           aggregation=loss.aggregation, learning_rate=lr,
                           normalize_advantages=settings.normalize_advantages, micro_batch=micro_batch)
+    if engine is not None:
+        trainer.free_sample = engine.free_sample
     model_name = config.model.served_name or "tackroom-tinker"
     steps_total = total_steps(config, len(rows))
     sampler = await _sampler(config, client, service, tokenizer, model_name, engine, log)

@@ -35,6 +35,9 @@ class StepRecord(BaseModel):
     mismatch_constrained: float | None = None
     """Mean |trainer − sampler| logprob over the trained tokens sampled under a grammar (structured outputs), left
     out of :attr:`mismatch_mean`: the grammar's renormalisation, which the trainer's own logprobs replace."""
+    mismatch_free_sample: bool = False
+    """:attr:`mismatch_mean` was measured on a free sample of the batch's version (every trained token of the step
+    was sampled under a grammar), not on the trained tokens."""
     mismatch_flagged: bool = False
     """Whether :attr:`mismatch_mean` was above ``[train] logprob_mismatch_warn``."""
     loss: float | None = None

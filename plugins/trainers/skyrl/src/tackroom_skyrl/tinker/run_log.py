@@ -95,7 +95,10 @@ class RunLog:
         if record.mismatch_mean is not None:
             line += (f", |trainer-rollout| logprob {record.mismatch_mean:.4f} (max {record.mismatch_max:.3f}"
                      f"{'' if done.staleness == 0 else ', across %d version(s)' % done.staleness})")
-            if record.mismatch_constrained is not None:
+            if record.mismatch_free_sample:
+                line += (" on a free sample of the same version (every trained token was sampled under a grammar, "
+                         f"{record.mismatch_constrained:.3f} from the trainer's there; the trainer's own stand in)")
+            elif record.mismatch_constrained is not None:
                 line += (f" [grammar-constrained tokens left out: their sampler logprobs differ by "
                          f"{record.mismatch_constrained:.3f}; the trainer's own stand in]")
             if done.staleness == 0:

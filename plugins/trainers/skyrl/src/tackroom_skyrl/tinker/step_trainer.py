@@ -19,6 +19,7 @@ The loss path is chosen once per run from ``[loss]``, ``[tinker] loss_fn`` and `
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ from tackroom_skyrl.config import TrainConfig, TrainKnobs
 from tackroom_skyrl.tinker.client import TrainingClient
 from tackroom_skyrl.tinker.datums import (
     Batch,
+    Row,
     TackroomLoss,
     batch_from_output,
     datums,
@@ -183,6 +185,9 @@ class StepTrainer:
         self.normalize_advantages = normalize_advantages
         self.micro_batch = micro_batch
         """SkyRL's ``train_micro_batch_size`` (0: the server runs a batch fused); rows sent come in multiples."""
+        self.free_sample: Callable[[int, list[int]], Awaitable[tuple[list[int], list[float]]]] | None = None
+        """The engine's unconstrained completion of a prompt by a version (:meth:`EngineSampling.free_sample`): the
+        mismatch of a step whose trained tokens were all sampled under a grammar is measured on it."""
 
     def batch(self, rollout: RolloutBatch) -> Batch:
         """The rows with their GRPO advantages (masked rows keep advantage 0 and an all-zero mask)."""
@@ -212,16 +217,40 @@ class StepTrainer:
         record.tool_call_success = episode.get("tackroom/episode/tool_call_success")
         if trains:
             outcome = await self.path.forward_backward(batch, step)
+            free = await self.free_mismatch(batch, sampled.version, staleness, step)
             await self.client.optim_step(self.learning_rate, f"step {step}: optim_step")
         elif batch.trained_rows:
             outcome = await self.probe(batch, step)
+            free = await self.free_mismatch(batch, sampled.version, staleness, step)
         else:
             return trains, record
         record.loss, record.sent_rows, record.loss_metrics = outcome.loss, outcome.sent_rows, outcome.metrics
         measured = mismatch(outcome.measured, outcome.trainer_logprobs)
         record.mismatch_mean, record.mismatch_max = measured["mismatch_mean"], measured["mismatch_max"]
         record.mismatch_constrained = measured.get("mismatch_constrained_mean")
+        if record.mismatch_mean is None and free is not None:
+            record.mismatch_mean, record.mismatch_max = free["mismatch_mean"], free["mismatch_max"]
+            record.mismatch_free_sample = True
         return trains, record
+
+    async def free_mismatch(self, batch: Batch, version: int, staleness: int, step: int) -> dict[str, Any] | None:
+        """When every trained token was sampled under a grammar, the engine-vs-trainer mismatch on a free sample:
+        the engine completes the first trained row's prompt with the same version and no grammar, and the trainer
+        (still on that version's weights: before the optimiser step, staleness 0) scores the same ids. None when
+        there is nothing to measure it for, or no engine."""
+        if self.free_sample is None or staleness != 0 or not batch.has_constrained:
+            return None
+        rows = [r for r in batch.rows if any(r.mask)]
+        if not rows or any(m and not r.is_constrained(j) for r in rows for j, m in enumerate(r.mask)):
+            return None
+        prompt = rows[0].prompt_ids
+        ids, logprobs = await self.free_sample(version, prompt)
+        if not ids:
+            return None
+        row = Row(list(prompt), ids, [1] * len(ids), logprobs, 0.0, "free-sample")
+        probe = Batch([row] * max(self.micro_batch, 1), self.aggregation)  # one micro-batch: no new shape
+        trainer = await self.client.forward(datums(probe, with_advantages=False), f"step {step}: forward (free sample)")
+        return mismatch(Batch([row], self.aggregation), trainer[:1])
 
     async def probe(self, batch: Batch, step: int) -> LossOutcome:
         """A step without learning signal: no optimiser step, but a forward on one micro-batch of trained rows

@@ -111,14 +111,11 @@ class ChatHandler:
         return reply
 
     @staticmethod
-    def _constrained(req: ChatCompletionRequest) -> bool:
-        """Whether the engine samples under a grammar (a forced tool call, structured outputs, a response format):
-        then its logprobs are the constrained distribution's, not the model's own."""
-        fields = {**(req.model_extra or {}), **req.model_dump(exclude_unset=True)}
-        fmt = fields.get("response_format")
-        if fields.get("structured_outputs") is not None or (fmt is not None and (fmt or {}).get("type") != "text"):
-            return True
-        return bool(req.tools) and req.forced_tool() is not None
+    def _constrained(body: dict[str, Any]) -> bool:
+        """Whether the engine body (:meth:`_engine_body`) samples under a grammar (a forced tool call, structured
+        outputs, a response format): then its logprobs are the constrained distribution's, not the model's own."""
+        fmt = body.get("response_format")
+        return body.get("structured_outputs") is not None or (isinstance(fmt, dict) and fmt.get("type") != "text")
 
     async def complete(self, request: Request, session: TitoSession) -> Response:
         """Answer ``request`` (an OpenAI chat completion, streamed or not) in ``session``."""
@@ -140,7 +137,7 @@ class ChatHandler:
             task = asyncio.ensure_future(self.backend.engine.complete(body))
             result = await self._engine_answer(request, session, task, self.store.track(session, task), task)
             self.backend.liveness.answered()
-            return JSONResponse(self._chat_response(req, session, plan, result))
+            return JSONResponse(self._chat_response(req, session, plan, result, self._constrained(body)))
         except (ClientGone, ClientDisconnect):
             return Response(status_code=499)  # nobody reads it; uvicorn drops it
         except EngineRequestInterruptedError:
@@ -193,14 +190,15 @@ class ChatHandler:
         raise ClientGone
 
     def _chat_response(
-        self, req: ChatCompletionRequest, session: TitoSession, plan: PromptPlan, result: EngineCompletion
+        self, req: ChatCompletionRequest, session: TitoSession, plan: PromptPlan, result: EngineCompletion,
+        constrained: bool = False,
     ) -> dict[str, Any]:
         assert self.backend.parser is not None
         parsed = self.backend.parser.parse(result.text, parse_tools=req.parse_tools)
         if result.prompt_ids is not None and result.prompt_ids != plan.prompt_ids:
             session.notes.append(f"turn {len(session.turns)}: engine echoed prompt ids that differ from those sent")
         reply = self._record(session, plan, result.completion_ids, result.logprobs, result.finish_reason, parsed,
-                             result.policy_version, self._constrained(req))
+                             result.policy_version, constrained)
         choice: dict[str, Any] = {
             "index": 0,
             "message": reply,
@@ -241,7 +239,7 @@ class ChatHandler:
         if isinstance(first, BaseException):
             raise first
         return StreamingResponse(
-            self._sse_events(req, session, plan, queue, pump, entry, first),
+            self._sse_events(req, session, plan, queue, pump, entry, first, self._constrained(body)),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -255,6 +253,7 @@ class ChatHandler:
         pump: asyncio.Future[None],
         entry: OpenRequest,
         first: Any,
+        constrained: bool = False,
     ) -> AsyncIterator[bytes]:
         assert self.backend.parser is not None
         stream_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -312,7 +311,7 @@ class ChatHandler:
             if parsed.tool_calls:
                 yield chunk({"tool_calls": [c.openai(index=i) for i, c in enumerate(parsed.tool_calls)]})
             self._record(session, plan, ids, logprobs if len(logprobs) == len(ids) else None, engine_reason, parsed,
-                         constrained=self._constrained(req))
+                         constrained=constrained)
             yield chunk({}, finish=self._finish_reason(engine_reason, parsed))
             if (req.stream_options or {}).get("include_usage"):
                 yield sse(

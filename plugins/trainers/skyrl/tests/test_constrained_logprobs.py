@@ -115,8 +115,16 @@ def test_a_step_with_only_constrained_tokens_measures_the_mismatch_on_a_free_sam
     assert asked == [(3, [1, 2])] and Client.forwards == [(2, "step 1: forward (free sample)")]  # one micro-batch
     assert m["mismatch_mean"] == pytest.approx((0.05 + 0.2 + 0.0) / 3) and m["mismatch_max"] == pytest.approx(0.2)
     # a step with free tokens, or one behind the engine's version, measures on its own tokens
-    assert asyncio.run(trainer.free_mismatch(_batch(), 3, 0, 1)) is None
+    from tackroom_skyrl.tinker.step_trainer import LossOutcome
+
+    asked.clear()
+    own = asyncio.run(trainer.measure(LossOutcome(None, _batch(), TRAINER), 3, 0, 1))
+    assert own["mismatch_mean"] == pytest.approx(0.05) and "free_sample" not in own and asked == []
     assert asyncio.run(trainer.free_mismatch(batch, 3, 1, 1)) is None
+    stale = asyncio.run(trainer.measure(LossOutcome(None, batch, [[0.0] * 5]), 3, 1, 1))
+    assert stale["mismatch_mean"] is None and asked == []
+    fresh = asyncio.run(trainer.measure(LossOutcome(None, batch, [[0.0] * 5]), 3, 0, 1))
+    assert fresh["free_sample"] is True and fresh["mismatch_mean"] == pytest.approx(m["mismatch_mean"])
 
 
 @pytest.mark.parametrize("answer,error", [

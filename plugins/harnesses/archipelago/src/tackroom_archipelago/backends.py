@@ -56,7 +56,7 @@ class CompletionsBackend:
 
     def __init__(self, policy: Policy, template: ChatTemplate, parser: ToolParser, *, context_length: int | None,
                  sampling: dict[str, Any], max_tokens_per_turn: int | None, timeout: float,
-                 constrained_logprobs: str = "model") -> None:
+                 constrained_logprobs: str = "sampler") -> None:
         self.constrained_logprobs = constrained_logprobs
         self.engine = EngineClient(EngineSettings(base_url=policy.base_url, model=None if policy.model == "default" else policy.model,
                                                   api_key=policy.api_key, timeouts=EngineTimeouts(read=timeout)))

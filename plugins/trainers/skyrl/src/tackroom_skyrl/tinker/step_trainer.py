@@ -217,31 +217,39 @@ class StepTrainer:
         record.tool_call_success = episode.get("tackroom/episode/tool_call_success")
         if trains:
             outcome = await self.path.forward_backward(batch, step)
-            free = await self.free_mismatch(batch, sampled.version, staleness, step)
+            measured = await self.measure(outcome, sampled.version, staleness, step)  # before the weights move
             await self.client.optim_step(self.learning_rate, f"step {step}: optim_step")
         elif batch.trained_rows:
             outcome = await self.probe(batch, step)
-            free = await self.free_mismatch(batch, sampled.version, staleness, step)
+            measured = await self.measure(outcome, sampled.version, staleness, step)
         else:
             return trains, record
         record.loss, record.sent_rows, record.loss_metrics = outcome.loss, outcome.sent_rows, outcome.metrics
-        measured = mismatch(outcome.measured, outcome.trainer_logprobs)
         record.mismatch_mean, record.mismatch_max = measured["mismatch_mean"], measured["mismatch_max"]
         record.mismatch_constrained = measured.get("mismatch_constrained_mean")
-        if record.mismatch_mean is None and free is not None:
-            record.mismatch_mean, record.mismatch_max = free["mismatch_mean"], free["mismatch_max"]
-            record.mismatch_free_sample = True
+        record.mismatch_free_sample = bool(measured.get("free_sample"))
         return trains, record
 
+    async def measure(self, outcome: LossOutcome, version: int, staleness: int, step: int) -> dict[str, Any]:
+        """The step's :func:`~.datums.mismatch`; when every trained token was constrained (no mismatch on them),
+        the one :meth:`free_mismatch` measures instead, marked ``free_sample``."""
+        measured: dict[str, Any] = mismatch(outcome.measured, outcome.trainer_logprobs)
+        if measured["mismatch_mean"] is None:
+            free = await self.free_mismatch(outcome.measured, version, staleness, step)
+            if free is not None:
+                measured |= {"mismatch_mean": free["mismatch_mean"], "mismatch_max": free["mismatch_max"],
+                             "free_sample": True}
+        return measured
+
     async def free_mismatch(self, batch: Batch, version: int, staleness: int, step: int) -> dict[str, Any] | None:
-        """When every trained token was sampled under a grammar, the engine-vs-trainer mismatch on a free sample:
-        the engine completes the first trained row's prompt with the same version and no grammar, and the trainer
-        (still on that version's weights: before the optimiser step, staleness 0) scores the same ids. None when
-        there is nothing to measure it for, or no engine."""
-        if self.free_sample is None or staleness != 0 or not batch.has_constrained:
+        """The engine-vs-trainer mismatch on a free sample, for a step whose trained tokens were all sampled under
+        a grammar: the engine completes the first trained row's prompt with the same version and no grammar, and
+        the trainer (still on that version's weights: before the optimiser step, staleness 0) scores the same ids.
+        None without an engine or at staleness ≥ 1."""
+        if self.free_sample is None or staleness != 0:
             return None
         rows = [r for r in batch.rows if any(r.mask)]
-        if not rows or any(m and not r.is_constrained(j) for r in rows for j, m in enumerate(r.mask)):
+        if not rows:
             return None
         prompt = rows[0].prompt_ids
         ids, logprobs = await self.free_sample(version, prompt)

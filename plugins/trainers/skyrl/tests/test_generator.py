@@ -20,6 +20,7 @@ from tackroom import SandboxError, Trajectory, TrialResult
 from tackroom_gateway import load_tokenizer
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.generator import TackroomGenerator
+from tackroom_skyrl.tinker.datums import CONSTRAINED_KEY
 from tackroom_skyrl.masking import RowOutcome, decide_group
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "tasks"
@@ -83,7 +84,7 @@ async def test_generator_output_contract_on_the_real_engine(tmp_path, engine_url
     finally:
         await generator.aclose()
 
-    assert set(out) == GENERATOR_OUTPUT_KEYS
+    assert set(out) == GENERATOR_OUTPUT_KEYS | {CONSTRAINED_KEY}, "SkyRL's keys, and the grammar marks always"
     results, trajectories = read_run(generator)
     assert next(generator.run_root.iterdir()).name.startswith("step00003-")
     n = 2
@@ -103,7 +104,10 @@ async def test_generator_output_contract_on_the_real_engine(tmp_path, engine_url
         assert prompt == traj.turns[0].prompt_ids, "the prompt is exactly what the engine saw first"
         assert mask == traj.loss_mask[first:] and mask[0] == 1
         assert response[: len(traj.turns[0].completion_ids)] == traj.turns[0].completion_ids
-        assert len(logprobs) == len(response) == len(mask)
+        assert len(logprobs) == len(response) == len(mask) == len(out[CONSTRAINED_KEY][i])
+        # structured outputs: each turn's logprobs came from under the grammar, and the marks say so per token
+        assert all(t.logprobs_constrained for t in traj.turns)
+        assert [f for f, m in zip(out[CONSTRAINED_KEY][i], mask) if m] == [1] * sum(mask)
         assert logprobs == traj.logprobs[first:]
         generated = [lp for lp, m in zip(logprobs, mask) if m]
         assert all(lp <= 0.0 for lp in generated) and any(lp < 0.0 for lp in generated)
@@ -170,6 +174,8 @@ async def test_task_error_masks_the_group_and_infra_is_retried_then_masked(tmp_p
     assert m["tackroom/masked_trials"] == 4 and m["tackroom/trials"] == 4
     # masked rows still carry a well-formed sequence: the rendered prompt and one masked token
     assert all(len(r) == 1 and len(p) > 5 for p, r in zip(out["prompt_token_ids"], out["response_ids"]))
+    # nothing ran under a grammar: the marks are there (SkyRL concatenates groups by the first one's keys), all 0
+    assert out[CONSTRAINED_KEY] == [[0]] * 4
 
 
 async def test_timeouts_mask_themselves_or_the_whole_group(tmp_path):

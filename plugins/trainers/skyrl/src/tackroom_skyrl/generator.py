@@ -246,8 +246,9 @@ class TackroomGenerator(GeneratorInterface):
             trajectory_generation_times=times, trajectory_time_splits=None, rollout_expert_indices=None,
             rollout_sample_support=None, is_last_step=None, env_metrics=None, pixel_values=None, image_grid_thw=None,
         )
-        if any(map(any, constrained)):  # only then: SkyRL's own trainer (the GPU path) does not know the key
-            output[CONSTRAINED_KEY] = constrained  # type: ignore[literal-required]
+        # Always present, zeros when nothing was constrained: SkyRL's trainer passes extra list keys through and
+        # concatenates groups by the first group's keys, so a key only some groups carry would break it.
+        output[CONSTRAINED_KEY] = constrained  # type: ignore[literal-required]
         return output
 
     @staticmethod

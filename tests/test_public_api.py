@@ -142,7 +142,8 @@ FOR_DRIVERS = {
     "register_secrets_in", "load_dataset", "Dataset", "TaskLoadFailure", "TrialRuntime", "TrialPlugins",
     "TrialErrorInfo", "run_config", "policy_routing", "policy_gateway", "gateway_sessions", "wants_gateway",
     "sandbox_spec", "claim_run_dir", "has_results", "task_changes", "tasks_fingerprint", "unique_trials",
-    "validated_run_id", "slug", "run_to_completion", "print_error", "TERMINATED_EXIT_CODE", "NetworkDefaults",
+    "validated_run_id", "slug", "run_to_completion", "print_error", "TERMINATED_EXIT_CODE", "INTERRUPTED_EXIT_CODE",
+    "NetworkDefaults",
 }
 """``tackroom.app``: what an application that runs trials needs beyond ``tackroom`` (whose values it passes on)."""
 

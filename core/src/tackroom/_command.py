@@ -15,41 +15,42 @@ T = TypeVar("T")
 
 TERMINATED_EXIT_CODE = 143
 """What a command stopped by SIGTERM exits with (128 + 15, as a shell reports it)."""
+INTERRUPTED_EXIT_CODE = 130
+"""What a command stopped by Ctrl-C (SIGINT) exits with, after its cleanup: one line on stderr, no traceback."""
 
 
 def run_to_completion(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)`` where SIGTERM stops the work the way Ctrl-C does: the main task is cancelled, so
-    every ``finally`` runs (sandboxes torn down, engines and Tinker servers stopped), then the process exits
-    with :data:`TERMINATED_EXIT_CODE`. Plain ``asyncio.run`` dies at once on SIGTERM (a scheduler's stop, a
-    ``timeout``), leaving what the run started behind."""
+    """``asyncio.run(main)`` where SIGTERM and Ctrl-C stop the work alike: the main task is cancelled, so every
+    ``finally`` runs (sandboxes torn down, engines and Tinker servers stopped), then one line on stderr says so
+    and the process exits with :data:`TERMINATED_EXIT_CODE` or :data:`INTERRUPTED_EXIT_CODE`, also when the work
+    swallowed the cancellation. Plain ``asyncio.run`` dies at once on SIGTERM (a scheduler's stop, a ``timeout``),
+    leaving what the run started behind. A SIGINT the parent process ignores stays ignored."""
     if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
         return asyncio.run(main)
-    terminated = False
+    stopped: list[tuple[int, str]] = []
+    ways = {signal.SIGTERM: (TERMINATED_EXIT_CODE, "terminated"), signal.SIGINT: (INTERRUPTED_EXIT_CODE, "interrupted")}
 
     async def guarded() -> T:
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         assert task is not None
-
-        def on_sigterm() -> None:
-            nonlocal terminated
-            terminated = True
-            task.cancel()
-
-        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        caught = [sig for sig in ways if signal.getsignal(sig) is not signal.SIG_IGN or sig == signal.SIGTERM]
+        for sig in caught:  # a second Ctrl-C cancels again: a cleanup that hangs is cut short
+            loop.add_signal_handler(sig, lambda sig=sig: (stopped.append(ways[sig]), task.cancel()))
         try:
             return await main
         finally:
-            loop.remove_signal_handler(signal.SIGTERM)
+            for sig in caught:
+                loop.remove_signal_handler(sig)
 
     try:
         result = asyncio.run(guarded())
     except asyncio.CancelledError:
-        if terminated:
-            raise SystemExit(TERMINATED_EXIT_CODE) from None
-        raise
-    if terminated:  # the work swallowed the cancellation; it was still told to stop
-        raise SystemExit(TERMINATED_EXIT_CODE)
+        if not stopped:
+            raise
+    if stopped:  # also when the work swallowed the cancellation: it was still told to stop
+        print_error(f"{stopped[0][1]}: what the run started has been stopped")
+        raise SystemExit(stopped[0][0]) from None
     return result
 
 

@@ -5,7 +5,7 @@ tests/test_public_api.py holds ``__all__`` to a declared list.
 """
 
 from tackroom._attempt import sandbox_spec
-from tackroom._command import TERMINATED_EXIT_CODE, print_error, run_to_completion
+from tackroom._command import INTERRUPTED_EXIT_CODE, TERMINATED_EXIT_CODE, print_error, run_to_completion
 from tackroom._config import (
     FieldError,
     NetworkDefaults,
@@ -94,4 +94,5 @@ __all__ = [
     "run_to_completion",
     "print_error",
     "TERMINATED_EXIT_CODE",
+    "INTERRUPTED_EXIT_CODE",
 ]

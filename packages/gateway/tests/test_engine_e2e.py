@@ -149,31 +149,38 @@ def private_engine(engine_url, tmp_path):
     model = Path(os.environ.get("TACKROOM_ENGINE_MODEL") or tk.cache_root() / "models" / "SmolLM2-135M-Instruct")
     if not python.is_file() or not model.is_dir():
         skip_or_fail(f"no engine venv/model to start a private engine from (looked for {python} and {model})")
-    port = _free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "auto", "VLLM_USE_AOT_COMPILE": "0"}
     log = (tmp_path / "engine.log").open("wb")
-    proc = subprocess.Popen(
-        [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",
-         "--port", str(port), "--max-model-len", "4096", "--served-model-name", "smollm2"],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}/v1"
+    proc = None
     try:
-        deadline = time.monotonic() + 420
-        while True:
-            try:
-                if httpx.get(url + "/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
+        # The free port is only free when asked: under xdist another test may take it before vLLM binds, so a start
+        # that dies of "Address already in use" is retried on a fresh port (CI hit this once).
+        for _attempt in range(3):
+            port = _free_port()
+            proc = subprocess.Popen(
+                [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",
+                 "--port", str(port), "--max-model-len", "4096", "--served-model-name", "smollm2"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+            )
+            url = f"http://127.0.0.1:{port}/v1"
+            deadline, up = time.monotonic() + 420, False
+            while not up and proc.poll() is None and time.monotonic() < deadline:
+                try:
+                    up = httpx.get(url + "/models", timeout=2).status_code == 200
+                except httpx.HTTPError:
+                    time.sleep(2)
+            if up:
+                break
+            if proc.poll() is None or "Address already in use" not in (tmp_path / "engine.log").read_text():
                 pytest.fail(f"private engine did not come up: {(tmp_path / 'engine.log').read_text()[-3000:]}")
-            time.sleep(2)
+        else:
+            pytest.fail(f"private engine found no free port in 3 tries: {(tmp_path / 'engine.log').read_text()[-3000:]}")
         yield url, proc
     finally:
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
+        if proc is not None:
+            proc.wait(timeout=60)
         log.close()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Generator
 from typing import Any
@@ -18,6 +19,20 @@ from typing import Any
 import uvicorn
 
 from tackroom import InfraError
+
+
+def _not_a_cancelled_request(record: logging.LogRecord) -> bool:
+    """False for uvicorn's "Exception in ASGI application" when the exception is a cancellation.
+
+    On Ctrl-C (or SIGTERM) the run is cancelled, and with it every request still being served: a gateway
+    mid-completion, a relay mid-tool-call. uvicorn logs each one as an error with a full traceback (a
+    training run printed 23 of them on one Ctrl-C), burying the one line that says it was interrupted.
+    """
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (isinstance(exc, asyncio.CancelledError) and str(record.msg).startswith("Exception in ASGI application"))
+
+
+logging.getLogger("uvicorn.error").addFilter(_not_a_cancelled_request)
 
 
 class _QuietServer(uvicorn.Server):
@@ -85,10 +100,15 @@ class InLoopServer:
             await asyncio.shield(self._task)
 
     async def stop(self, *, force: bool = False) -> None:
-        """Ask uvicorn to exit (``force``: without waiting for open connections); cancel it after ``stop_timeout_s``."""
+        """Ask uvicorn to exit (``force``: without waiting for open connections); cancel it after ``stop_timeout_s``.
+
+        A stop while the caller is being cancelled (Ctrl-C, SIGTERM, a run's timeout) is forced: the requests
+        still open belong to the work being cancelled, and waiting ``stop_timeout_s`` on them only delays the exit.
+        """
+        current = asyncio.current_task()
         if self._server is not None:
             self._server.should_exit = True
-            if force:
+            if force or (current is not None and current.cancelling()):
                 self._server.force_exit = True
         if self._task is not None:
             try:

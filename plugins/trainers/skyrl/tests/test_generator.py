@@ -20,8 +20,8 @@ from tackroom import SandboxError, Trajectory, TrialResult
 from tackroom_gateway import load_tokenizer
 from tackroom_skyrl.config import TrainConfig
 from tackroom_skyrl.generator import TackroomGenerator
-from tackroom_skyrl.tinker.datums import CONSTRAINED_KEY
 from tackroom_skyrl.masking import RowOutcome, decide_group
+from tackroom_skyrl.tinker.datums import CONSTRAINED_KEY
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "tasks"
 GENERATOR_OUTPUT_KEYS = set(GeneratorOutput.__annotations__)

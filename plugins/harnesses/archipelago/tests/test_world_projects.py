@@ -220,6 +220,33 @@ async def test_a_named_python_that_is_absent_fails_naming_it(tmp_path, monkeypat
         await install_world(sandbox, world, base="/opt/tackroom-world", cache_dir=tmp_path / "cache")
 
 
+DIES_AT_START = """
+[[servers]]
+name = "broken"
+command = ["python3", "-c", "import sys; print('loading the renderer', file=sys.stderr); raise ImportError('libGLfake.so.1: cannot open shared object file: No such file or directory')"]
+"""
+
+
+async def test_a_server_that_dies_at_start_is_named_with_its_own_last_words(tmp_path):
+    """A server that exits before listing its tools (a slim image without a library it loads, Mercor's code server
+    without its sandbox library) fails setup with an error naming it, quoting its own stderr and saying what is
+    missing, not the gateway's traceback."""
+    task = load_task(make_world(tmp_path, DIES_AT_START) / "tasks" / "t")
+    box = LocalSandboxProvider().create(sandbox_spec(task, "archipelago-projects"))
+    await box.start()
+    try:
+        harness = ArchipelagoHarness({"max_steps": 3, "gateway_startup_timeout_sec": 120})
+        with pytest.raises(WorldRuntimeError) as err:
+            await harness.setup(box, task)
+    finally:
+        await box.stop()
+    message = str(err.value)
+    assert "server 'broken' (python3 -c import sys;" in message and "stopped before it listed its tools" in message
+    assert "The sandbox image lacks the system library libGLfake.so.1" in message and "apt-get install" in message
+    assert "loading the renderer" in message and "/opt/tackroom-world/servers/broken.log" in message
+    assert "Traceback" not in message.split("world gateway: server 'broken'")[1].split("Its last output")[0]
+
+
 # -- how a project's site is built ------------------------------------------------------------------------
 HOST_PYTHON = SandboxPython(executable=sys.executable, major=sys.version_info[0], minor=sys.version_info[1],
                             machine=platform.machine(), libc="glibc", libc_version=platform.libc_ver()[1] or "2.17")

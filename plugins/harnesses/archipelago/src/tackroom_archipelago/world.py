@@ -410,6 +410,7 @@ async def start_gateway(sandbox: Sandbox, world: WorldSpec, python: SandboxPytho
     timeout = max(timeout, world.runtime.startup_timeout_sec or 0.0)
     config = {
         "name": world.name, "root": world.files.mount, "mount": world.files.mount, "host": "127.0.0.1", "port": port,
+        "logs": f"{base}/servers",  # each stdio server's stderr, apart, so a failure can quote its own words
         "servers": [gateway_server_config(world, s, base) for s in world.servers],
     }
     await sandbox.write_file(f"{base}/gateway.json", json.dumps(config, indent=2))
@@ -442,10 +443,13 @@ async def start_gateway(sandbox: Sandbox, world: WorldSpec, python: SandboxPytho
             tail = await sandbox.exec(f"tail -c 3000 {log}", timeout=30)
             raise WorldRuntimeError(f"the world gateway of {world.name!r} exited while starting:\n{tail.stdout}")
         if time.monotonic() > deadline:
-            tail = await sandbox.exec(f"tail -c 3000 {log}", timeout=30)
+            tail = await sandbox.exec(f"tail -c 3000 {log}; for f in {base}/servers/*.log; do [ -f \"$f\" ] && "
+                                      f"printf '\\n--- %s ---\\n' \"$f\" && tail -c 1500 \"$f\"; done", timeout=30)
             from tackroom_archipelago.errors import McpGatewayError
 
-            raise McpGatewayError(f"the world gateway did not answer /health within {timeout:.0f}s:\n{tail.stdout}")
+            raise McpGatewayError(f"the world gateway did not answer /health within {timeout:.0f}s (the last server "
+                                  f"it started is the one still starting; [runtime] startup_timeout_sec gives it "
+                                  f"longer):\n{tail.stdout}")
         await asyncio.sleep(0.25)
 
 

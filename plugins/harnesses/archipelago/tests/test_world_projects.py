@@ -21,7 +21,7 @@ from archipelago_scripted_engine import ScriptedEngine, call
 from tackroom import Policy, load_task
 from tackroom.app import sandbox_spec
 from tackroom_archipelago import ArchipelagoHarness
-from tackroom_archipelago.errors import WorldBuildError, WorldFormatError, WorldRuntimeError
+from tackroom_archipelago.errors import McpGatewayError, WorldBuildError, WorldFormatError, WorldRuntimeError
 from tackroom_archipelago.projects import expand_path, python_candidates, read_project
 from tackroom_archipelago.world import (
     SandboxPython,
@@ -245,6 +245,31 @@ async def test_a_server_that_dies_at_start_is_named_with_its_own_last_words(tmp_
     assert "The sandbox image lacks the system library libGLfake.so.1" in message and "apt-get install" in message
     assert "loading the renderer" in message and "/opt/tackroom-world/servers/broken.log" in message
     assert "Traceback" not in message.split("world gateway: server 'broken'")[1].split("Its last output")[0]
+
+
+NEVER_LISTS = """
+[[servers]]
+name = "slow"
+command = ["python3", "-c", "import sys, time; print('warming up the index', file=sys.stderr, flush=True); time.sleep(600)"]
+"""
+
+
+async def test_a_server_still_starting_at_the_deadline_is_quoted_in_the_timeout(tmp_path):
+    """A server that never lists its tools (an index it builds, a network it waits for) ends setup at the
+    startup deadline, never hangs it; the error quotes the server's own log and names the setting to raise."""
+    task = load_task(make_world(tmp_path, NEVER_LISTS) / "tasks" / "t")
+    box = LocalSandboxProvider().create(sandbox_spec(task, "archipelago-projects"))
+    await box.start()
+    try:
+        harness = ArchipelagoHarness({"max_steps": 3, "gateway_startup_timeout_sec": 8})
+        with pytest.raises(McpGatewayError) as err:
+            await harness.setup(box, task)
+    finally:
+        await box.stop()
+    message = str(err.value)
+    assert "did not answer /health within 8s" in message and "startup_timeout_sec gives it longer" in message
+    assert "starting server 'slow'" in message and "--- /opt/tackroom-world/servers/slow.log ---" in message
+    assert "warming up the index" in message
 
 
 # -- how a project's site is built ------------------------------------------------------------------------

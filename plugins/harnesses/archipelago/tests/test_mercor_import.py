@@ -137,6 +137,23 @@ def test_a_well_formed_fake_task_imports(tmp_path):
     assert task_system_prompt(load_task(imported.path)) == "Be brief."
 
 
+def test_apps_data_paths_in_a_servers_env_move_under_the_graded_mount(tmp_path):
+    """Mercor's configs point the apps at /.apps_data (APP_MAIL_DATA_ROOT=/.apps_data/mail): the import puts the
+    snapshot's .apps_data under /filesystem, so such values move there (the servers find their data, the judge sees
+    its changes); a server without one gets APP_APPS_DATA_ROOT, whether or not the snapshot had .apps_data."""
+    fake_checkout(tmp_path)
+    env = {"APP_MAIL_DATA_ROOT": "/.apps_data/mail", "STATE_LOCATION": "/.apps_data", "APP_FS_ROOT": "/filesystem",
+           "NOT_APPS": "/.apps_data_old/x", "RELATIVE": ".apps_data/mail"}
+    config = {"mcpServers": {"filesystem_server": {"command": "python", "args": ["main.py"], "env": env,
+                                                   "cwd": "/app/mcp_servers/filesystem/mcp_servers/filesystem_server"}}}
+    imported = import_task(fake_task(tmp_path, **{"mcp_config.json": config}), tmp_path / "out" / "t1")
+    [server] = load_world(imported.path / "world").servers
+    assert server.env == {"APP_MAIL_DATA_ROOT": "/filesystem/.apps_data/mail", "STATE_LOCATION": "/filesystem/.apps_data",
+                          "APP_FS_ROOT": "/filesystem", "NOT_APPS": "/.apps_data_old/x", "RELATIVE": ".apps_data/mail",
+                          "MCP_TRANSPORT": "stdio", "APP_APPS_DATA_ROOT": "/filesystem/.apps_data"}
+    assert not (imported.path / "world" / "files" / ".apps_data").exists()  # this snapshot had none
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"initial_messages.json": None}, r"initial_messages.json: missing"),
     ({"mcp_config.json": "{not json"}, r"mcp_config.json: not valid JSON"),
@@ -285,7 +302,10 @@ def uv_config(command: str, args: list[str], cwd: str | None = None) -> dict:
      ["python", "main.py"], "mcp_servers/filesystem_server", None),
     (uv_config("uv", ["run", "--directory", "mcp_servers/filesystem_server", "--", "python", "main.py"], cwd=FS),
      ["python", "main.py"], "mcp_servers/filesystem_server", None),
-], ids=["directory-python", "cwd-script", "global-directory-module-python", "project-apart", "relative-directory"])
+    (uv_config("uv", ["run", "--extra", "ocr", "--all-extras", "main.py"], cwd=f"{FS}/mcp_servers/filesystem_server"),
+     ["python", "main.py"], "mcp_servers/filesystem_server", None),  # the project's site holds every extra
+], ids=["directory-python", "cwd-script", "global-directory-module-python", "project-apart", "relative-directory",
+        "extras"])
 def test_uv_run_commands_become_project_servers(tmp_path, config, command, cwd, python):
     checkout = fake_checkout(tmp_path)
     imported = import_task(fake_task(tmp_path, **{"mcp_config.json": config}), tmp_path / "out" / "t1",
@@ -297,7 +317,7 @@ def test_uv_run_commands_become_project_servers(tmp_path, config, command, cwd, 
 
 @pytest.mark.parametrize(("command", "args", "message"), [
     ("uv", ["run", "--with", "requests", "python", "main.py"], "`--with` adds packages outside the project"),
-    ("uv", ["run", "--extra", "all", "main.py"], "`--extra` installs an optional extra"),
+    ("uv", ["run", "--group", "dev", "main.py"], "`--group` installs a dependency group"),
     ("uv", ["run", "--env-file", ".env", "main.py"], "reads the server's environment from a file"),
     ("uvx", ["mercor-filesystem"], "`uvx` runs a published package"),
     ("uv", ["tool", "run", "mercor-filesystem"], "`uv tool run` runs a published package"),
@@ -312,7 +332,7 @@ def test_uv_run_commands_become_project_servers(tmp_path, config, command, cwd, 
     ("uv", ["run", "--project", "/app/mcp_servers/chat", "main.py"],
      "runs in mcp_servers/filesystem with the project mcp_servers/chat; tackroom runs a server in its own"),
     ("uv", ["run", "--project", "/app/mcp_servers/mail", "main.py"], "unknown server 'filesystem_server'"),
-], ids=["with", "extra", "env-file", "uvx", "tool-run", "pip", "console-script", "unknown-option", "bad-python",
+], ids=["with", "group", "env-file", "uvx", "tool-run", "pip", "console-script", "unknown-option", "bad-python",
         "no-command", "no-run", "no-value", "dotdot", "other-project", "unknown-project"])
 def test_uv_commands_that_cannot_be_read_are_refused_with_what_to_write(tmp_path, command, args, message):
     checkout = fake_checkout(tmp_path)

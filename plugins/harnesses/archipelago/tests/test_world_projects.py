@@ -8,6 +8,10 @@ test_mercor_world.py (docker, Python 3.13).
 
 from __future__ import annotations
 
+import platform
+import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -17,9 +21,15 @@ from archipelago_scripted_engine import ScriptedEngine, call
 from tackroom import Policy, load_task
 from tackroom.app import sandbox_spec
 from tackroom_archipelago import ArchipelagoHarness
-from tackroom_archipelago.errors import WorldFormatError, WorldRuntimeError
-from tackroom_archipelago.projects import expand_path, python_candidates
-from tackroom_archipelago.world import gateway_server_config, install_world, load_world
+from tackroom_archipelago.errors import McpGatewayError, WorldBuildError, WorldFormatError, WorldRuntimeError
+from tackroom_archipelago.projects import expand_path, python_candidates, read_project
+from tackroom_archipelago.world import (
+    SandboxPython,
+    build_project_site,
+    gateway_server_config,
+    install_world,
+    load_world,
+)
 from tackroom_local import LocalSandboxProvider
 
 SERVER = '''
@@ -208,3 +218,130 @@ async def test_a_named_python_that_is_absent_fails_naming_it(tmp_path, monkeypat
     world = load_world(make_world(tmp_path, HELLO.replace('cwd = "server"', 'cwd = "server"\npython = "python3.77"')))
     with pytest.raises(WorldRuntimeError, match=r"tried python3\.77"):
         await install_world(sandbox, world, base="/opt/tackroom-world", cache_dir=tmp_path / "cache")
+
+
+DIES_AT_START = """
+[[servers]]
+name = "broken"
+command = ["python3", "-c", "import sys; print('loading the renderer', file=sys.stderr); raise ImportError('libGLfake.so.1: cannot open shared object file: No such file or directory')"]
+"""
+
+
+async def test_a_server_that_dies_at_start_is_named_with_its_own_last_words(tmp_path):
+    """A server that exits before listing its tools (a slim image without a library it loads, Mercor's code server
+    without its sandbox library) fails setup with an error naming it, quoting its own stderr and saying what is
+    missing, not the gateway's traceback."""
+    task = load_task(make_world(tmp_path, DIES_AT_START) / "tasks" / "t")
+    box = LocalSandboxProvider().create(sandbox_spec(task, "archipelago-projects"))
+    await box.start()
+    try:
+        harness = ArchipelagoHarness({"max_steps": 3, "gateway_startup_timeout_sec": 120})
+        with pytest.raises(WorldRuntimeError) as err:
+            await harness.setup(box, task)
+    finally:
+        await box.stop()
+    message = str(err.value)
+    assert "server 'broken' (python3 -c import sys;" in message and "stopped before it listed its tools" in message
+    assert "The sandbox image lacks the system library libGLfake.so.1" in message and "apt-get install" in message
+    assert "loading the renderer" in message and "/opt/tackroom-world/servers/broken.log" in message
+    assert "Traceback" not in message.split("world gateway: server 'broken'")[1].split("Its last output")[0]
+
+
+NEVER_LISTS = """
+[[servers]]
+name = "slow"
+command = ["python3", "-c", "import sys, time; print('warming up the index', file=sys.stderr, flush=True); time.sleep(600)"]
+"""
+
+
+async def test_a_server_still_starting_at_the_deadline_is_quoted_in_the_timeout(tmp_path):
+    """A server that never lists its tools (an index it builds, a network it waits for) ends setup at the
+    startup deadline, never hangs it; the error quotes the server's own log and names the setting to raise."""
+    task = load_task(make_world(tmp_path, NEVER_LISTS) / "tasks" / "t")
+    box = LocalSandboxProvider().create(sandbox_spec(task, "archipelago-projects"))
+    await box.start()
+    try:
+        harness = ArchipelagoHarness({"max_steps": 3, "gateway_startup_timeout_sec": 8})
+        with pytest.raises(McpGatewayError) as err:
+            await harness.setup(box, task)
+    finally:
+        await box.stop()
+    message = str(err.value)
+    assert "did not answer /health within 8s" in message and "startup_timeout_sec gives it longer" in message
+    assert "starting server 'slow'" in message and "--- /opt/tackroom-world/servers/slow.log ---" in message
+    assert "warming up the index" in message
+
+
+# -- how a project's site is built ------------------------------------------------------------------------
+HOST_PYTHON = SandboxPython(executable=sys.executable, major=sys.version_info[0], minor=sys.version_info[1],
+                            machine=platform.machine(), libc="glibc", libc_version=platform.libc_ver()[1] or "2.17")
+
+
+def installed(site: Path, name: str) -> str:
+    [dist] = [p.name for p in site.glob("*.dist-info") if re.fullmatch(rf"{name}-[^-]+\.dist-info", p.name)]
+    return dist.removeprefix(f"{name}-").removesuffix(".dist-info")
+
+
+def uv(*args: str, cwd: Path) -> None:
+    from tackroom_archipelago.world import _uv_binary
+
+    subprocess.run([_uv_binary(), *args], cwd=cwd, check=True, capture_output=True, timeout=300)
+
+
+async def test_a_locked_project_gets_the_locks_versions_and_an_unlocked_one_the_newest(tmp_path):
+    """Mercor's projects carry a uv.lock (FastMCP 3.2.4 where ``fastmcp>=2.12.4`` now resolves to 4.x, whose
+    modules moved: the spreadsheets, edgar_sec and fmp servers die on import with the newest). A lock's versions
+    are installed; without one uv resolves afresh."""
+    project = make_project(tmp_path)
+    uv("lock", "--quiet", "--exclude-newer", "2025-11-01T00:00:00Z", cwd=project)  # a lock that is not the newest
+    locked_mcp = re.search(r'name = "mcp"\nversion = "([^"]+)"', (project / "uv.lock").read_text()).group(1)
+    site = await build_project_site(read_project(project, where="t"), HOST_PYTHON, tmp_path / "cache")
+    assert installed(site, "mcp") == locked_mcp
+    assert (site / "greeting" / "__init__.py").is_file()  # the vendored path source, installed from the lock
+    assert (project / "uv.lock").read_text().count("[[package]]") > 5 and not (project / "build").exists()
+
+    (project / "uv.lock").unlink()
+    fresh = await build_project_site(read_project(project, where="t"), HOST_PYTHON, tmp_path / "cache")
+    assert fresh != site and installed(fresh, "mcp") != locked_mcp  # the newest 1.x, released after the lock
+
+
+async def test_a_project_that_is_a_package_is_installed_with_its_extras(tmp_path):
+    """A project with a [build-system] is installed itself, as uv sync does (Mercor's fmp server imports
+    ``mcp_servers.fmp_server.models`` by its full name from a subfolder); every extra comes too (``uv sync
+    --all-extras``, as Mercor's image builds them); a change to the project's files is a new site."""
+    project = make_project(tmp_path, deps='"greeting"')
+    text = (project / "pyproject.toml").read_text()
+    (project / "pyproject.toml").write_text(text.replace("[tool.uv.sources]", textwrap.dedent("""\
+        [project.optional-dependencies]
+        colors = ["colorama"]
+
+        [build-system]
+        requires = ["setuptools>=61"]
+        build-backend = "setuptools.build_meta"
+
+        [tool.setuptools]
+        packages = ["hello_pkg"]
+
+        [tool.uv.sources]""")))
+    (project / "hello_pkg").mkdir()
+    (project / "hello_pkg" / "__init__.py").write_text("VERSION = 1\n")
+    read = read_project(project, where="t")
+    assert read.package and read.lock is None
+    site = await build_project_site(read, HOST_PYTHON, tmp_path / "cache")
+    assert (site / "hello_pkg" / "__init__.py").read_text() == "VERSION = 1\n"
+    assert installed(site, "colorama") and installed(site, "greeting") == "1.0"
+    uv("lock", "--quiet", cwd=project)
+    locked = await build_project_site(read_project(project, where="t"), HOST_PYTHON, tmp_path / "cache")
+    assert (locked / "hello_pkg" / "__init__.py").is_file() and installed(locked, "colorama")
+    (project / "hello_pkg" / "__init__.py").write_text("VERSION = 2\n")
+    changed = await build_project_site(read_project(project, where="t"), HOST_PYTHON, tmp_path / "cache")
+    assert changed != locked and (changed / "hello_pkg" / "__init__.py").read_text() == "VERSION = 2\n"
+
+
+async def test_a_lock_uv_cannot_read_fails_naming_it(tmp_path):
+    project = make_project(tmp_path)
+    (project / "uv.lock").write_text("version = 1\n[[package]]\nname = 3\n")
+    with pytest.raises(WorldBuildError, match=r"could not export the uv.lock of project hello-server") as err:
+        await build_project_site(read_project(project, where="t"), HOST_PYTHON, tmp_path / "cache")
+    assert "`uv lock` there rewrites the lock, or delete it" in str(err.value)
+    assert not list((tmp_path / "cache").glob("hello-server-*"))  # nothing half-built is left to be reused

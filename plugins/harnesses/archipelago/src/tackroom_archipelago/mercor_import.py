@@ -13,7 +13,8 @@ graded on the snapshot diff), ``agent_config.json`` and a world snapshot (``orig
     DEST/run.toml               archipelago + docker + rubric-judge, max_steps from agent_config.json
 
 The snapshot's ``filesystem/`` lands at ``/filesystem`` (where Mercor's filesystem server looks) and its
-``.apps_data/`` at ``/filesystem/.apps_data`` (``APP_APPS_DATA_ROOT`` for every server). The servers'
+``.apps_data/`` at ``/filesystem/.apps_data``: ``APP_APPS_DATA_ROOT`` for every server, and an env value under
+``/.apps_data`` (``APP_MAIL_DATA_ROOT=/.apps_data/mail``) is moved there, so the apps' state is graded too. The servers'
 checkout is ``--checkout``, else ``$TACKROOM_MERCOR_ARCHIPELAGO``, else the nearest folder above SRC with
 ``mcp_servers/``; world.toml keeps ``${TACKROOM_MERCOR_ARCHIPELAGO:-<that path>}`` so it can move. A server
 started with ``uv run`` (``uv run --directory D python -m server``, ``uv run server.py``) becomes the command uv
@@ -40,6 +41,8 @@ from tackroom_archipelago.uv_commands import UvCommandError, is_uv, parse_uv_run
 
 CHECKOUT_ENV = "TACKROOM_MERCOR_ARCHIPELAGO"
 MOUNT = "/filesystem"
+APPS_DATA = f"{MOUNT}/.apps_data"
+"""Where the snapshot's ``.apps_data/`` lands (Mercor's servers look in ``/.apps_data``; their env is moved here)."""
 IMAGE = "python:3.13-slim-bookworm"
 SNAPSHOT_NAMES = ("original_snapshot.zip", "original_snapshot.tar.gz", "original_snapshot.tgz", "original_snapshot.tar")
 EXEC_OUTPUT_LIMIT = 12_000_000
@@ -182,7 +185,15 @@ def _locate(key: str, path: str, checkout: Path, *, what: str, where: Path) -> t
     return folder, list(parts[at + 2:])
 
 
-def map_server(key: str, entry: McpServerEntry, checkout: Path, *, apps_data: bool, where: Path) -> tuple[str, dict[str, Any]]:
+def apps_data_path(value: str) -> str:
+    """An env value naming Mercor's ``/.apps_data`` (``APP_MAIL_DATA_ROOT=/.apps_data/mail``,
+    ``STATE_LOCATION=/.apps_data/chat``) moved to where the import puts it, under the graded mount."""
+    if value == "/.apps_data" or value.startswith("/.apps_data/"):
+        return MOUNT + value
+    return value
+
+
+def map_server(key: str, entry: McpServerEntry, checkout: Path, *, where: Path) -> tuple[str, dict[str, Any]]:
     """One ``mcp_config.json`` entry as a ``[[servers]]`` table running from the checkout's project.
 
     A ``uv run`` command is rewritten to what uv would run in the project's environment (uv_commands.py):
@@ -212,9 +223,8 @@ def map_server(key: str, entry: McpServerEntry, checkout: Path, *, apps_data: bo
         if named != folder:
             raise MercorImportError(f"{where}: server {key!r} runs in mcp_servers/{folder} with the project "
                                     f"mcp_servers/{named}; tackroom runs a server in its own project's folder")
-    env = {**entry.env, "MCP_TRANSPORT": "stdio"}
-    if apps_data:
-        env["APP_APPS_DATA_ROOT"] = f"{MOUNT}/.apps_data"
+    env = {**{k: apps_data_path(v) for k, v in entry.env.items()}, "MCP_TRANSPORT": "stdio",
+           "APP_APPS_DATA_ROOT": APPS_DATA}
     table = {
         "name": server_name(key),
         "project": f"${{{CHECKOUT_ENV}:-{checkout}}}/mcp_servers/{folder}",
@@ -234,13 +244,12 @@ def _find_snapshot(src: Path) -> Path:
     raise MercorImportError(f"{src}: no world snapshot; expected one of {', '.join(SNAPSHOT_NAMES)}")
 
 
-def _arrange_files(unpacked: Path, files: Path, archive: Path) -> bool:
-    """Move the snapshot's ``filesystem/`` (or all of it) to ``files``; ``.apps_data/`` beneath it. True when the
-    snapshot had ``.apps_data``."""
+def _arrange_files(unpacked: Path, files: Path, archive: Path) -> None:
+    """Move the snapshot's ``filesystem/`` (or all of it) to ``files``; ``.apps_data/`` beneath it."""
     top = {p.name: p for p in unpacked.iterdir()}
     if "filesystem" not in top:
         shutil.move(unpacked, files)
-        return (files / ".apps_data").is_dir()
+        return
     others = sorted(set(top) - {"filesystem", ".apps_data"})
     if others:
         raise MercorImportError(f"{archive}: top-level {', '.join(others)} beside filesystem/; tackroom imports "
@@ -250,8 +259,6 @@ def _arrange_files(unpacked: Path, files: Path, archive: Path) -> bool:
         if (files / ".apps_data").exists():
             raise MercorImportError(f"{archive}: both filesystem/.apps_data and .apps_data/; refused")
         shutil.move(top[".apps_data"], files / ".apps_data")
-        return True
-    return False
 
 
 def _toml(value: Any) -> str:
@@ -305,11 +312,11 @@ def import_task(src: Path, dest: Path, *, checkout: Path | None = None, image: s
         written = unpack_snapshot(snapshot, unpacked, limits)
         world = staging / "task" / "world"
         world.mkdir(parents=True)
-        apps_data = _arrange_files(unpacked, world / "files", snapshot)
+        _arrange_files(unpacked, world / "files", snapshot)
         servers: dict[str, str] = {}
         tables = []
         for key, entry in config.mcpServers.items():
-            folder, table = map_server(key, entry, checkout_dir, apps_data=apps_data, where=src / "mcp_config.json")
+            folder, table = map_server(key, entry, checkout_dir, where=src / "mcp_config.json")
             if table["name"] in servers:
                 raise MercorImportError(f"{src / 'mcp_config.json'}: two servers map to the name {table['name']!r}")
             servers[table["name"]] = folder

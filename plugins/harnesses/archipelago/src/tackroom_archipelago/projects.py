@@ -1,11 +1,15 @@
 """Server projects: an MCP server that is a uv project of its own (``[[servers]] project = ...``).
 
 Mercor's servers are built this way: a ``pyproject.toml`` with its own ``requires-python`` (3.13), its own
-pins (FastMCP 3.3, which pins ``mcp<2``, apart from the gateway's ``mcp>=2.3``) and vendored local packages
-(``[tool.uv.sources]`` paths). Such a server gets an environment of its own: a site with the project's
-dependencies installed on the host for the sandbox's interpreter (``uv pip install -r pyproject.toml
---target --python-version --python-platform``; uv reads the project's sources and overrides), cached under
-the tackroom cache, uploaded beside the project, and handed to the stdio server as its ``PYTHONPATH``.
+pins (FastMCP 3.3, which pins ``mcp<2``, apart from the gateway's ``mcp>=2.3``), vendored local packages
+(``[tool.uv.sources]`` paths) and a ``uv.lock``. Such a server gets an environment of its own: a site with the
+project's dependencies (and all its extras, as ``uv sync --all-extras`` would) installed on the host for the
+sandbox's interpreter, cached under the tackroom cache, uploaded beside the project, and handed to the stdio
+server as its ``PYTHONPATH``. With a ``uv.lock`` the versions are the lock's (``uv export``, then ``uv pip
+install --target --python-version --python-platform``); without one uv resolves the pyproject afresh (``uv pip
+install -r pyproject.toml``, reading its sources and overrides), which takes the newest versions its ranges allow.
+A project that is a package (a ``[build-system]``) is installed too, as ``uv sync`` installs it, so a server that
+imports its own packages by their full name (``from mcp_servers.fmp_server.models import ...``) finds them.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from tackroom_archipelago.errors import WorldFormatError, WorldRuntimeError
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 IGNORED = shutil.ignore_patterns(".venv", ".git", "__pycache__", "node_modules", "build", "*.egg-info")
 """Left out of every copy of a project: a checkout's own environment and build leftovers."""
+INSTALL_SCHEME = "all-extras, uv.lock when present, the project when a package"
+"""Part of every project site's cache key: a site built another way is not reused."""
 PYTHON_WORDS = ("python", "python3")
 """A project server's ``command`` that starts with one of these runs on the interpreter chosen for the project."""
 
@@ -55,6 +61,9 @@ class ServerProject(BaseModel):
     name: str
     requires_python: str = ""
     sources: list[Path] = Field(default_factory=list, description="Local path sources ([tool.uv.sources]), vendored")
+    lock: Path | None = Field(default=None, description="The project's uv.lock: its versions are the ones installed")
+    package: bool = Field(default=False, description="It has a [build-system]: uv sync installs the project itself "
+                          "(its packages importable from anywhere, its console scripts), and so does tackroom")
 
     @property
     def specifier(self) -> SpecifierSet:
@@ -71,11 +80,14 @@ class ServerProject(BaseModel):
         return into / self.path.relative_to(top)
 
     def fingerprint(self) -> str:
-        """Changes when the pyproject or any vendored package's files change (they are installed, not linked)."""
-        digest = hashlib.sha256((self.path / "pyproject.toml").read_bytes())
-        for source in self.sources:
+        """Changes when the pyproject, the lock or any vendored package's files change (they are installed, not
+        linked), and with how tackroom installs a project (:data:`INSTALL_SCHEME`)."""
+        digest = hashlib.sha256(INSTALL_SCHEME.encode())
+        digest.update((self.path / "pyproject.toml").read_bytes())
+        digest.update(self.lock.read_bytes() if self.lock else b"no lock")
+        for source in [*self.sources, *([self.path] if self.package else [])]:
             for file in sorted(source.rglob("*")):
-                if file.is_file() and "__pycache__" not in file.parts and ".venv" not in file.parts:
+                if file.is_file() and not {"__pycache__", ".venv", ".git"} & set(file.relative_to(source).parts):
                     digest.update(str(file.relative_to(source)).encode())
                     digest.update(file.read_bytes())
         return digest.hexdigest()[:16]
@@ -107,7 +119,9 @@ def read_project(path: Path, *, where: str) -> ServerProject:
             if not local.is_dir():
                 raise WorldFormatError(f"{file}: [tool.uv.sources] {name} = {source['path']!r} is not a directory")
             sources.append(local)
-    return ServerProject(path=path, name=project["name"], requires_python=requires, sources=sources)
+    lock = path / "uv.lock"
+    return ServerProject(path=path, name=project["name"], requires_python=requires, sources=sources,
+                         lock=lock if lock.is_file() else None, package="build-system" in data)
 
 
 def python_candidates(specifier: SpecifierSet) -> list[str]:

@@ -8,9 +8,10 @@ becomes the Python command uv would have run, and the project is found from ``--
 the server's ``cwd``.
 
 The policy: forgiving where the meaning is clear (options that only steer uv's own syncing, caching or output
-are dropped; ``--python 3.13`` becomes the server's interpreter), strict where guessing would change what runs
-(``--with``, extras, groups, an env file, another index, a console script, ``uvx``, an option uv does not have):
-those are refused with the option named and what to write instead.
+are dropped, and so are ``--extra`` / ``--all-extras``: the project's site holds every extra; ``--python 3.13``
+becomes the server's interpreter), strict where guessing would change what runs (``--with``, groups, an env file,
+another index, a console script, ``uvx``, an option uv does not have): those are refused with the option named
+and what to write instead.
 """
 
 from __future__ import annotations
@@ -23,18 +24,17 @@ from pydantic import BaseModel
 IGNORED_FLAGS = frozenset({
     "-q", "--quiet", "-v", "--verbose", "--no-progress", "--offline", "--frozen", "--locked", "--no-sync",
     "--no-dev", "--isolated", "--native-tls", "--no-cache", "-n", "--no-config", "--no-python-downloads",
-    "--compile-bytecode", "--exact", "--no-editable", "--no-env-file",
+    "--compile-bytecode", "--exact", "--no-editable", "--no-env-file", "--all-extras",
 })
 """Options that steer only how uv syncs, caches or prints: without uv in the sandbox they change nothing."""
 
-IGNORED_WITH_VALUE = frozenset({"--cache-dir", "--color"})
+IGNORED_WITH_VALUE = frozenset({"--cache-dir", "--color", "--extra"})
+"""Options with a value that change nothing here (``--extra``: tackroom installs every extra of a project)."""
 
 REFUSED = {
     "--with": "adds packages outside the project",
     "--with-editable": "adds packages outside the project",
     "--with-requirements": "adds packages outside the project",
-    "--extra": "installs an optional extra",
-    "--all-extras": "installs the optional extras",
     "--group": "installs a dependency group",
     "--only-group": "installs only a dependency group",
     "--all-groups": "installs the dependency groups",

@@ -241,20 +241,51 @@ async def build_site(requirements: list[str], python: SandboxPython, cache_dir: 
                                  what="the world's requirements")
 
 
+LOCKED_REQUIREMENTS = ".tackroom-locked-requirements.txt"
+"""Where a project's ``uv.lock`` is exported (in the staged copy) before its packages are installed."""
+
+
 async def build_project_site(project: ServerProject, python: SandboxPython, cache_dir: Path | None = None,
                              timeout: float = 600.0) -> Path:
-    """The project's dependencies (and its vendored path sources) installed for ``python``: ``uv pip install -r
-    pyproject.toml`` run in the project, so uv reads its ``[tool.uv]`` sources and overrides; no lock is needed.
-    Cached by the project's pyproject, its vendored packages' files and the interpreter."""
+    """The project's dependencies with all its extras (and its vendored path sources) installed for ``python``,
+    as ``uv sync --all-extras`` would give them (without the dev group): the versions of its ``uv.lock`` when it
+    has one (``uv export --frozen``: the lock as written, which needs no Python of that version on the host; a lock
+    older than its pyproject gives the lock's packages), else ``uv pip install -r pyproject.toml`` run in the
+    project, so uv reads its ``[tool.uv]`` sources and overrides; the project itself too when it is a package. Cached by the project's pyproject, lock, vendored packages' files and the interpreter."""
     cache = Path(cache_dir) if cache_dir else cache_root() / "worlds" / "projects"
     slug = re.sub(r"[^A-Za-z0-9_.-]", "-", project.name)
     target = cache / f"{slug}-py{python.version}-{python.uv_platform}-{project.fingerprint()}"
     if (target / ".tackroom-complete").is_file():
         return target
+    what = f"project {project.name} ({project.path})"
     with tempfile.TemporaryDirectory(prefix="tackroom-project-build-") as staging:
         staged = await asyncio.to_thread(project.stage, Path(staging))
-        return await _install_target(target, ["-r", "pyproject.toml"], python, cwd=staged, timeout=timeout,
-                                     what=f"project {project.name} ({project.path})")
+        if project.lock is None:
+            args = ["-r", "pyproject.toml", "--all-extras", *(["."] if project.package else [])]
+        else:  # the export names the project itself (".") when it is a package, as uv sync would install it
+            await _run_uv(["export", "--frozen", "--quiet", "--no-dev", "--all-extras", "--no-editable",
+                           "--no-hashes", "--output-file", LOCKED_REQUIREMENTS], cwd=staged, timeout=timeout,
+                          what=f"export the uv.lock of {what}", hint="`uv export --frozen` in the project shows the "
+                          "same; `uv lock` there rewrites the lock, or delete it to let uv resolve the pyproject afresh")
+            args = ["-r", LOCKED_REQUIREMENTS]
+        return await _install_target(target, args, python, cwd=staged, timeout=timeout, what=what)
+
+
+async def _run_uv(args: list[str], *, cwd: Path | None, timeout: float, what: str, hint: str = "") -> None:
+    """``uv ARGS`` in ``cwd`` to ``what`` (a verb phrase); :class:`WorldBuildError` with uv's own words when it fails
+    or outlasts ``timeout``."""
+    argv = [_uv_binary(), *args]
+    proc = await asyncio.create_subprocess_exec(*argv, cwd=cwd, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError as exc:
+        proc.kill()
+        await proc.wait()
+        raise WorldBuildError(f"could not {what} in {timeout:.0f}s: {' '.join(argv)}") from exc
+    if proc.returncode != 0:
+        raise WorldBuildError(f"could not {what}: {(err or out).decode(errors='replace')[-1500:].strip()}"
+                              + (f" ({hint})" if hint else ""))
 
 
 async def _install_target(target: Path, args: list[str], python: SandboxPython, *, cwd: Path | None, timeout: float,
@@ -267,22 +298,13 @@ async def _install_target(target: Path, args: list[str], python: SandboxPython, 
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-        argv = [_uv_binary(), "pip", "install", "--quiet", "--target", str(tmp / "site"),
-                "--python-version", python.version, "--python-platform", python.uv_platform, *args]
-        proc = await asyncio.create_subprocess_exec(*argv, cwd=cwd, stdout=asyncio.subprocess.PIPE,
-                                                    stderr=asyncio.subprocess.PIPE)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), timeout)
-        except TimeoutError as exc:
-            proc.kill()
+            await _run_uv(["pip", "install", "--quiet", "--target", str(tmp / "site"), "--python-version",
+                           python.version, "--python-platform", python.uv_platform, *args], cwd=cwd,
+                          timeout=timeout, what=f"install {what} for Python {python.version} ({python.uv_platform})")
+        except WorldBuildError:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise WorldBuildError(f"preparing {what} took longer than {timeout:.0f}s: {' '.join(argv)}") from exc
-        if proc.returncode != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise WorldBuildError(
-                f"could not install {what} for Python {python.version} ({python.uv_platform}): "
-                f"{(err or out).decode(errors='replace')[-1500:]}"
-            )
+            raise
         (tmp / "site" / ".tackroom-complete").write_text(json.dumps(args))
         try:
             (tmp / "site").rename(target)
@@ -388,6 +410,7 @@ async def start_gateway(sandbox: Sandbox, world: WorldSpec, python: SandboxPytho
     timeout = max(timeout, world.runtime.startup_timeout_sec or 0.0)
     config = {
         "name": world.name, "root": world.files.mount, "mount": world.files.mount, "host": "127.0.0.1", "port": port,
+        "logs": f"{base}/servers",  # each stdio server's stderr, apart, so a failure can quote its own words
         "servers": [gateway_server_config(world, s, base) for s in world.servers],
     }
     await sandbox.write_file(f"{base}/gateway.json", json.dumps(config, indent=2))
@@ -420,10 +443,13 @@ async def start_gateway(sandbox: Sandbox, world: WorldSpec, python: SandboxPytho
             tail = await sandbox.exec(f"tail -c 3000 {log}", timeout=30)
             raise WorldRuntimeError(f"the world gateway of {world.name!r} exited while starting:\n{tail.stdout}")
         if time.monotonic() > deadline:
-            tail = await sandbox.exec(f"tail -c 3000 {log}", timeout=30)
+            tail = await sandbox.exec(f"tail -c 3000 {log}; for f in {base}/servers/*.log; do [ -f \"$f\" ] && "
+                                      f"printf '\\n--- %s ---\\n' \"$f\" && tail -c 1500 \"$f\"; done", timeout=30)
             from tackroom_archipelago.errors import McpGatewayError
 
-            raise McpGatewayError(f"the world gateway did not answer /health within {timeout:.0f}s:\n{tail.stdout}")
+            raise McpGatewayError(f"the world gateway did not answer /health within {timeout:.0f}s (the last server "
+                                  f"it started is the one still starting; [runtime] startup_timeout_sec gives it "
+                                  f"longer):\n{tail.stdout}")
         await asyncio.sleep(0.25)
 
 

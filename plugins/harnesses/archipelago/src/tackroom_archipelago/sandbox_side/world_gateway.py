@@ -20,6 +20,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 import anyio
 import uvicorn
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.server.lowlevel import Server
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ListToolsResult, TextContent, Tool
@@ -71,13 +73,56 @@ def child_env(own: dict[str, str]) -> dict[str, str]:
     return {**inherited, **own}
 
 
-async def mount_command(name: str, spec: dict[str, Any], stack: contextlib.AsyncExitStack) -> Mounted:
+class ServerStartError(Exception):
+    """A stdio server that stopped (or failed) before it listed its tools; the message names it and quotes it."""
+
+
+_MISSING_LIBRARY = re.compile(r"(lib[\w.+-]+\.so[.\d]*): cannot open shared object file")
+
+
+def explain(output: str) -> str:
+    """A line on what the server's own output says is missing from the sandbox, and how to provide it."""
+    library = _MISSING_LIBRARY.search(output)
+    if library:
+        return (f"The sandbox image lacks the system library {library.group(1)}: run the task in an image that has "
+                "it (a Dockerfile FROM the task's image that apt-get installs the package shipping it; "
+                "`apt-file search` names the package).")
+    if "No module named" in output:
+        return ("A Python module is missing from the server's site: the project's pyproject.toml (and uv.lock) "
+                "must name every package its code imports.")
+    return ""
+
+
+def tail(path: Path, limit: int = 2000) -> str:
+    try:
+        data = path.read_bytes()[-limit:]
+    except OSError:
+        return ""
+    return data.decode(errors="replace").strip()
+
+
+async def mount_command(name: str, spec: dict[str, Any], stack: contextlib.AsyncExitStack,
+                        logs: Path | None = None) -> Mounted:
+    """Start one stdio server and list its tools. Its stderr goes to ``<logs>/<name>.log`` (its own, so a failure
+    can quote it); one that dies first raises :class:`ServerStartError` naming it and quoting that log."""
     started = time.monotonic()
     command = spec["command"]
     params = StdioServerParameters(command=command[0], args=command[1:], env=child_env(spec.get("env") or {}),
                                    cwd=spec.get("cwd") or None)
-    client = await stack.enter_async_context(Client(params, read_timeout_seconds=spec.get("timeout_sec", 600)))
-    tools = (await client.list_tools()).tools
+    log_path = (logs / f"{name}.log") if logs else None
+    errlog = stack.enter_context(log_path.open("a", encoding="utf-8")) if log_path else sys.stderr
+    print(f"world gateway: starting server {name!r}: {' '.join(command)} (in {spec.get('cwd') or '.'}; its output: "
+          f"{log_path or 'here'})", file=sys.stderr, flush=True)
+    try:
+        client = await stack.enter_async_context(Client(stdio_client(params, errlog=errlog),
+                                                        read_timeout_seconds=spec.get("timeout_sec", 600)))
+        tools = (await client.list_tools()).tools
+    except Exception as exc:
+        said = tail(log_path) if log_path else ""
+        raise ServerStartError(
+            f"server {name!r} ({' '.join(command)}) stopped before it listed its tools "
+            f"({type(exc).__name__}: {exc}). {explain(said)}\nIts last output ({log_path}):\n{said or '(nothing)'}"
+        ) from exc
 
     async def call(tool: str, args: dict[str, Any]) -> CallToolResult:
         return await client.call_tool(tool, args)
@@ -113,13 +158,16 @@ async def serve(config: dict[str, Any]) -> None:
     root = Path(config["root"])
     os.environ.setdefault("WORLD_ROOT", str(root))
     os.environ.setdefault("WORLD_MOUNT", config.get("mount") or str(root))
+    logs = Path(config["logs"]) if config.get("logs") else None
+    if logs:
+        logs.mkdir(parents=True, exist_ok=True)
     async with contextlib.AsyncExitStack() as stack:
         mounted = []
         for spec in config["servers"]:
             if spec.get("module"):
                 mounted.append(await mount_module(spec["name"], spec["module"], root))
             else:
-                mounted.append(await mount_command(spec["name"], spec, stack))
+                mounted.append(await mount_command(spec["name"], spec, stack, logs))
         gateway = build_gateway(mounted, config.get("name") or "world")
         tool_count = sum(len(m.tools) for m in mounted)
 
@@ -141,7 +189,11 @@ def main() -> None:
     parser.add_argument("--config", required=True, help="gateway.json written by the harness")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    anyio.run(serve, json.loads(Path(args.config).read_text()))
+    try:
+        anyio.run(serve, json.loads(Path(args.config).read_text()))
+    except ServerStartError as exc:  # the reason, without the SDK's traceback burying it
+        print(f"world gateway: {exc}", file=sys.stderr, flush=True)
+        sys.exit(3)
 
 
 if __name__ == "__main__":

@@ -148,3 +148,30 @@ async def test_a_stop_inside_a_cancelled_task_does_not_wait_for_the_open_request
     with pytest.raises(asyncio.CancelledError):
         await task
     assert time.monotonic() - started < 10, "stop() waited for requests of the work that was cancelled"
+
+
+async def test_no_request_runs_on_after_stop_returns() -> None:
+    """The Tinker sampling proxy closed its engine client right after stop(); requests uvicorn was still handling
+    then failed with "client has been closed" tracebacks. stop() cancels and awaits them first."""
+    import asyncio
+
+    ended: list[str] = []
+
+    async def slow(scope, receive, send):
+        try:
+            await asyncio.sleep(600)
+        finally:
+            ended.append("request")
+
+    server = InLoopServer(slow, what="slow", stop_timeout_s=30)
+    port = await server.start()
+    async with httpx.AsyncClient(timeout=None) as client:
+        requests = [asyncio.create_task(client.get(f"http://127.0.0.1:{port}/")) for _ in range(2)]
+        await asyncio.sleep(0.5)
+        started = time.monotonic()
+        await server.stop(force=True)
+        assert ended == ["request", "request"]
+        assert time.monotonic() - started < 10, "a forced stop waited for connections its requests kept open"
+        for request in requests:
+            request.cancel()
+        await asyncio.gather(*requests, return_exceptions=True)

@@ -104,15 +104,27 @@ class InLoopServer:
 
         A stop while the caller is being cancelled (Ctrl-C, SIGTERM, a run's timeout) is forced: the requests
         still open belong to the work being cancelled, and waiting ``stop_timeout_s`` on them only delays the exit.
+        Requests still being handled when the server has stopped are cancelled and awaited, so none of them runs
+        on against what its caller closes next (an HTTP client, an engine).
         """
         current = asyncio.current_task()
+        forced = force or (current is not None and current.cancelling() > 0)
         if self._server is not None:
             self._server.should_exit = True
-            if force or (current is not None and current.cancelling()):
-                self._server.force_exit = True
+            self._server.force_exit = self._server.force_exit or forced
+            if forced:  # a cancelled request answers 500 and closes its connection, which uvicorn's exit waits for
+                await self._cancel_requests(wait=False)
         if self._task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), self.stop_timeout_s)
             except (TimeoutError, asyncio.CancelledError):
                 self._task.cancel()
             self._task = None
+        await self._cancel_requests(wait=True)
+
+    async def _cancel_requests(self, *, wait: bool) -> None:
+        handling = list(self._server.server_state.tasks) if self._server is not None else []
+        for request in handling:
+            request.cancel()
+        if handling and wait:
+            await asyncio.wait(handling, timeout=self.stop_timeout_s)

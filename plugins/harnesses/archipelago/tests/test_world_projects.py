@@ -227,20 +227,25 @@ command = ["python3", "-c", "import sys; print('loading the renderer', file=sys.
 """
 
 
+async def setup_error(tmp_path: Path, world: str, expected: type[Exception], *, startup_timeout_sec: int) -> str:
+    """The message of the ``expected`` error the archipelago's setup raises for a one-task world of ``world``."""
+    task = load_task(make_world(tmp_path, world) / "tasks" / "t")
+    box = LocalSandboxProvider().create(sandbox_spec(task, "archipelago-projects"))
+    await box.start()
+    try:
+        harness = ArchipelagoHarness({"max_steps": 3, "gateway_startup_timeout_sec": startup_timeout_sec})
+        with pytest.raises(expected) as err:
+            await harness.setup(box, task)
+    finally:
+        await box.stop()
+    return str(err.value)
+
+
 async def test_a_server_that_dies_at_start_is_named_with_its_own_last_words(tmp_path):
     """A server that exits before listing its tools (a slim image without a library it loads, Mercor's code server
     without its sandbox library) fails setup with an error naming it, quoting its own stderr and saying what is
     missing, not the gateway's traceback."""
-    task = load_task(make_world(tmp_path, DIES_AT_START) / "tasks" / "t")
-    box = LocalSandboxProvider().create(sandbox_spec(task, "archipelago-projects"))
-    await box.start()
-    try:
-        harness = ArchipelagoHarness({"max_steps": 3, "gateway_startup_timeout_sec": 120})
-        with pytest.raises(WorldRuntimeError) as err:
-            await harness.setup(box, task)
-    finally:
-        await box.stop()
-    message = str(err.value)
+    message = await setup_error(tmp_path, DIES_AT_START, WorldRuntimeError, startup_timeout_sec=120)
     assert "server 'broken' (python3 -c import sys;" in message and "stopped before it listed its tools" in message
     assert "The sandbox image lacks the system library libGLfake.so.1" in message and "apt-get install" in message
     assert "loading the renderer" in message and "/opt/tackroom-world/servers/broken.log" in message
@@ -257,16 +262,7 @@ command = ["python3", "-c", "import sys, time; print('warming up the index', fil
 async def test_a_server_still_starting_at_the_deadline_is_quoted_in_the_timeout(tmp_path):
     """A server that never lists its tools (an index it builds, a network it waits for) ends setup at the
     startup deadline, never hangs it; the error quotes the server's own log and names the setting to raise."""
-    task = load_task(make_world(tmp_path, NEVER_LISTS) / "tasks" / "t")
-    box = LocalSandboxProvider().create(sandbox_spec(task, "archipelago-projects"))
-    await box.start()
-    try:
-        harness = ArchipelagoHarness({"max_steps": 3, "gateway_startup_timeout_sec": 8})
-        with pytest.raises(McpGatewayError) as err:
-            await harness.setup(box, task)
-    finally:
-        await box.stop()
-    message = str(err.value)
+    message = await setup_error(tmp_path, NEVER_LISTS, McpGatewayError, startup_timeout_sec=8)
     assert "did not answer /health within 8s" in message and "startup_timeout_sec gives it longer" in message
     assert "starting server 'slow'" in message and "--- /opt/tackroom-world/servers/slow.log ---" in message
     assert "warming up the index" in message

@@ -48,6 +48,7 @@ def test_one_step_moves_the_engine_and_the_version_is_the_trainers(tmp_path: Pat
     from tackroom_skyrl.config import TrainConfig
     from tackroom_skyrl.tinker import policy
     from tackroom_skyrl.tinker.engine_sampling import EngineSampling
+    from tackroom_skyrl.tinker.loop import _close as close_service
     from tackroom_skyrl.tinker.loop import _engine_settings
     from tackroom_skyrl.tinker.pipeline import EngineSamplingError
 
@@ -63,8 +64,11 @@ def test_one_step_moves_the_engine_and_the_version_is_the_trainers(tmp_path: Pat
     timings: dict[str, float] = {}
     t_all = time.monotonic()
 
+    services: list = []
+
     async def scenario() -> dict:
         service = tinker.ServiceClient(base_url=shared_tinker.url, api_key="tml-tackroom")
+        services.append(service)
         training = await service.create_lora_training_client_async(base_model=str(base), rank=8)
         datum = types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
                             loss_fn_inputs={"target_tokens": ids[1:],
@@ -102,7 +106,11 @@ def test_one_step_moves_the_engine_and_the_version_is_the_trainers(tmp_path: Pat
                 await sampling.check("batch 2 (policy version 1)")
         return {"v0": v0, "v1": v1, "trainer_v1": trainer_v1, "v0_again": v0_again, "adapters": adapters}
 
-    got = asyncio.run(scenario())
+    try:
+        got = asyncio.run(scenario())
+    finally:  # its session heartbeat would outlive the shared server, printing "Tinker is down" every 10 s
+        for service in services:
+            close_service(service)
     timings["total"] = time.monotonic() - t_all
     n = len(answer)
     shift = sum(abs(a - b) for a, b in zip(got["v0"], got["v1"])) / n

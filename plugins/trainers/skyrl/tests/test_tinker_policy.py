@@ -41,6 +41,7 @@ def test_the_merged_policy_equals_the_tinker_trainer(tmp_path: Path, shared_tink
     from tinker import types
 
     from tackroom_skyrl.tinker import policy
+    from tackroom_skyrl.tinker.loop import _close as close_service
 
     base = shared_tinker.base
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(base))
@@ -56,9 +57,12 @@ def test_the_merged_policy_equals_the_tinker_trainer(tmp_path: Path, shared_tink
     answer_weights = [0.0] * (len(prompt) - 1) + [1.0] * len(answer)
     timings: dict[str, float] = {}
 
+    services: list = []
+
     async def train_and_read() -> tuple[str, list[list[float]], list[list[float]], policy.PolicyFolder, bytes]:
         timings["server start (shared)"] = shared_tinker.start_s
         service = tinker.ServiceClient(base_url=shared_tinker.url, api_key="tml-tackroom")
+        services.append(service)
         training = await service.create_lora_training_client_async(base_model=str(base), rank=8)
 
         async def forward() -> list[list[float]]:
@@ -83,7 +87,11 @@ def test_the_merged_policy_equals_the_tinker_trainer(tmp_path: Path, shared_tink
         fetched = await policy.download_archive(service, saved.path, download / "final.tar.gz")
         return saved.path, before, after, folder, fetched.read_bytes()
 
-    path, jax_base, jax_trained, folder, downloaded = asyncio.run(train_and_read())
+    try:
+        path, jax_base, jax_trained, folder, downloaded = asyncio.run(train_and_read())
+    finally:  # its session heartbeat would outlive the shared server, printing "Tinker is down" every 10 s
+        for service in services:
+            close_service(service)
     print(json.dumps({k: round(v, 1) for k, v in timings.items()}))
 
     assert downloaded == policy.sampler_archive(shared_tinker.checkpoints, path).read_bytes()

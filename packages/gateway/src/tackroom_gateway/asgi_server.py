@@ -113,18 +113,19 @@ class InLoopServer:
             self._server.should_exit = True
             self._server.force_exit = self._server.force_exit or forced
             if forced:  # a cancelled request answers 500 and closes its connection, which uvicorn's exit waits for
-                await self._cancel_requests(wait=False)
+                self._cancel_requests()
         if self._task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), self.stop_timeout_s)
             except (TimeoutError, asyncio.CancelledError):
                 self._task.cancel()
             self._task = None
-        await self._cancel_requests(wait=True)
+        if handling := self._cancel_requests():
+            await asyncio.wait(handling, timeout=self.stop_timeout_s)
 
-    async def _cancel_requests(self, *, wait: bool) -> None:
+    def _cancel_requests(self) -> list[asyncio.Task[Any]]:
+        """Cancel the requests uvicorn is still handling; the tasks, to await."""
         handling = list(self._server.server_state.tasks) if self._server is not None else []
         for request in handling:
             request.cancel()
-        if handling and wait:
-            await asyncio.wait(handling, timeout=self.stop_timeout_s)
+        return handling

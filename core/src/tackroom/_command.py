@@ -27,16 +27,16 @@ def run_to_completion(main: Coroutine[Any, Any, T]) -> T:
     leaving what the run started behind. A SIGINT the parent process ignores stays ignored."""
     if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
         return asyncio.run(main)
-    stopped: list[tuple[int, str]] = []
+    stopped: list[int] = []  # the signals that came, in order
     ways = {signal.SIGTERM: (TERMINATED_EXIT_CODE, "terminated"), signal.SIGINT: (INTERRUPTED_EXIT_CODE, "interrupted")}
 
     async def guarded() -> T:
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         assert task is not None
-        caught = [sig for sig in ways if signal.getsignal(sig) is not signal.SIG_IGN or sig == signal.SIGTERM]
+        caught = [sig for sig in ways if sig == signal.SIGTERM or signal.getsignal(sig) is not signal.SIG_IGN]
         for sig in caught:  # a second Ctrl-C cancels again: a cleanup that hangs is cut short
-            loop.add_signal_handler(sig, lambda sig=sig: (stopped.append(ways[sig]), task.cancel()))
+            loop.add_signal_handler(sig, lambda sig=sig: (stopped.append(sig), task.cancel()))
         try:
             return await main
         finally:
@@ -49,8 +49,9 @@ def run_to_completion(main: Coroutine[Any, Any, T]) -> T:
         if not stopped:
             raise
     if stopped:  # also when the work swallowed the cancellation: it was still told to stop
-        print_error(f"{stopped[0][1]}: what the run started has been stopped")
-        raise SystemExit(stopped[0][0]) from None
+        code, word = ways[stopped[0]]
+        print_error(f"{word}: what the run started has been stopped")
+        raise SystemExit(code) from None
     return result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -126,8 +127,6 @@ def test_ctrl_c_while_requests_are_served_prints_one_line_not_a_traceback_per_re
 
 
 async def test_a_stop_inside_a_cancelled_task_does_not_wait_for_the_open_requests() -> None:
-    import asyncio
-
     async def slow(scope, receive, send):
         await asyncio.sleep(600)
 
@@ -153,8 +152,6 @@ async def test_a_stop_inside_a_cancelled_task_does_not_wait_for_the_open_request
 async def test_no_request_runs_on_after_stop_returns() -> None:
     """The Tinker sampling proxy closed its engine client right after stop(); requests uvicorn was still handling
     then failed with "client has been closed" tracebacks. stop() cancels and awaits them first."""
-    import asyncio
-
     ended: list[str] = []
 
     async def slow(scope, receive, send):

@@ -111,8 +111,8 @@ class InLoopServer:
         forced = force or (current is not None and current.cancelling() > 0)
         if self._server is not None:
             self._server.should_exit = True
-            self._server.force_exit = self._server.force_exit or forced
             if forced:  # a cancelled request answers 500 and closes its connection, which uvicorn's exit waits for
+                self._server.force_exit = True
                 self._cancel_requests()
         if self._task is not None:
             try:

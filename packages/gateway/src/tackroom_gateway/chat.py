@@ -21,6 +21,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from tackroom_gateway.backend import EngineBackend
 from tackroom_gateway.chat_template import ChatTemplateError
+from tackroom_gateway.dialects.base import Dialect
+from tackroom_gateway.dialects.chat import CHAT
 from tackroom_gateway.engine_client import EngineCompletion
 from tackroom_gateway.errors import (
     BadRequestError,
@@ -31,7 +33,7 @@ from tackroom_gateway.errors import (
 )
 from tackroom_gateway.protocol import PASSTHROUGH, ChatCompletionRequest, forced_tool_call_tag
 from tackroom_gateway.sessions import SessionStore
-from tackroom_gateway.streaming import CANCELLED, END, ClientGone, chat_logprobs, client_gone, pump_stream, sse
+from tackroom_gateway.streaming import CANCELLED, END, ClientGone, chat_logprobs, client_gone, pump_stream
 from tackroom_gateway.tito import OpenRequest, PromptPlan, TitoSession
 from tackroom_gateway.tool_parsers import ParsedOutput
 
@@ -119,12 +121,19 @@ class ChatHandler:
 
     async def complete(self, request: Request, session: TitoSession) -> Response:
         """Answer ``request`` (an OpenAI chat completion, streamed or not) in ``session``."""
+        return await self.serve(request, session, CHAT)
+
+    async def serve(self, request: Request, session: TitoSession, dialect: Dialect) -> Response:
+        """Answer ``request``, written in ``dialect`` (chat completions, Responses, Messages, Gemini), in
+        ``session``: the dialect translates the request onto a chat request, the turn is planned, sampled and
+        recorded exactly as a chat request's is, and the dialect shapes the answer (whole or as events)."""
         if self.store.stopping:
             raise EngineRequestInterruptedError("the gateway is stopping")
         try:
             await self.backend.prepare()
             assert self.backend.engine is not None and self.backend.parser is not None
-            req = ChatCompletionRequest.parse(await request.body())
+            call = dialect.parse(await request.body(), session, dict(request.path_params))
+            req = call.request
             try:
                 plan = session.plan(req.messages, tools=req.tools, template_kwargs=req.chat_template_kwargs)
             except ChatTemplateError as exc:
@@ -133,11 +142,17 @@ class ChatHandler:
                 raise BadRequestError(f"the messages could not be read: {type(exc).__name__}: {exc}") from exc
             body = self._engine_body(req, plan)
             if req.stream:
-                return await self._chat_stream(request, req, session, plan, body)
+                chunks = await self._chat_stream(request, req, session, plan, body)
+                return StreamingResponse(
+                    dialect.stream(call, chunks),
+                    media_type="text/event-stream",
+                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                )
             task = asyncio.ensure_future(self.backend.engine.complete(body))
             result = await self._engine_answer(request, session, task, self.store.track(session, task), task)
             self.backend.liveness.answered()
-            return JSONResponse(self._chat_response(req, session, plan, result, self._constrained(body)))
+            completion = self._chat_response(req, session, plan, result, self._constrained(body))
+            return JSONResponse(dialect.respond(call, completion))
         except (ClientGone, ClientDisconnect):
             return Response(status_code=499)  # nobody reads it; uvicorn drops it
         except EngineRequestInterruptedError:
@@ -148,8 +163,8 @@ class ChatHandler:
             session.record_error(exc)
             raise
         except Exception as exc:
-            log.error("gateway: a chat completion failed: %s: %s", type(exc).__name__, exc)
-            log.debug("gateway: a chat completion failed", exc_info=True)
+            log.error("gateway: a %s request failed: %s: %s", dialect.name, type(exc).__name__, exc)
+            log.debug("gateway: a %s request failed", dialect.name, exc_info=True)
             err = GatewayInternalError(
                 f"the gateway failed on this request ({type(exc).__name__}: {exc}); this is a bug in tackroom's gateway"
             )
@@ -227,24 +242,21 @@ class ChatHandler:
 
     async def _chat_stream(
         self, request: Request, req: ChatCompletionRequest, session: TitoSession, plan: PromptPlan, body: dict[str, Any]
-    ) -> Response:
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The turn as chat completion chunks (:meth:`_chunks`), once the engine's first piece has come: failures
+        before any output are raised here, as plain HTTP errors."""
         assert self.backend.engine is not None and self.backend.parser is not None
         queue: asyncio.Queue[Any] = asyncio.Queue()
         pump = asyncio.ensure_future(pump_stream(self.backend.engine.stream(body), queue))
         entry = self.store.track(session, pump)
-        # Wait for the engine's first chunk so that failures before any output are plain HTTP errors.
         first = await self._engine_answer(request, session, pump, entry, asyncio.ensure_future(queue.get()))
         if first is CANCELLED:
             raise self._interrupted(session, entry)
         if isinstance(first, BaseException):
             raise first
-        return StreamingResponse(
-            self._sse_events(req, session, plan, queue, pump, entry, first, self._constrained(body)),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return self._chunks(req, session, plan, queue, pump, entry, first, self._constrained(body))
 
-    async def _sse_events(
+    async def _chunks(
         self,
         req: ChatCompletionRequest,
         session: TitoSession,
@@ -254,22 +266,23 @@ class ChatHandler:
         entry: OpenRequest,
         first: Any,
         constrained: bool = False,
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The engine's stream as OpenAI chat completion chunks: text and reasoning deltas as they come, the tool
+        calls once parsed, a chunk with the finish reason, then always a usage chunk (``choices`` empty; the chat
+        dialect drops it unless asked). A failure is recorded in the session and raised as a GatewayError."""
         assert self.backend.parser is not None
         stream_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         model = self.backend.model_name
 
-        def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: dict | None = None) -> bytes:
-            return sse(
-                {
-                    "id": stream_id,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": model,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
-                }
-            )
+        def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: dict | None = None) -> dict[str, Any]:
+            return {
+                "id": stream_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+            }
 
         incremental = self.backend.parser.stream(parse_tools=req.parse_tools)
         ids: list[int] = []
@@ -313,35 +326,29 @@ class ChatHandler:
             self._record(session, plan, ids, logprobs if len(logprobs) == len(ids) else None, engine_reason, parsed,
                          constrained=constrained)
             yield chunk({}, finish=self._finish_reason(engine_reason, parsed))
-            if (req.stream_options or {}).get("include_usage"):
-                yield sse(
-                    {
-                        "id": stream_id,
-                        "object": "chat.completion.chunk",
-                        "created": created,
-                        "model": model,
-                        "choices": [],
-                        "usage": {
-                            "prompt_tokens": len(plan.prompt_ids),
-                            "completion_tokens": len(ids),
-                            "total_tokens": len(plan.prompt_ids) + len(ids),
-                        },
-                    }
-                )
-            yield b"data: [DONE]\n\n"
+            yield {
+                "id": stream_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": len(plan.prompt_ids),
+                    "completion_tokens": len(ids),
+                    "total_tokens": len(plan.prompt_ids) + len(ids),
+                },
+            }
         except GatewayError as exc:
-            # Output may have reached the client already: the error is an SSE event, then the stream ends.
+            # Output may have reached the client already: the dialect answers with its own error event.
             if not isinstance(exc, EngineRequestInterruptedError):
                 session.record_error(exc)
-            yield sse(exc.openai())
-            yield b"data: [DONE]\n\n"
+            raise
         except Exception as exc:
-            log.error("gateway: a streamed chat completion failed: %s: %s", type(exc).__name__, exc)
-            log.debug("gateway: a streamed chat completion failed", exc_info=True)
+            log.error("gateway: a streamed completion failed: %s: %s", type(exc).__name__, exc)
+            log.debug("gateway: a streamed completion failed", exc_info=True)
             err = GatewayInternalError(f"the gateway failed mid-stream ({type(exc).__name__}: {exc})")
             session.record_error(err)
-            yield sse(err.openai())
-            yield b"data: [DONE]\n\n"
+            raise err from exc
         except BaseException:
             # Cancelled (the client went away: Starlette cancels the stream) or closed: the engine
             # request, if still running, is abandoned.

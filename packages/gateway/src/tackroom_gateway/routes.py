@@ -21,9 +21,9 @@ from starlette.routing import Route
 from tackroom_gateway.auth import check_admin, session_at
 from tackroom_gateway.backend import EngineBackend
 from tackroom_gateway.chat import ChatHandler
+from tackroom_gateway.dialects import CHAT, DIALECTS, Dialect
 from tackroom_gateway.errors import BadRequestError, EngineRequestInterruptedError, GatewayError, GatewayInternalError
 from tackroom_gateway.sessions import SessionStore
-from tackroom_gateway.streaming import error_response
 from tackroom_gateway.tito import TitoSession
 
 log = logging.getLogger("tackroom_gateway")
@@ -46,19 +46,45 @@ class GatewayRoutes:
         return [
             Route("/health", g(self.health), methods=["GET"]),
             Route("/v1/models", g(self.models), methods=["GET"]),
-            Route("/v1/chat/completions", g(self.chat_default), methods=["POST"]),
             Route("/sessions", g(self.list_sessions), methods=["GET"]),
             Route("/sessions", g(self.create_session), methods=["POST"]),
             Route("/sessions/{sid}/trajectory", g(self.trajectory_admin), methods=["GET"]),
             Route("/sessions/{sid}", g(self.close_session), methods=["DELETE"]),
             Route("/sessions/{sid}/{token}/v1/models", g(self.session_models), methods=["GET"]),
-            Route("/sessions/{sid}/{token}/v1/chat/completions", g(self.chat_session), methods=["POST"]),
             Route("/sessions/{sid}/{token}/trajectory", g(self.trajectory_own), methods=["GET"]),
+            *self.dialect_routes(),
         ]
 
+    def dialect_routes(self) -> list[Route]:
+        """Each dialect's paths, in a session (``/sessions/{sid}/{token}/...``) and in the admin's default session."""
+        routes = []
+        for dialect in DIALECTS:
+            for path in dialect.paths:
+                routes.append(Route(f"/sessions/{{sid}}/{{token}}{path}", self.guarded(self._serve_session(dialect), dialect),
+                                    methods=["POST"]))
+                routes.append(Route(path, self.guarded(self._serve_default(dialect), dialect), methods=["POST"]))
+        return routes
+
+    def _serve_session(self, dialect: Dialect) -> Handler:
+        async def serve(request: Request) -> Response:
+            return await self.chat.serve(request, self.session_at(request), dialect)
+
+        serve.__name__ = f"{dialect.name} (session)"
+        return serve
+
+    def _serve_default(self, dialect: Dialect) -> Handler:
+        async def serve(request: Request) -> Response:
+            self.check_admin(request)
+            return await self.chat.serve(request, self.store.open("default"), dialect)
+
+        serve.__name__ = f"{dialect.name} (default session)"
+        return serve
+
     # -- failures ------------------------------------------------------------------------
-    def guarded(self, handler: Handler) -> Handler:
-        """Every failure of ``handler`` becomes an OpenAI-shaped answer; nothing escapes to uvicorn's log."""
+    def guarded(self, handler: Handler, dialect: Dialect = CHAT) -> Handler:
+        """Every failure of ``handler`` becomes an error answer shaped as ``dialect``'s clients expect (OpenAI's
+        by default); nothing escapes to uvicorn's log."""
+        error_response = dialect.error_response
 
         async def endpoint(request: Request) -> Response:
             try:
@@ -126,14 +152,6 @@ class GatewayRoutes:
     async def session_models(self, request: Request) -> Response:
         self.session_at(request)
         return await self.models(request)
-
-    # -- chat ------------------------------------------------------------------------------
-    async def chat_default(self, request: Request) -> Response:
-        self.check_admin(request)
-        return await self.chat.complete(request, self.store.open("default"))
-
-    async def chat_session(self, request: Request) -> Response:
-        return await self.chat.complete(request, self.session_at(request))
 
     # -- sessions ------------------------------------------------------------------------
     @staticmethod

@@ -1,5 +1,5 @@
 """The gateway's streaming plumbing: server-sent events, an engine stream moved into a queue, a client that
-hung up, OpenAI-shaped error answers and chat logprobs."""
+hung up and chat logprobs."""
 
 from __future__ import annotations
 
@@ -10,18 +10,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 
 from tackroom_gateway.engine_client import EngineChunk
-from tackroom_gateway.errors import GatewayError
 
 
-def sse(obj: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
-
-
-def error_response(exc: GatewayError) -> JSONResponse:
-    return JSONResponse(exc.openai(), status_code=exc.status_code, headers=exc.headers())
+def sse(obj: dict[str, Any], event: str | None = None) -> bytes:
+    """One server-sent event: ``obj`` as JSON data, under the event name ``event`` when the dialect uses names."""
+    head = f"event: {event}\n".encode() if event else b""
+    return head + b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
 
 
 class ClientGone(Exception):

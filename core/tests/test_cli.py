@@ -84,3 +84,31 @@ def test_run_without_the_local_sandbox_installed_names_its_install_line(tmp_path
     assert ("'local' is provided by tackroom-local: pip install ./packages/sandbox-kit ./plugins/sandboxes/local"
             in message), message
     assert not (tmp_path / "runs").exists()
+
+
+def test_harness_options_on_the_command_line_reach_the_harness_and_are_checked(tmp_path):
+    """`--harness-option KEY=VALUE` (`-O`) sets what `[harness]` would: VALUE is read as TOML, a wrong key or value
+    is refused before any trial with the options that exist."""
+    import os
+    from pathlib import Path
+
+    hello = str(Path(__file__).resolve().parents[2] / "examples" / "tasks" / "hello-file")
+    out = str(tmp_path / "runs")
+
+    def tackroom_run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tackroom._cli.main", "run", hello, "--out", out, *args],
+                              capture_output=True, text=True, env={**os.environ, "COLUMNS": "300"}, timeout=300)
+
+    wrong_key = tackroom_run("--harness", "oracle", "-O", "bogus=1")
+    assert wrong_key.returncode == 2 and "harness.bogus: unknown field" in wrong_key.stderr, wrong_key.stderr
+    assert "max_output_chars, solution_dir" in wrong_key.stderr
+    wrong_value = tackroom_run("--harness", "oracle", "-O", "max_output_chars=lots")
+    assert wrong_value.returncode == 2 and "max_output_chars" in wrong_value.stderr, wrong_value.stderr
+    no_value = tackroom_run("-O", "max_output_chars")
+    assert no_value.returncode == 2 and "write KEY=VALUE" in no_value.stderr, no_value.stderr
+    assert not Path(out).exists()
+    ok = tackroom_run("--harness", "oracle", "-O", "max_output_chars=7", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["trials"][0]["reward"] == 1.0
+    config = json.loads(next(Path(out).glob("*/run.json")).read_text())
+    assert config["harness"] == {"name": "oracle", "max_output_chars": 7}

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -22,7 +23,7 @@ from tackroom._run import run_config
 RUN_FLAGS = {
     "runtime.attempts": "--attempts", "runtime.concurrency": "--concurrency", "runtime.out": "--out",
     "runtime.executor": "--executor", "runtime.run_id": "--run-id", "include": "--include", "exclude": "--exclude",
-    "policy.base_url": "--base-url", "policy.model": "--model", "harness": "--harness", "sandbox": "--sandbox",
+    "policy.base_url": "--base-url", "policy.model": "--model", "harness": "--harness/--harness-option", "sandbox": "--sandbox",
     "verifier": "--verifier", "tasks": "SOURCES", "runtime.network": "--allow-internet",
     "runtime.force_build": "--force-build",
 }
@@ -33,6 +34,8 @@ def run(
     sources: list[str] = typer.Argument(None, help="Task directories or dataset directories (directories of tasks)."),
     config_file: Path = typer.Option(None, "--config", "-c", help="A run config TOML; flags override it."),
     harness: str = typer.Option(None, "--harness", help="Harness name (default: oracle)."),
+    harness_options: list[str] = typer.Option(None, "--harness-option", "-O", help="A harness option KEY=VALUE "
+                                              "(VALUE read as TOML, else as text), as in [harness]; repeatable."),
     sandbox: str = typer.Option(None, "--sandbox", help="Sandbox name (default: local)."),
     verifier: str = typer.Option(None, "--verifier", help="Verifier name (default: test-script)."),
     attempts: int = typer.Option(None, "--attempts", help="Attempts per trial for infra failures (>= 1)."),
@@ -67,6 +70,14 @@ def run(
                          ("run_id", run_id)):
         if value is not None:
             overrides[f"runtime.{field}"] = value
+    for item in harness_options or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or key.strip() == "name":
+            raise fail(f"--harness-option {item!r}: write KEY=VALUE, e.g. --harness-option max_turns=5 (--harness names it)")
+        try:
+            overrides[f"harness.{key.strip()}"] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            overrides[f"harness.{key.strip()}"] = value
     if include:
         overrides["include"] = include
     if exclude:

@@ -46,7 +46,7 @@ async def prepared(tmp_path, engine, *, timeout_sec=60, allow_internet=False, sa
 
 
 async def opencode_processes(sandbox) -> str:
-    result = await sandbox.exec("grep -l TACKROOM_OPENCODE_RUN /proc/[0-9]*/environ 2>/dev/null | grep -v self", timeout=30)
+    result = await sandbox.exec("grep -l TACKROOM_AGENT_RUN /proc/[0-9]*/environ 2>/dev/null | grep -v self", timeout=30)
     return result.stdout.strip()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tackroom import InfraError, ModelError, Trajectory
+from tackroom_agent_kit import PolicyUnreachableError  # the sandbox cannot connect to the policy (infra)
 
 
 class OpenCodeCrashError(InfraError):
@@ -32,5 +33,4 @@ class OpenCodeTimeoutError(ModelError):
         self.trajectory = trajectory
 
 
-class PolicyUnreachableError(InfraError):
-    """OpenCode runs inside the sandbox, and the sandbox cannot connect to the policy's address."""
+__all__ = ["OpenCodeCrashError", "OpenCodeModelError", "OpenCodeTimeoutError", "PolicyUnreachableError"]

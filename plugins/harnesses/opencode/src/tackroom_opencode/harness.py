@@ -13,30 +13,25 @@ agent timeout, a hang and the turn limit stop every process OpenCode started.
 from __future__ import annotations
 
 import asyncio
-import importlib.resources
-import secrets
 import shlex
 import signal
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Literal
-from urllib.parse import urlsplit
+from typing import Any, Literal
 
-import httpx
 from pydantic import Field
 
 from tackroom import (
     ConfigError,
-    ExecResult,
     Harness,
     InfraError,
     PluginOptions,
     Policy,
     Sandbox,
-    SandboxError,
     Task,
     Trajectory,
 )
+from tackroom_agent_kit import AgentControl, AgentControlError, ModelRelay, check_reachable, reach_relay, served_context_length
 from tackroom_opencode.config import (
     COMPACT_PROMPT,
     COMPACT_TOOLS,
@@ -51,11 +46,9 @@ from tackroom_opencode.errors import (
     OpenCodeCrashError,
     OpenCodeModelError,
     OpenCodeTimeoutError,
-    PolicyUnreachableError,
 )
 from tackroom_opencode.events import Episode, parse_events
 from tackroom_opencode.install import DEFAULT_VERSION, OpenCodeInstall, ensure_installed
-from tackroom_opencode.relay import ModelRelay
 from tackroom_sandbox_kit import describe_exit, exit_signal
 from tackroom_worlds import mount_world_files
 
@@ -113,20 +106,15 @@ class OpenCodeHarness(Harness):
     capabilities = frozenset({"chat", "needs_policy", "agent_in_sandbox"})
     options: OpenCodeOptions
 
-    ctl_name: ClassVar[str] = "opencodectl.sh"
-
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
         self.install: OpenCodeInstall | None = None
         self.world_note: str | None = None
+        self.control = AgentControl(self.options.sandbox_dir, agent="OpenCode", log_glob="xdg/data/opencode/log/*.log")
 
     # -- paths inside the sandbox ------------------------------------------------------
     def _path(self, *parts: str) -> str:
         return "/".join([self.options.sandbox_dir.rstrip("/"), *parts])
-
-    @property
-    def _ctl(self) -> str:
-        return shlex.quote(self._path(self.ctl_name))
 
     # -- setup -------------------------------------------------------------------------
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
@@ -141,13 +129,11 @@ class OpenCodeHarness(Harness):
             ("xdg", "state")])
         await self._must(sandbox, f"mkdir -p {dirs}", "create OpenCode's directories", timeout=60)
         await self._seed_config_dir(sandbox)
-        ctl = importlib.resources.files("tackroom_opencode") / "sandbox_side" / self.ctl_name
-        with importlib.resources.as_file(ctl) as ctl_path:
-            await sandbox.upload(ctl_path, self._path(self.ctl_name), timeout=60)
+        await self.control.install(sandbox)
         await sandbox.upload(self.install.binary, self._path("bin", "opencode"), timeout=300)
         await sandbox.upload(self.install.ripgrep, self._path("bin", "rg"), timeout=60)
         binary = shlex.quote(self._path("bin", "opencode"))
-        await self._must(sandbox, f"chmod 755 {binary} {shlex.quote(self._path('bin', 'rg'))} {self._ctl}",
+        await self._must(sandbox, f"chmod 755 {binary} {shlex.quote(self._path('bin', 'rg'))}",
                          "make OpenCode executable", timeout=60)
         result = await sandbox.exec(f"HOME=/tmp {binary} --version", timeout=120)
         if not result.ok or result.stdout.strip() != self.options.version:
@@ -192,41 +178,41 @@ class OpenCodeHarness(Harness):
         profile = self.options.profile
         if profile == "auto":
             profile = "compact" if context < self.options.compact_below_context else "full"
-        async with ModelRelay(policy.base_url, max_calls=self.options.max_turns) as relay:
-            inside = await reach_relay(sandbox, relay, policy.base_url)
-            model, agent = self._settings(policy, inside, context, profile)
+        async with ModelRelay(policy.base_url, max_calls=self.options.max_turns, what="OpenCode") as relay:
+            inside = await reach_relay(sandbox, relay, policy.base_url, "OpenCode")
+            model, agent = self._settings(policy, f"{inside}/v1", context, profile)
             await sandbox.write_file(self._path("opencode.json"), _json(build_config(model, agent)), timeout=60)
-            await sandbox.write_file(self._path("run", "instruction.md"), task.instruction, timeout=60)
-            await check_reachable(sandbox, inside, policy.base_url)
-            ended = await self._run_opencode(sandbox, policy, relay, deadline)
+            await check_reachable(sandbox, inside, policy.base_url, "OpenCode")
+            ended = await self._run_opencode(sandbox, task, policy, relay, deadline)
         return await self._outcome(sandbox, task, policy, relay, ended, agent, profile, context)
 
-    async def _run_opencode(self, sandbox: Sandbox, policy: Policy, relay: ModelRelay, deadline: float) -> str:
+    async def _run_opencode(self, sandbox: Sandbox, task: Task, policy: Policy, relay: ModelRelay,
+                            deadline: float) -> str:
         """Start OpenCode, watch it until it ends (how: see :meth:`_watch`), and stop everything it started."""
-        token = secrets.token_hex(8)
+        grace = self.options.kill_grace_sec
         try:
-            await self._start(sandbox, policy, token)
+            await self._start(sandbox, task, policy)
             ended = await self._watch(sandbox, relay, deadline)
         except asyncio.CancelledError:
             # The runtime's agent timeout: no time left for a grace period, and nothing may outlive the run.
-            stop = asyncio.ensure_future(self._stop(sandbox, token, grace=0))
+            stop = asyncio.ensure_future(self.control.stop(sandbox, grace=0))
             try:
                 await asyncio.shield(stop)
             except asyncio.CancelledError:
                 await stop
             raise
         except BaseException:
-            await self._stop(sandbox, token)
+            await self.control.stop(sandbox, grace)
             raise
-        await self._stop(sandbox, token)
+        await self.control.stop(sandbox, grace)
         return ended
 
     async def _outcome(self, sandbox: Sandbox, task: Task, policy: Policy, relay: ModelRelay, ended: str,
                        agent: AgentSettings, profile: str, context: int) -> Trajectory:
         """The trajectory, or the classified error carrying it."""
-        episode = parse_events(await self._read(sandbox, self._path("run", "events.jsonl")))
+        episode = parse_events(await self.control.read(sandbox, "stdout.log"))
         trajectory = self._trajectory(task.instruction, episode, agent, profile, context)
-        exit_code = (await self._read(sandbox, self._path("run", "exit_code"))).strip()
+        exit_code = (await self.control.read(sandbox, "exit_code")).strip()
         if relay.limit_reached:
             # The relay refused the call after the last allowed turn (OpenCode may have exited on that refusal
             # before the watch loop saw it); the episode ends there, like any turn limit.
@@ -289,10 +275,9 @@ class OpenCodeHarness(Harness):
                               mcp_servers=self.options.mcp_servers)
         return model, agent
 
-    def _env(self, token: str) -> dict[str, str]:
+    def _env(self) -> dict[str, str]:
         xdg = self._path("xdg")
         env = {
-            "TACKROOM_OPENCODE_RUN": token,
             "OPENCODE_CONFIG": self._path("opencode.json"),
             "XDG_CONFIG_HOME": f"{xdg}/config",
             "XDG_DATA_HOME": f"{xdg}/data",
@@ -314,26 +299,15 @@ class OpenCodeHarness(Harness):
         env.update(self.options.env)
         return env
 
-    async def _start(self, sandbox: Sandbox, policy: Policy, token: str) -> None:
+    async def _start(self, sandbox: Sandbox, task: Task, policy: Policy) -> None:
         argv = [self._path("bin", "opencode"), "run", "--format", "json", "--title", "tackroom trial",
                 "--model", f"{PROVIDER_ID}/{policy.model}"]
-        cmd = (f'export PATH={shlex.quote(self._path("bin"))}:"$PATH"; '
-               f"bash {self._ctl} start {shlex.quote(self.options.sandbox_dir)} {shlex.join(argv)}")
-        result = await sandbox.exec(cmd, env=self._env(token), timeout=60)
-        if not result.ok:
-            raise OpenCodeCrashError(f"could not start OpenCode in the sandbox (exit {result.exit_code}): "
-                                     f"{(result.stderr or result.stdout).strip()[-1000:]}")
-
-    async def _poll(self, sandbox: Sandbox) -> ExecResult:
-        """One look at OpenCode's state. At the sandbox's memory limit the kernel may kill the poll itself rather
-        than OpenCode (SIGKILL: -9 or 137); the memory is free again once OpenCode is gone, so look again."""
-        cmd = f"bash {self._ctl} poll {shlex.quote(self.options.sandbox_dir)}"
-        for attempt in range(4):
-            result = await sandbox.exec(cmd, timeout=60)
-            if result.exit_code not in (-9, 137):
-                return result
-            await asyncio.sleep(0.5 * (attempt + 1))
-        return result
+        try:
+            # OpenCode reads the message verbatim from its standard input.
+            await self.control.start(sandbox, argv, env=self._env(), stdin=task.instruction,
+                                     prelude=f'export PATH={shlex.quote(self._path("bin"))}:"$PATH"; ')
+        except AgentControlError as exc:
+            raise OpenCodeCrashError(str(exc)) from exc
 
     async def _watch(self, sandbox: Sandbox, relay: ModelRelay, deadline: float) -> str:
         """Wait until OpenCode exits (``exited``), dies (``died``), is refused a call past the turn limit
@@ -343,16 +317,15 @@ class OpenCodeHarness(Harness):
         last_progress = time.monotonic()
         pause = 0.2
         while True:
-            result = await self._poll(sandbox)
-            fields = result.stdout.split()
-            if not result.ok or len(fields) != 5:
-                raise OpenCodeCrashError(f"could not check on OpenCode (exit {result.exit_code}): "
-                                         f"{(result.stderr or result.stdout).strip()[-1000:]}")
-            alive, code, sizes = fields[0] == "1", fields[1], tuple(int(x) for x in fields[2:])
+            try:
+                state = await self.control.poll(sandbox)
+            except AgentControlError as exc:
+                raise OpenCodeCrashError(str(exc)) from exc
+            sizes = state.sizes
             now = time.monotonic()
-            if code != "-":
+            if state.exit_code is not None:
                 return "exited"
-            if not alive:
+            if not state.alive:
                 return "died"
             if relay.limit_reached:
                 return "max_turns"
@@ -366,21 +339,6 @@ class OpenCodeHarness(Harness):
                 return "hang"
             await asyncio.sleep(max(0.0, min(pause, deadline - now)))
             pause = min(pause * 1.5, self.options.poll_interval_sec)
-
-    async def _stop(self, sandbox: Sandbox, token: str, grace: int | None = None) -> None:
-        """Stop OpenCode and everything it started (TERM, then KILL after ``grace`` seconds); never raises."""
-        grace = self.options.kill_grace_sec if grace is None else grace
-        try:
-            await sandbox.exec(f"bash {self._ctl} stop {shlex.quote(self.options.sandbox_dir)} {token} {grace}",
-                               timeout=grace + 30)
-        except (SandboxError, OSError):
-            pass  # the sandbox is gone (or wedged); its teardown ends every process in it
-
-    async def _read(self, sandbox: Sandbox, path: str) -> str:
-        try:
-            return (await sandbox.read_file(path, timeout=120)).decode(errors="replace")
-        except FileNotFoundError:
-            return ""
 
     async def _logs(self, sandbox: Sandbox) -> str:
         """The tails of OpenCode's stderr and of its own log, for an error message."""
@@ -424,51 +382,6 @@ def _json(doc: dict[str, Any]) -> str:
     import json
 
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
-
-
-async def served_context_length(policy: Policy, timeout: float = 15.0) -> int | None:
-    """``max_model_len`` of the policy's model, as its ``/models`` reports it (the gateway and vLLM do)."""
-    try:
-        async with httpx.AsyncClient(timeout=timeout) as client:
-            r = await client.get(f"{policy.base_url.rstrip('/')}/models",
-                                 headers={"Authorization": f"Bearer {policy.api_key}"})
-        r.raise_for_status()
-        models = r.json().get("data") or []
-    except (httpx.HTTPError, ValueError):
-        return None
-    chosen = next((m for m in models if m.get("id") == policy.model), models[0] if models else None)
-    value = (chosen or {}).get("max_model_len")
-    return int(value) if isinstance(value, int) and value > 0 else None
-
-
-async def reach_relay(sandbox: Sandbox, relay: ModelRelay, policy_url: str) -> str:
-    """The relay's base URL as seen from inside the sandbox: one forwarded host port, no host network."""
-    assert relay.port is not None
-    try:
-        url = await sandbox.forward_host_port(relay.port)
-    except NotImplementedError as exc:
-        raise PolicyUnreachableError(
-            f"OpenCode runs inside the sandbox and calls the policy {policy_url} through a relay on the host, but "
-            f"this sandbox cannot forward a host port into itself ({exc}). The local and docker sandboxes can; "
-            "remote sandboxes (Modal, Daytona) are not supported by this harness yet"
-        ) from exc
-    return f"{url.rstrip('/')}/v1"
-
-
-async def check_reachable(sandbox: Sandbox, base_url: str, policy_url: str, timeout: float = 10.0) -> None:
-    """Fail fast, with the fix, when the sandbox cannot open a connection to ``base_url`` (the relay to the policy)."""
-    parts = urlsplit(base_url)
-    host = parts.hostname or "127.0.0.1"
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    probe = f"timeout {timeout:g} bash -c {shlex.quote(f'exec 3<>/dev/tcp/{host}/{port}')}"
-    result = await sandbox.exec(probe, timeout=timeout + 15)
-    if not result.ok:
-        raise PolicyUnreachableError(
-            f"OpenCode runs inside the sandbox but the sandbox cannot connect to the host at {host}:{port}, "
-            f"where the harness relays its calls to the policy {policy_url} "
-            f"({(result.stderr or 'connection refused or timed out').strip()[-300:]}). Harnesses with the "
-            "`agent_in_sandbox` capability reach the host through Sandbox.forward_host_port (one port, no network)"
-        )
 
 
 def _answered(episode: Episode, relay: ModelRelay) -> int:

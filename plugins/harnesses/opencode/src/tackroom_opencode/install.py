@@ -11,24 +11,21 @@ wheel, a static build.
 
 from __future__ import annotations
 
-import asyncio
-import fcntl
 import importlib.metadata
 import os
-import platform
-import shutil
 from pathlib import Path
 
 from pydantic import BaseModel
 
-from tackroom import InfraError, cache_root
+from tackroom import cache_root
+from tackroom_agent_kit import NpmInstallError, ensure_npm_install, npm_arch
 from tackroom_sandbox_kit import run_process
 
 DEFAULT_VERSION = "1.18.33"
 """The OpenCode release this plugin is tested with."""
 
 
-class OpenCodeInstallError(InfraError):
+class OpenCodeInstallError(NpmInstallError):
     """OpenCode (or ripgrep) could not be installed or found on the host."""
 
 
@@ -50,13 +47,10 @@ def default_cache_dir() -> Path:
 
 def platform_packages() -> list[str]:
     """The npm packages of the binary for this machine, best first."""
-    machine = platform.machine().lower()
-    arch = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(machine)
-    if platform.system() != "Linux" or arch is None:
-        raise OpenCodeInstallError(
-            f"the opencode harness runs OpenCode's linux binary inside the sandbox; this host is "
-            f"{platform.system()} {machine}. Run tackroom on a Linux x86_64 or arm64 machine"
-        )
+    try:
+        arch = npm_arch("OpenCode")
+    except NpmInstallError as exc:
+        raise OpenCodeInstallError(str(exc)) from exc
     if arch == "x64" and not _has_avx2():
         return ["opencode-linux-x64-baseline", "opencode-linux-x64"]
     return [f"opencode-linux-{arch}", f"opencode-linux-{arch}-baseline"] if arch == "x64" else [f"opencode-linux-{arch}"]
@@ -94,23 +88,6 @@ def find_ripgrep() -> Path:
     )
 
 
-async def _npm_install(root: Path, version: str, npm: str, timeout: float) -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    argv = [npm, "install", "--prefix", str(root), "--no-audit", "--no-fund", "--ignore-scripts",
-            "--no-package-lock", "--loglevel", "error", f"opencode-ai@{version}"]
-    out = await run_process(argv, timeout=timeout)
-    if out.timed_out:
-        raise OpenCodeInstallError(f"`npm install opencode-ai@{version}` took longer than {timeout:g}s; "
-                                   "check access to the npm registry, or raise install_timeout_sec")
-    if out.returncode != 0:
-        detail = (out.stderr or out.stdout).decode(errors="replace").strip()[-2000:]
-        raise OpenCodeInstallError(
-            f"`npm install opencode-ai@{version}` failed (exit {out.returncode}): {detail}\n"
-            "Check access to the npm registry (or set npm_config_registry to a mirror) and that the version exists "
-            "(`npm view opencode-ai versions`)"
-        )
-
-
 async def _check_version(binary: Path, version: str) -> None:
     out = await run_process([str(binary), "--version"], timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
     found = out.stdout.decode(errors="replace").strip()
@@ -121,44 +98,20 @@ async def _check_version(binary: Path, version: str) -> None:
         )
 
 
-_locks: dict[Path, asyncio.Lock] = {}
-
-
 async def ensure_installed(version: str = DEFAULT_VERSION, *, cache_dir: Path | None = None,
                            timeout: float = 600.0) -> OpenCodeInstall:
-    """Return the host install of ``version``, installing it with npm first if needed (once per machine).
-
-    Safe to call from concurrent trials and processes: an asyncio lock and a file
-    lock serialise the install.
-    """
+    """Return the host install of ``version``, installing it with npm first if needed (once per machine; safe to
+    call from concurrent trials and processes)."""
     root = (cache_dir or default_cache_dir()) / version
     rg = find_ripgrep()
+    fresh = find_binary(root) is None
+    try:
+        await ensure_npm_install([f"opencode-ai@{version}"], root, ready=lambda r: find_binary(r) is not None,
+                                 timeout=timeout)
+    except NpmInstallError as exc:
+        raise OpenCodeInstallError(str(exc)) from exc
     binary = find_binary(root)
-    if binary is not None:
-        return OpenCodeInstall(version=version, root=root, binary=binary, ripgrep=rg)
-    npm = shutil.which("npm")
-    if npm is None:
-        raise OpenCodeInstallError(
-            f"OpenCode {version} is not installed in {root} and npm is not on PATH to install it. "
-            "Install Node.js and npm (e.g. `apt-get install nodejs npm`), or install it elsewhere with "
-            f"`npm install --prefix {root} opencode-ai@{version}`"
-        )
-    lock = _locks.setdefault(root, asyncio.Lock())
-    async with lock:
-        root.mkdir(parents=True, exist_ok=True)
-        with open(root.parent / f".{version}.lock", "w") as fh:
-            await asyncio.wait_for(asyncio.to_thread(fcntl.flock, fh, fcntl.LOCK_EX), timeout)
-            try:
-                binary = find_binary(root)
-                if binary is None:
-                    await _npm_install(root, version, npm, timeout)
-                    binary = find_binary(root)
-                if binary is None:
-                    raise OpenCodeInstallError(
-                        f"npm installed opencode-ai@{version} into {root} but none of "
-                        f"{', '.join(platform_packages())} came with it; this platform may have no prebuilt binary"
-                    )
-                await _check_version(binary, version)
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+    assert binary is not None
+    if fresh:
+        await _check_version(binary, version)
     return OpenCodeInstall(version=version, root=root, binary=binary, ripgrep=rg)

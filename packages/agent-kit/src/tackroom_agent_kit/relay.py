@@ -1,12 +1,12 @@
-"""A per-run relay between OpenCode and the policy: forwards every call unchanged, and counts them.
+"""A per-trial relay between an agent in the sandbox and the policy: forwards every request unchanged, and counts
+the model calls.
 
-OpenCode has no hard turn limit (its ``steps`` only asks the model for a
-text-only answer; a model that keeps calling tools keeps it going), and it
-retries a failing endpoint for about a minute. The relay gives the harness both
-facts as they happen: it refuses the call after the last allowed turn (HTTP 400,
-so OpenCode does not retry it) before it reaches the policy, counts failed calls
-(5xx, unreachable), and knows whether a call is in flight (a slow model is not a
-hang). Bodies and streams pass through byte for byte, so the gateway session
+Agents rarely have a hard turn limit (OpenCode's ``steps`` only asks the model for a text-only answer; a model that
+keeps calling tools keeps it going), and most retry a failing endpoint for a minute or more. The relay gives the
+harness both facts as they happen: it refuses the call after the last allowed turn (HTTP 400, which agents do not
+retry) before it reaches the policy, counts failed calls (5xx, unreachable), and knows whether a call is in flight
+(a slow model is not a hang). It serves the policy's whole root, so every dialect the gateway speaks passes
+(chat completions, Responses, Messages, Gemini); bodies and streams pass byte for byte, so the gateway session
 behind it records the same tokens as without it.
 """
 
@@ -25,18 +25,43 @@ from tackroom_gateway import InLoopServer
 
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 TURN_LIMIT_CODE = "tackroom_turn_limit"
+MODEL_CALL_SUFFIXES = ("/chat/completions", "/completions", "/responses", "/messages", ":generateContent",
+                       ":streamGenerateContent")
+"""Paths (under any prefix) whose POST is a model call, one per dialect; everything else (``/models``,
+``count_tokens``, ``countTokens``) passes without counting."""
+
+
+def policy_root(base_url: str) -> str:
+    """The root under which a policy serves its dialects: its OpenAI base URL without the trailing ``/v1``."""
+    base = base_url.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def is_model_call(method: str, path: str) -> bool:
+    return method == "POST" and path.rstrip("/").endswith(MODEL_CALL_SUFFIXES)
+
+
+def turn_limit_body(path: str, message: str) -> dict:
+    """The turn-limit refusal in the error shape of the dialect ``path`` belongs to (a 400, which no agent retries)."""
+    if path.rstrip("/").endswith("/messages"):
+        return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    if ":" in path.rsplit("/", 1)[-1]:  # Gemini: models/NAME:generateContent
+        return {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": TURN_LIMIT_CODE}}
 
 
 class ModelRelay:
-    """Serves ``http://HOST:PORT/v1/...`` and forwards to ``upstream`` (an OpenAI base URL ending in ``/v1``)."""
+    """Serves ``http://HOST:PORT/...`` and forwards every path to the same path under ``upstream``'s root
+    (:func:`policy_root`: a policy's OpenAI base URL, ``.../v1``, or its root). :attr:`base_url` is the relay's
+    OpenAI base URL, :attr:`root_url` its root (for agents that append ``/v1/...`` or ``/v1beta/...`` themselves)."""
 
     def __init__(self, upstream: str, *, max_calls: int | None, host: str = "127.0.0.1",
-                 read_timeout_s: float = 900.0) -> None:
-        self.upstream = upstream.rstrip("/")
+                 read_timeout_s: float = 900.0, what: str = "the agent") -> None:
+        self.upstream = policy_root(upstream)
         self.max_calls = max_calls
         self.host = host
         self.calls = 0
-        """Model calls forwarded (chat completions)."""
+        """Model calls forwarded (of any dialect)."""
         self.failures = 0
         """Calls the policy answered with a 5xx, or could not be reached for."""
         self.refused = 0
@@ -47,13 +72,17 @@ class ModelRelay:
         self._pending = 0
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=read_timeout_s))
         self.port: int | None = None
-        self.app = Starlette(routes=[Route("/v1/{path:path}", self._forward, methods=["GET", "POST"])])
-        self._server = InLoopServer(self.app, what="the model relay for OpenCode", host=self.host,
+        self.app = Starlette(routes=[Route("/{path:path}", self._forward, methods=["GET", "POST"])])
+        self._server = InLoopServer(self.app, what=f"the model relay for {what}", host=self.host,
                                     graceful_timeout_s=1, stop_timeout_s=5)
 
     @property
+    def root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
+        return f"{self.root_url}/v1"
 
     @property
     def in_flight(self) -> int:
@@ -83,13 +112,12 @@ class ModelRelay:
     # -- forwarding --------------------------------------------------------------------
     async def _forward(self, request: Request) -> Response:
         path = request.path_params["path"]
-        is_call = request.method == "POST" and path.rstrip("/").endswith("chat/completions")
+        is_call = is_model_call(request.method, path)
         self.last_activity = time.monotonic()
         if is_call and self.max_calls is not None and self.calls >= self.max_calls:
             self.refused += 1
-            return JSONResponse({"error": {
-                "message": f"tackroom: the episode's turn limit ({self.max_calls} model calls) is reached",
-                "type": "invalid_request_error", "param": None, "code": TURN_LIMIT_CODE}}, status_code=400)
+            message = f"tackroom: the episode's turn limit ({self.max_calls} model calls) is reached"
+            return JSONResponse(turn_limit_body(path, message), status_code=400)
         if is_call:
             self.calls += 1
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}

@@ -28,10 +28,18 @@ from tackroom import (
     PluginOptions,
     Policy,
     Sandbox,
+    SandboxError,
     Task,
     Trajectory,
 )
-from tackroom_agent_kit import AgentControl, AgentControlError, ModelRelay, check_reachable, reach_relay, served_context_length
+from tackroom_agent_kit import (
+    AgentControl,
+    AgentControlError,
+    ModelRelay,
+    check_reachable,
+    reach_relay,
+    served_context_length,
+)
 from tackroom_opencode.config import (
     COMPACT_PROMPT,
     COMPACT_TOOLS,

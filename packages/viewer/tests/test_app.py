@@ -85,6 +85,33 @@ def test_a_symlink_out_of_the_root_is_not_followed(root, tmp_path):
     assert [r.name for r in find_runs(root)] == ["r1"]
 
 
+def test_a_trial_file_linked_out_of_the_root_is_neither_served_nor_shown(root, tmp_path):
+    """A shared or copied run folder may hold ``result.json -> /some/host/file``: the trial folder itself lies inside
+    the runs folder, so only the file's own name can say where it leads; it is never read."""
+    secret = tmp_path / "host-secret.json"
+    secret.write_text(json.dumps({"trial_id": "t", "task": "HOST-SECRET", "messages": [{"role": "user", "content":
+                                                                                          "HOST-SECRET"}]}))
+    trial = root / "r1" / "t__h__p0"
+    for name in ("result.json", "trajectory.json"):
+        (trial / name).unlink()
+        os.symlink(secret, trial / name)
+    fifo = root / "r1" / "t__h__p1" / "trajectory.json"
+    fifo.unlink()
+    os.mkfifo(fifo)  # a reader that opened it would block the viewer for good
+    c = client(root)
+    for url in ("/raw/r1/t__h__p0/result.json", "/raw/r1/t__h__p0/trajectory.json", "/raw/r1/t__h__p1/trajectory.json"):
+        r = c.get(url)
+        assert r.status_code == 404 and "HOST-SECRET" not in r.text, url
+    for url in ("/run/r1", "/trial/r1/t__h__p0", "/trial/r1/t__h__p1"):
+        assert "HOST-SECRET" not in c.get(url).text, url
+
+
+def test_json_nested_past_the_parser_reads_as_missing(tmp_path):
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "\n" + json.dumps({"ok": 1}) + "\n")
+    assert read_jsonl(deep) == [{"ok": 1}]
+
+
 def test_the_root_may_be_one_run_or_hold_none(root, tmp_path):
     c = client(root / "r1")
     r = c.get("/", follow_redirects=False)

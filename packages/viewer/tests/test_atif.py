@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -202,3 +203,23 @@ def test_import_refuses_what_is_not_atif_and_keeps_hostile_ids_inside_the_folder
     assert not (tmp_path / "escape").exists()
     missing = tackroom("import", "atif", str(tmp_path / "nothing"), str(tmp_path / "out"))
     assert missing.returncode != 0 and "no such file or folder" in missing.stderr
+
+
+def test_import_reads_no_file_through_a_link_and_a_deeply_nested_file_stops_only_itself(tmp_path):
+    """A linked source file (or folder) would copy a host file into a trial folder; JSON nested past the parser's
+    depth stopped the whole import with a RecursionError traceback. Each is refused by name; the rest imports."""
+    source, elsewhere = tmp_path / "in", tmp_path / "elsewhere"
+    source.mkdir()
+    elsewhere.mkdir()
+    good = to_atif(TOOL_EPISODE, {**RESULT, "trial_id": "good"})
+    (source / "good.json").write_text(json.dumps(good))
+    (elsewhere / "host.json").write_text(json.dumps(to_atif(TOOL_EPISODE, {**RESULT, "trial_id": "from-the-host"})))
+    os.symlink(elsewhere / "host.json", source / "linked.json")
+    os.symlink(elsewhere, source / "linked-folder")
+    (source / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    done = tackroom("import", "atif", str(source), str(tmp_path / "out"))
+    assert done.returncode == 1, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "linked.json: a symbolic link" in said, said
+    assert "deep.json: JSON nested deeper" in said and "Traceback" not in done.stderr
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["good"]  # nothing from the linked folder either

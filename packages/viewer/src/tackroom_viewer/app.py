@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
@@ -30,6 +30,7 @@ from tackroom_viewer.run_folders import (
     TrialSummary,
     find_runs,
     inside,
+    read_regular,
     run_of,
     task_grid,
     trial_at,
@@ -186,9 +187,10 @@ class Viewer:
         key = request.path_params["key"].strip("/")
         folder, name = key.rpartition("/")[::2]
         trial = trial_at(self.root, folder)
-        if trial is None or name not in RAW_FILES or not (trial.path / name).is_file():
+        body = read_regular(trial.path / name) if trial is not None and name in RAW_FILES else None
+        if body is None:  # missing, or not a regular file: a link is never followed out of the runs folder
             return self.not_found(request, f"file {key!r}")
-        response = FileResponse(trial.path / name, media_type="application/json")
+        response = Response(body, media_type="application/json")
         response.headers.update({**SECURITY_HEADERS, "Content-Security-Policy": "sandbox; default-src 'none'"})
         return response
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from tackroom import Trajectory
 from tackroom_viewer.atif import AtifImportError, from_atif, to_atif
-from tackroom_viewer.run_folders import TrialFolder, find_runs, read_json, read_json_object
+from tackroom_viewer.run_folders import TrialFolder, find_runs, read_json_object, read_regular
 
 
 def _trials(folder: Path) -> list[TrialFolder]:
@@ -47,14 +47,38 @@ def _folder_name(trial_id: str | None, fallback: str) -> str:
     return name[:120] or re.sub(r"[^A-Za-z0-9_.-]+", "-", fallback).strip("-.")[:120] or "trial"
 
 
+def _linked(path: Path, source: Path) -> bool:
+    """Whether ``path`` or a folder between ``source`` and it is a symbolic link."""
+    if path.is_symlink():
+        return True
+    if path == source:
+        return False
+    between = [source / p for p in path.relative_to(source).parents if p != Path(".")]
+    return any(folder.is_symlink() for folder in between)
+
+
 def import_files(source: Path, out: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     """Each ATIF file as ``<out>/<trial id>/trajectory.json`` (+ ``result.json`` where carried); returns
     (folders written, files not imported with why)."""
-    files = sorted(source.rglob("*.json")) if source.is_dir() else [source]
+    files = sorted(source.rglob("*.json")) if source.is_dir() and not source.is_symlink() else [source]
     written, failed = [], []
     out.mkdir(parents=True, exist_ok=True)
     for path in files:
-        document = read_json(path)
+        if _linked(path, source):
+            failed.append((path, "a symbolic link (or under one): only regular files inside the source are imported"))
+            continue
+        raw = read_regular(path)
+        if raw is None:
+            failed.append((path, "not a regular file that can be read (links, FIFOs and devices are not followed)"))
+            continue
+        try:
+            document = json.loads(raw.decode("utf-8"))
+        except RecursionError:
+            failed.append((path, "JSON nested deeper than Python's parser takes: not an ATIF document"))
+            continue
+        except (ValueError, UnicodeDecodeError) as exc:
+            failed.append((path, f"not JSON: {exc}"))
+            continue
         if not isinstance(document, dict):
             failed.append((path, "not a JSON object"))
             continue
@@ -62,6 +86,9 @@ def import_files(source: Path, out: Path) -> tuple[list[Path], list[tuple[Path, 
             trial = from_atif(document)
         except AtifImportError as exc:
             failed.append((path, str(exc)))
+            continue
+        except RecursionError:
+            failed.append((path, "nested deeper than an ATIF document can be"))
             continue
         name = _folder_name(trial.trial_id, path.stem)
         folder, n = out / name, 1

@@ -13,6 +13,8 @@ A **trial** is a folder holding ``result.json`` or ``trajectory.json``: directly
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -25,11 +27,31 @@ TRIAL_DEPTH = 3
 RunKind = Literal["run", "matrix", "train", "folder"]
 
 
-def read_json(path: Path) -> Any | None:
-    """The file's JSON, or None when it is missing, unreadable or half-written."""
+def read_regular(path: Path) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file, read without following a link at its name (a run folder
+    shared or copied from elsewhere may hold ``result.json -> /etc/shadow``); None otherwise."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None  # a FIFO, a device, a directory
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_json(path: Path) -> Any | None:
+    """The file's JSON, or None when it is missing, not a regular file (a link included), unreadable, half-written
+    or nested past what the parser takes."""
+    raw = read_regular(path)
+    try:
+        return None if raw is None else json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
 
 
@@ -40,15 +62,16 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The file's JSON objects, one a line; a line being appended (or any unreadable one) is skipped."""
+    raw = read_regular(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        text = "" if raw is None else raw.decode("utf-8")
+    except UnicodeDecodeError:
         return []
     rows = []
     for line in text.splitlines():
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(row, dict):
             rows.append(row)

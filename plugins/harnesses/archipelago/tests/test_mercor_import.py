@@ -182,6 +182,36 @@ def test_import_errors_name_the_file_and_the_fix(tmp_path, overrides, message):
     assert not [p for p in (tmp_path / "out").iterdir()] if (tmp_path / "out").exists() else True
 
 
+@pytest.mark.parametrize("name", ["scoring_config.json", "original_snapshot.zip", "verifiers.json",
+                                  "agent_config.json"])
+def test_a_file_linked_out_of_the_task_folder_is_refused_not_copied(tmp_path, name):
+    """A hostile task folder links a host file where the importer copies (scoring_config.json into the task) or
+    unpacks (the snapshot into world/files/, which every sandbox of the task then holds)."""
+    fake_checkout(tmp_path)
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / name).write_bytes(zip_bytes({"filesystem/host-secret.txt": b"HOST"}) if name.endswith(".zip")
+                              else b'{"host": "secret"}')
+    task = fake_task(tmp_path, **{name: None})
+    os.symlink(host / name, task / name)
+    with pytest.raises(MercorImportError, match=f"{name}: a symbolic link .* nothing is read through a link"):
+        import_task(task, tmp_path / "out" / "t1")
+    assert not (tmp_path / "out" / "t1").exists()
+
+
+def test_a_linked_task_folder_in_a_dataset_is_not_imported_and_deep_json_is_refused(tmp_path):
+    fake_checkout(tmp_path)
+    task = fake_task(tmp_path)
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    os.symlink(task, dataset / "linked-task")
+    with pytest.raises(MercorImportError, match="neither a Mercor task folder"):
+        import_tasks(dataset, tmp_path / "out")
+    (task / "verifiers.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(MercorImportError, match="verifiers.json: JSON nested deeper"):
+        import_task(task, tmp_path / "out" / "t1")
+
+
 def test_a_missing_folder_or_checkout_is_named(tmp_path, monkeypatch):
     with pytest.raises(MercorImportError, match="no such folder"):
         import_tasks(tmp_path / "nowhere", tmp_path / "out")
@@ -356,7 +386,7 @@ def test_the_sample_written_with_uv_run_imports_to_the_same_server(tmp_path):
     variant.mkdir()
     for file in SAMPLE.iterdir():
         if file.name != "mcp_config.json":
-            (variant / file.name).symlink_to(file)
+            shutil.copyfile(file, variant / file.name)  # copies: the importer follows no link
     config = json.loads((SAMPLE / "mcp_config.json").read_text())
     entry = config["mcpServers"]["filesystem_server"]
     entry["args"] = ["run", "--directory", entry.pop("cwd"), "--frozen", "python", *entry["args"]]

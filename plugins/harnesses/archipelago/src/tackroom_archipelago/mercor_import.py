@@ -118,12 +118,35 @@ class ImportedTask(BaseModel):
     max_steps: int | None = None
 
 
+MAX_JSON_BYTES = 64 << 20
+"""A task's JSON files are configuration: one larger than this is refused rather than read."""
+
+
+def _regular_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file in its own right; a link is refused by name (:func:`_no_link`)."""
+    _no_link(path)
+    return path.is_file()
+
+
+def _no_link(path: Path) -> None:
+    """A task folder comes from whoever wrote it: a link in it would copy a host file into the task (and from there
+    into every sandbox of its trials), so none is followed."""
+    if path.is_symlink():
+        raise MercorImportError(f"{path}: a symbolic link (to {os.readlink(path)}); a task folder's files must be "
+                                "regular files inside it, nothing is read through a link")
+
+
 def _read_json(path: Path, model: Any) -> Any:
-    if not path.is_file():
+    if not _regular_file(path):
         raise MercorImportError(f"{path}: missing; a Mercor task folder has initial_messages.json, mcp_config.json "
                                 "and verifiers.json beside its snapshot")
+    if path.stat().st_size > MAX_JSON_BYTES:
+        raise MercorImportError(f"{path}: {path.stat().st_size:,} bytes, more than the {MAX_JSON_BYTES:,} a task's "
+                                "configuration may hold; refused")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError as exc:
+        raise MercorImportError(f"{path}: JSON nested deeper than Python's parser takes; refused") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise MercorImportError(f"{path}: not valid JSON ({exc})") from exc
     try:
@@ -239,7 +262,7 @@ def map_server(key: str, entry: McpServerEntry, checkout: Path, *, where: Path) 
 
 def _find_snapshot(src: Path) -> Path:
     for name in SNAPSHOT_NAMES:
-        if (src / name).is_file():
+        if _regular_file(src / name):
             return src / name
     raise MercorImportError(f"{src}: no world snapshot; expected one of {', '.join(SNAPSHOT_NAMES)}")
 
@@ -292,7 +315,8 @@ def import_task(src: Path, dest: Path, *, checkout: Path | None = None, image: s
     messages: list[InitialMessage] = _read_json(src / "initial_messages.json", list[InitialMessage])
     config: McpConfig = _read_json(src / "mcp_config.json", McpConfig)
     verifiers: list[MercorVerifier] = _read_json(src / "verifiers.json", list[MercorVerifier])
-    agent = _read_json(src / "agent_config.json", AgentConfig) if (src / "agent_config.json").exists() else AgentConfig()
+    agent = (_read_json(src / "agent_config.json", AgentConfig) if (src / "agent_config.json").is_symlink()
+             or (src / "agent_config.json").exists() else AgentConfig())
     where = src / "initial_messages.json"
     system = "\n\n".join(m.text(str(where)) for m in messages if m.role == "system")
     user = "\n\n".join(m.text(str(where)) for m in messages if m.role == "user")
@@ -326,7 +350,7 @@ def import_task(src: Path, dest: Path, *, checkout: Path | None = None, image: s
         (staging / "task" / "instruction.md").write_text(user.rstrip() + "\n", encoding="utf-8")
         (staging / "task" / "mercor").mkdir()
         for name in COPIED:
-            if (src / name).is_file():
+            if _regular_file(src / name):
                 shutil.copyfile(src / name, staging / "task" / "mercor" / name)
         (staging / "task").rename(dest)
     finally:
@@ -367,7 +391,7 @@ def task_folders(src: Path) -> list[Path]:
         raise MercorImportError(f"{src}: no such folder")
     if (src / "initial_messages.json").exists():
         return [src]
-    found = sorted(p for p in src.iterdir() if (p / "initial_messages.json").is_file())
+    found = sorted(p for p in src.iterdir() if not p.is_symlink() and (p / "initial_messages.json").is_file())
     if not found:
         raise MercorImportError(f"{src}: neither a Mercor task folder (initial_messages.json, mcp_config.json, "
                                 "verifiers.json, a snapshot) nor a folder of them")

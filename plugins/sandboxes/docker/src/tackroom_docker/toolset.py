@@ -10,11 +10,12 @@ Inside the container the mount cannot be removed, unmounted or written (no CAP_S
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
-import os
 import shutil
 import struct
 import subprocess
+import tempfile
 from pathlib import Path
 
 from tackroom import ConfigError, cache_root
@@ -67,9 +68,22 @@ def toolset_dir(busybox: Path) -> Path:
     root = cache_root() / "docker-toolset" / hashlib.sha256(data).hexdigest()[:16]
     if (root / "bin" / "sh").is_symlink():
         return root
-    tmp = root.with_name(f"{root.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "bin").mkdir(parents=True)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    # One builder at a time, across the trials of a process and across processes; the others wait and use its work.
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not (root / "bin" / "sh").is_symlink():
+                _build_toolset(busybox, data, root)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return root
+
+
+def _build_toolset(busybox: Path, data: bytes, root: Path) -> None:
+    shutil.rmtree(root, ignore_errors=True)  # a half-made folder from a builder that died
+    tmp = Path(tempfile.mkdtemp(prefix=f"{root.name}.tmp-", dir=root.parent))
+    (tmp / "bin").mkdir()
     (tmp / "stage").mkdir()
     (tmp / "bin" / "busybox").write_bytes(data)
     (tmp / "bin" / "busybox").chmod(0o755)
@@ -79,11 +93,7 @@ def toolset_dir(busybox: Path) -> Path:
             (tmp / "bin" / applet).symlink_to("busybox")
     for d in (tmp, tmp / "bin", tmp / "stage"):
         d.chmod(0o755)
-    try:
-        tmp.rename(root)
-    except OSError:  # another process made it first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return root
+    tmp.rename(root)
 
 
 def mount_args(folder: Path) -> list[str]:

@@ -6,8 +6,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
-
+from tackroom import ConfigError
+from tackroom.testing import skip_or_fail
 from tackroom_docker.toolset import find_busybox, toolset_dir
 
 
@@ -16,8 +16,8 @@ def test_trials_and_processes_starting_together_on_an_empty_cache_share_one_tool
     removed each other's work: FileNotFoundError / FileExistsError, ended as infra."""
     try:
         busybox = find_busybox()
-    except Exception as exc:  # noqa: BLE001 - the machine has no static busybox
-        pytest.skip(f"no static busybox: {exc}")
+    except ConfigError as exc:  # scripts/setup installs busybox-static
+        skip_or_fail(f"no static busybox: {exc}")
     monkeypatch.setenv("TACKROOM_CACHE", str(tmp_path / "cache"))
     with ThreadPoolExecutor(8) as pool:
         roots = list(pool.map(lambda _: toolset_dir(busybox), range(8)))

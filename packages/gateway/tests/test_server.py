@@ -102,6 +102,11 @@ async def test_rewritten_history_starts_a_marked_branch(smollm2_tokenizer):
     assert traj.token_ids == t4.prompt_ids + t4.completion_ids
     assert sum(traj.loss_mask) == len(t0.completion_ids) + len(t3.completion_ids) + len(t4.completion_ids)
     assert by_http["token_ids"] == traj.token_ids and [t["branch"] for t in by_http["turns"]] == [0, 0, 1, 2, 2]
+    # ... and says what it leaves out (turns 1 and 2), since a reader would take it for the whole episode
+    sampled = sum(len(t.completion_ids) for t in traj.turns)
+    assert traj.metrics["flattened_completion_tokens"] == sum(traj.loss_mask) < sampled
+    assert any(n.startswith(f"the flattened tokens are branch 2's (3 of 5 turns, {sum(traj.loss_mask)} of {sampled} "
+                            "sampled tokens); 2 turn(s) on 2 other branch(es)") for n in traj.notes), traj.notes
     assert gw.trajectory("s", branch=1).token_ids == traj.turns[2].prompt_ids + traj.turns[2].completion_ids
 
 

@@ -414,6 +414,16 @@ class TitoSession:
             "completion_tokens": float(sum(len(t.completion_ids) for t in self.turns)),
             "engine_errors": float(len(self.errors)),
         }
+        metrics["flattened_completion_tokens"] = float(sum(loss_mask))
+        notes = list(self.notes)
+        if len(self.tips) > 1 and chain:
+            # A client that rewrote its history (dropped a rejected reply, retried, ran a side conversation) left
+            # turns outside the flattened sequence: say how much, so nobody takes the sequence for the whole episode.
+            left = [t for t in self.turns if t not in chain]
+            notes.append(f"the flattened tokens are branch {chain[-1].branch}'s ({len(chain)} of {len(self.turns)} turns, "
+                         f"{sum(loss_mask)} of {int(metrics['completion_tokens'])} sampled tokens); "
+                         f"{len(left)} turn(s) on {len(self.tips) - 1} other branch(es) are in `turns` only "
+                         "(GET .../trajectory?branch=N flattens another)")
         stop_reason = "completed"
         if any(getattr(e, "code", None) == "context_length_exceeded" for e in self.errors):
             stop_reason = "context_exhausted"
@@ -425,7 +435,7 @@ class TitoSession:
             logprobs=logprobs,
             stop_reason=stop_reason,
             metrics=metrics,
-            notes=[*self.notes, *(f"engine error ({e.error_class}): {e}" for e in self.errors)],
+            notes=[*notes, *(f"engine error ({e.error_class}): {e}" for e in self.errors)],
         )
 
     def worst_error(self) -> TackroomError | None:

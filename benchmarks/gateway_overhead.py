@@ -4,12 +4,13 @@
     uv run python benchmarks/gateway_overhead.py --stub-engine --stub-token-ms 20  # the stub's decode time off the CPU
     uv run python benchmarks/gateway_overhead.py --engine http://127.0.0.1:8011/v1 --concurrency 64 --max-tokens 16
     uv run python benchmarks/gateway_overhead.py --stub-engine --concurrency 256 --rounds 1 --profile gw.prof
+    uv run python benchmarks/gateway_overhead.py --stub-engine --concurrency 256 --dialect messages --dialect gemini
 
 Direct: ``POST /v1/completions`` with the prompt ids the chat template gives,
 ``return_token_ids`` and ``logprobs`` (exactly the engine work the gateway asks
-for). Gateway: ``POST <session base URL>/chat/completions`` with the messages, one
-session per request (made beforehand, untimed, with ``POST /sessions`` and the
-admin token the gateway prints).
+for). Gateway: the same conversation in each ``--dialect`` the gateway speaks (chat completions, Responses,
+Messages, Gemini ``generateContent``), one session per request (made beforehand, untimed, with ``POST /sessions``
+and the admin token the gateway prints).
 Both generate exactly ``--max-tokens`` tokens (``ignore_eos``, greedy). Direct and
 gateway batches alternate, ``--rounds`` times, at each ``--concurrency``, plain
 and streamed. The gateway runs as its own process (``python -m tackroom_gateway``), as it
@@ -134,31 +135,80 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
+DIALECTS = ("chat", "responses", "messages", "gemini")
+
+
+def dialect_request(dialect: str, base: str, model: str, text: str, max_tokens: int, stream: bool) -> tuple[str, dict]:
+    """The same one-message request in each dialect the gateway speaks, on the session whose OpenAI base URL is
+    ``base``; greedy, at most ``max_tokens`` tokens (exactly, with vLLM's ``ignore_eos``, where the dialect lets an
+    extra field through: Gemini's refuses unknown fields, so a real engine may stop sooner there; throughput counts
+    the tokens each answer reports)."""
+    root = base.removesuffix("/v1")
+    greedy = {"temperature": 0, "ignore_eos": True, **({"stream": True} if stream else {})}
+    if dialect == "chat":
+        body = {"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens, **greedy}
+        return f"{base}/chat/completions", {**body, **({"stream_options": {"include_usage": True}} if stream else {})}
+    if dialect == "responses":
+        return f"{base}/responses", {"model": model, "input": text, "max_output_tokens": max_tokens, **greedy}
+    if dialect == "messages":
+        return f"{root}/v1/messages", {"model": model, "max_tokens": max_tokens, **greedy,
+                                       "messages": [{"role": "user", "content": text}]}
+    method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    return f"{root}/v1beta/models/{model}:{method}", {"contents": [{"role": "user", "parts": [{"text": text}]}],
+                                                      "generationConfig": {"maxOutputTokens": max_tokens, "temperature": 0}}
+
+
+def completion_tokens(obj: dict[str, Any]) -> int | None:
+    """The completion tokens an answer (or a streamed event) reports, in any dialect; None when it says none."""
+    if obj.get("object") == "chat.completion" or ("usage" in obj and "completion_tokens" in (obj["usage"] or {})):
+        return obj["usage"]["completion_tokens"]
+    if obj.get("object") == "text_completion" or "token_ids" in ((obj.get("choices") or [{}])[0]):
+        return sum(len(c.get("token_ids") or []) for c in obj.get("choices") or [])
+    if obj.get("type") in ("response.completed", "response.incomplete"):
+        return obj["response"]["usage"]["output_tokens"]
+    if obj.get("object") == "response":
+        return obj["usage"]["output_tokens"]
+    if obj.get("type") in ("message", "message_delta"):
+        return obj["usage"]["output_tokens"]
+    if "usageMetadata" in obj and obj.get("candidates", [{}])[0].get("finishReason"):
+        return obj["usageMetadata"].get("candidatesTokenCount", 0)
+    return None
+
+
+def has_text(obj: dict[str, Any]) -> bool:
+    """Whether a streamed event carries generated text (for the time to first token)."""
+    for ch in obj.get("choices") or []:
+        if ch.get("text") or (ch.get("delta") or {}).get("content"):
+            return True
+    if obj.get("type") in ("response.output_text.delta", "content_block_delta"):
+        return True
+    return any(p.get("text") for c in obj.get("candidates") or [] for p in (c.get("content") or {}).get("parts") or [])
+
+
 async def one(client: aiohttp.ClientSession, url: str, body: dict[str, Any], stream: bool) -> tuple[float, float, int]:
     """(latency s, time to first token s, completion tokens)."""
     start = time.perf_counter()
     if not stream:
         async with client.post(url, json=body) as r:
-            r.raise_for_status()
-            data = await r.json()
-        n = data["usage"]["completion_tokens"] if "usage" in data and data.get("object") == "chat.completion" else len(data["choices"][0]["token_ids"])
+            if r.status != 200:
+                raise RuntimeError(f"{url}: HTTP {r.status}: {(await r.text())[:500]}")
+            n = completion_tokens(await r.json()) or 0
         t = time.perf_counter() - start
         return t, t, n
     first = None
     n = 0
-    async with client.post(url, json={**body, "stream": True}) as r:
-        r.raise_for_status()
+    async with client.post(url, json=body) as r:
+        if r.status != 200:
+            raise RuntimeError(f"{url}: HTTP {r.status}: {(await r.text())[:500]}")
         async for raw in r.content:
             if not raw.startswith(b"data: {"):
                 continue
             obj = json.loads(raw[6:])
-            for ch in obj.get("choices") or []:
-                if "token_ids" in ch:
-                    n += len(ch["token_ids"] or [])
-                elif (ch.get("delta") or {}).get("content"):
-                    n += 1  # the gateway streams one delta per engine chunk (one token)
-                if first is None and (ch.get("text") or (ch.get("delta") or {}).get("content")):
-                    first = time.perf_counter() - start
+            tokens = completion_tokens(obj)
+            if tokens is not None:  # the engine's chunks each carry their ids; a dialect's last event the total
+                n = n + tokens if obj.get("object") == "text_completion" else tokens
+            if first is None and has_text(obj):
+                first = time.perf_counter() - start
     t = time.perf_counter() - start
     return t, first or t, n
 
@@ -206,42 +256,45 @@ async def measure(engine_url: str, gateway_url: str, gateway_pid: int, admin_tok
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as client:
         async with client.get(engine_url + "/models") as r:
             model = (await r.json())["data"][0]["id"]
-        for conc in args.concurrency:
-            for stream in args.modes:
-                acc = {"direct": ([], [], 0, 0.0), "gateway": ([], [], 0, 0.0)}
-                gw_cpu, stub_cpu, client_cpu = 0.0, 0.0, {"direct": 0.0, "gateway": 0.0}
-                opened, rss0 = 0, rss_bytes(gateway_pid)
-                for rnd in range(args.rounds):
-                    n = max(conc, args.requests)
-                    msgs = [[{"role": "user", "content": f"Tell me about {topics[(i + rnd) % len(topics)]} (#{rnd}-{i})."}] for i in range(n)]
-                    common = {"max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True}
-                    direct = [(engine_url + "/completions", {"model": model, "prompt": tmpl.render_ids(m), "return_token_ids": True, "logprobs": 0, **common}) for m in msgs]
-                    bases = await open_sessions(client, gateway_url, admin_token, [f"b{conc}-{int(stream)}-{rnd}-{i}" for i in range(n)])
-                    opened += n
-                    via = [(f"{base}/chat/completions", {"messages": m, **common}) for base, m in zip(bases, msgs, strict=True)]
-                    order = [("direct", direct), ("gateway", via)] if rnd % 2 == 0 else [("gateway", via), ("direct", direct)]
-                    for name, reqs in order:
-                        cpu0, stub0, own0 = cpu_seconds(gateway_pid), cpu_seconds(engine_pid or 0), time.process_time()
-                        lat, ttft, tok, wall = await batch(client, reqs, conc, stream)
-                        client_cpu[name] += time.process_time() - own0
-                        if name == "gateway":
-                            gw_cpu += cpu_seconds(gateway_pid) - cpu0
-                        else:
-                            stub_cpu += cpu_seconds(engine_pid or 0) - stub0
-                        a = acc[name]
-                        acc[name] = (a[0] + lat, a[1] + ttft, a[2] + tok, a[3] + wall)
-                d, g = acc["direct"], acc["gateway"]
-                rows.append({
-                    "concurrency": conc, "stream": stream, "requests": len(d[0]),
-                    "direct_tps": d[2] / d[3], "gateway_tps": g[2] / g[3],
-                    "direct_p50": pct(d[0], 0.5) * 1000, "gateway_p50": pct(g[0], 0.5) * 1000,
-                    "direct_p99": pct(d[0], 0.99) * 1000, "gateway_p99": pct(g[0], 0.99) * 1000,
-                    "ttft_added_p50": (pct(g[1], 0.5) - pct(d[1], 0.5)) * 1000,
-                    "gateway_cpu_ms": gw_cpu / len(g[0]) * 1000,
-                    "engine_cpu_ms": stub_cpu / len(d[0]) * 1000 if engine_pid else None,
-                    "client_cpu_ms": client_cpu["direct"] / len(d[0]) * 1000,
-                    "kib_per_session": (rss_bytes(gateway_pid) - rss0) / opened / 1024,
-                })
+        for dialect, conc, stream in ((d, c, m) for d in args.dialects for c in args.concurrency for m in args.modes):
+            acc = {"direct": ([], [], 0, 0.0), "gateway": ([], [], 0, 0.0)}
+            gw_cpu, stub_cpu, client_cpu = 0.0, 0.0, {"direct": 0.0, "gateway": 0.0}
+            opened, rss0 = 0, rss_bytes(gateway_pid)
+            print(f"measuring {dialect} at {conc} sessions, {'streamed' if stream else 'plain'} …", file=sys.stderr)
+            for rnd in range(args.rounds):
+                n = max(conc, args.requests)
+                msgs = [[{"role": "user", "content": f"Tell me about {topics[(i + rnd) % len(topics)]} (#{rnd}-{i})."}] for i in range(n)]
+                common = {"max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True}
+                direct = [(engine_url + "/completions", {"model": model, "prompt": tmpl.render_ids(m), "return_token_ids": True, "logprobs": 0, "stream": stream, **common}) for m in msgs]
+                bases = await open_sessions(client, gateway_url, admin_token, [f"b{conc}-{int(stream)}-{rnd}-{i}" for i in range(n)])
+                opened += n
+                via = []
+                for base, m in zip(bases, msgs, strict=True):
+                    url, body = dialect_request(dialect, base, model, m[0]["content"], args.max_tokens, stream)
+                    via.append((url, body))
+                order = [("direct", direct), ("gateway", via)] if rnd % 2 == 0 else [("gateway", via), ("direct", direct)]
+                for name, reqs in order:
+                    cpu0, stub0, own0 = cpu_seconds(gateway_pid), cpu_seconds(engine_pid or 0), time.process_time()
+                    lat, ttft, tok, wall = await batch(client, reqs, conc, stream)
+                    client_cpu[name] += time.process_time() - own0
+                    if name == "gateway":
+                        gw_cpu += cpu_seconds(gateway_pid) - cpu0
+                    else:
+                        stub_cpu += cpu_seconds(engine_pid or 0) - stub0
+                    a = acc[name]
+                    acc[name] = (a[0] + lat, a[1] + ttft, a[2] + tok, a[3] + wall)
+            d, g = acc["direct"], acc["gateway"]
+            rows.append({
+                "dialect": dialect, "concurrency": conc, "stream": stream, "requests": len(d[0]),
+                "direct_tps": d[2] / d[3], "gateway_tps": g[2] / g[3],
+                "direct_p50": pct(d[0], 0.5) * 1000, "gateway_p50": pct(g[0], 0.5) * 1000,
+                "direct_p99": pct(d[0], 0.99) * 1000, "gateway_p99": pct(g[0], 0.99) * 1000,
+                "ttft_added_p50": (pct(g[1], 0.5) - pct(d[1], 0.5)) * 1000,
+                "gateway_cpu_ms": gw_cpu / len(g[0]) * 1000,
+                "engine_cpu_ms": stub_cpu / len(d[0]) * 1000 if engine_pid else None,
+                "client_cpu_ms": client_cpu["direct"] / len(d[0]) * 1000,
+                "kib_per_session": (rss_bytes(gateway_pid) - rss0) / opened / 1024,
+            })
     return rows
 
 
@@ -278,7 +331,7 @@ def run_against(engine: str, label: str, args: argparse.Namespace, engine_pid: i
 def print_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print(f"\ngateway vs direct: {args.max_tokens} tokens/request, {args.rounds} alternating rounds, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end")
-    head = (f"{'engine':<14} {'conc':>4} {'mode':<6} {'reqs':>5} | {'tok/s direct':>12} {'tok/s gw':>9} {'ratio':>6} | "
+    head = (f"{'engine':<14} {'dialect':<9} {'conc':>4} {'mode':<6} {'reqs':>5} | {'tok/s direct':>12} {'tok/s gw':>9} {'ratio':>6} | "
             f"{'p50 direct':>10} {'added p50':>9} | {'p99 direct':>10} {'added p99':>9} | {'TTFT +p50':>9} | "
             f"{'gw CPU/req':>10} {'stub CPU/req':>12} {'client CPU/req':>14} | {'KiB/session':>11}")
     print(head)
@@ -286,7 +339,7 @@ def print_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     for r in rows:
         stub_ms = "-" if r.get("engine_cpu_ms") is None else f"{r['engine_cpu_ms']:.2f}ms"
         print(
-            f"{r['engine']:<14} {r['concurrency']:>4} {'stream' if r['stream'] else 'plain':<6} {r['requests']:>5} | "
+            f"{r['engine']:<14} {r['dialect']:<9} {r['concurrency']:>4} {'stream' if r['stream'] else 'plain':<6} {r['requests']:>5} | "
             f"{r['direct_tps']:>12.1f} {r['gateway_tps']:>9.1f} {r['gateway_tps'] / r['direct_tps']:>6.3f} | "
             f"{r['direct_p50']:>8.1f}ms {r['gateway_p50'] - r['direct_p50']:>+7.1f}ms | "
             f"{r['direct_p99']:>8.1f}ms {r['gateway_p99'] - r['direct_p99']:>+7.1f}ms | {r['ttft_added_p50']:>+7.1f}ms | "
@@ -310,6 +363,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--mode", choices=["plain", "stream", "both"], default="both")
+    ap.add_argument("--dialect", action="append", choices=DIALECTS,
+                    help="the API the gateway is called in, repeatable (default: all four); direct is always the engine's")
     ap.add_argument("--profile", help="run the gateway under cProfile and write its stats here (slows it down)")
     ap.add_argument("--json", help="also write the rows here as JSON")
     ap.add_argument("--serve-instant-engine", type=int, help=argparse.SUPPRESS)
@@ -319,6 +374,7 @@ def main() -> None:
         return
     args.concurrency = args.concurrency or [64, 256, 1024]
     args.modes = {"plain": [False], "stream": [True], "both": [False, True]}[args.mode]
+    args.dialects = args.dialect or list(DIALECTS)
     if not args.engine and not args.stub_engine:
         raise SystemExit("give --engine URL (or set TACKROOM_ENGINE_URL), --stub-engine, or both")
     rows: list[dict[str, Any]] = []

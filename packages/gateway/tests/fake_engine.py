@@ -27,6 +27,10 @@ class Scripted:
     die_after_tokens: int | None = None
     """Streaming only: drop the connection after this many tokens, as a killed engine does."""
     delay_s: float = 0.0
+    stop_reason: int | str | None = None
+    """vLLM's ``stop_reason``: the stop string (or stop token id) the completion ended on."""
+    token_delay_s: float = 0.0
+    """Streaming only: the wait between two tokens, as a real engine's decoding takes time."""
 
 
 class FakeEngineForTests:
@@ -108,7 +112,7 @@ class FakeEngineForTests:
                             "text": text,
                             "logprobs": self._lp(ids),
                             "finish_reason": answer.finish_reason,
-                            "stop_reason": None,
+                            "stop_reason": answer.stop_reason,
                             "token_ids": ids,
                             "prompt_token_ids": prompt,
                         }
@@ -128,12 +132,13 @@ class FakeEngineForTests:
                     "text": delta,
                     "logprobs": self._lp([tid], start=k),
                     "finish_reason": answer.finish_reason if k == len(ids) - 1 else None,
+                    "stop_reason": answer.stop_reason if k == len(ids) - 1 else None,
                     "token_ids": [tid],
                 }
                 if k == 0:
                     choice["prompt_token_ids"] = prompt
                 yield b"data: " + json.dumps({"id": "cmpl-fake", "object": "text_completion", "choices": [choice]}).encode() + b"\n\n"
-                await asyncio.sleep(0)
+                await asyncio.sleep(answer.token_delay_s)
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")

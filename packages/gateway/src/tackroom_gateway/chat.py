@@ -132,7 +132,9 @@ class ChatHandler:
         try:
             await self.backend.prepare()
             assert self.backend.engine is not None and self.backend.parser is not None
-            call = dialect.parse(await request.body(), session, dict(request.path_params))
+            call = dialect.parse(await request.body(), session, {**request.query_params, **request.path_params})
+            if call.answer is not None:
+                return JSONResponse(call.answer)
             req = call.request
             try:
                 plan = session.plan(req.messages, tools=req.tools, template_kwargs=req.chat_template_kwargs)
@@ -140,6 +142,7 @@ class ChatHandler:
                 raise BadRequestError(str(exc)) from exc
             except (TypeError, ValueError, AttributeError, KeyError) as exc:  # shapes only the client's messages hold
                 raise BadRequestError(f"the messages could not be read: {type(exc).__name__}: {exc}") from exc
+            call.prompt_tokens = len(plan.prompt_ids)
             body = self._engine_body(req, plan)
             if req.stream:
                 chunks = await self._chat_stream(request, req, session, plan, body)
@@ -221,6 +224,7 @@ class ChatHandler:
             if req.logprobs
             else None,
             "finish_reason": self._finish_reason(result.finish_reason, parsed),
+            "stop_reason": result.stop_reason,  # vLLM's: the stop string (or stop token id) that ended it
         }
         if req.return_token_ids:
             choice["token_ids"] = result.completion_ids
@@ -288,6 +292,7 @@ class ChatHandler:
         ids: list[int] = []
         logprobs: list[float] = []
         engine_reason: str | None = None
+        engine_stop: int | str | None = None
         try:
             yield chunk({"role": "assistant", "content": ""})
             piece = first
@@ -302,7 +307,7 @@ class ChatHandler:
                 ids.extend(piece.token_ids)
                 logprobs.extend(piece.logprobs)
                 if piece.finish_reason is not None:
-                    engine_reason = piece.finish_reason
+                    engine_reason, engine_stop = piece.finish_reason, piece.stop_reason
                 delta = incremental.feed(piece.text)
                 out: dict[str, Any] = {}
                 if delta.reasoning:
@@ -325,7 +330,9 @@ class ChatHandler:
                 yield chunk({"tool_calls": [c.openai(index=i) for i, c in enumerate(parsed.tool_calls)]})
             self._record(session, plan, ids, logprobs if len(logprobs) == len(ids) else None, engine_reason, parsed,
                          constrained=constrained)
-            yield chunk({}, finish=self._finish_reason(engine_reason, parsed))
+            last = chunk({}, finish=self._finish_reason(engine_reason, parsed))
+            last["choices"][0]["stop_reason"] = engine_stop  # as in vLLM's chat chunks: the stop string that ended it
+            yield last
             yield {
                 "id": stream_id,
                 "object": "chat.completion.chunk",

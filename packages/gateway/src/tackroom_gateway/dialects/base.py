@@ -29,6 +29,11 @@ class DialectCall:
     body: dict[str, Any]
     session: TitoSession
     state: dict[str, Any] = field(default_factory=dict)
+    prompt_tokens: int | None = None
+    """How many ids the turn's prompt has, set by the chat handler once it planned the turn (before any output:
+    Anthropic's ``message_start`` reports it)."""
+    answer: dict[str, Any] | None = None
+    """The dialect's whole answer when the call samples nothing (Gemini's ``countTokens``): no turn is run."""
 
 
 class Dialect(ABC):
@@ -41,7 +46,7 @@ class Dialect(ABC):
 
     @abstractmethod
     def parse(self, raw: bytes, session: TitoSession, path: dict[str, str]) -> DialectCall:
-        """Read a request body (``path``: the route's path parameters); raise
+        """Read a request body (``path``: the route's path parameters, over the URL's query parameters); raise
         :class:`~tackroom_gateway.errors.BadRequestError` for what the dialect refuses."""
 
     @abstractmethod

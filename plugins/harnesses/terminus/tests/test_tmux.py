@@ -119,3 +119,27 @@ async def test_a_tmux_server_killed_by_a_signal_mid_run_is_an_infra_error_that_s
         assert "the tmux server is gone: it crashed or was killed" in str(exc), str(exc)
     else:
         raise AssertionError("observing a dead tmux server must fail")
+
+
+async def test_a_tmux_server_the_agent_stopped_is_the_models_failure_within_seconds(local_sandbox):
+    """`kill -STOP` on the tmux server (the agent's own command can) left every tmux command hanging to its
+    timeout, turn after turn, until the agent timeout; now the first one that does not answer finds the server
+    stopped and ends the episode as the model's."""
+    import time
+
+    import pytest
+
+    from tackroom import ModelError
+    from tackroom_terminus.tmux import TmuxStoppedError
+
+    session = TmuxSession(local_sandbox, width=80, height=24, exec_timeout=120)
+    await session.start()
+    await session.send("kill -STOP $(tmux display-message -p '#{pid}')\n")
+    started = time.monotonic()
+    with pytest.raises(TmuxStoppedError, match="the tmux server is stopped") as info:
+        for _ in range(3):
+            await asyncio.sleep(0.3)
+            await session.observe()
+    assert isinstance(info.value, ModelError)
+    assert time.monotonic() - started < 30, "noticed within seconds, not at the 120 s exec timeout"
+    await local_sandbox.exec("for p in $(pgrep tmux); do kill -CONT $p; done; tmux kill-server", timeout=30)

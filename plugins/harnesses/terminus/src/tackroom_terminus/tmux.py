@@ -17,7 +17,14 @@ import shlex
 import signal
 import uuid
 
-from tackroom import Sandbox, SandboxError, TaskError
+from tackroom import ModelError, Sandbox, SandboxError, SandboxTimeoutError, TaskError
+
+QUICK_S = 5.0
+"""Seconds a tmux command gets before the harness looks at whether its server was stopped."""
+
+
+class TmuxStoppedError(ModelError):
+    """The agent's commands stopped the tmux server the harness drives (SIGSTOP): the model's failure."""
 
 # Keystrokes that are exactly one of these are sent as the key, not typed as text.
 _NAMED_KEYS = (
@@ -103,7 +110,14 @@ class TmuxSession:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         try:
-            result = await self.sandbox.exec(["tmux", *args], timeout=self.exec_timeout)
+            # A tmux command takes milliseconds; one that does not answer within QUICK_S is looked into (a server
+            # the agent stopped never answers), then given the rest of its time.
+            quick = min(QUICK_S, self.exec_timeout)
+            try:
+                result = await self.sandbox.exec(["tmux", *args], timeout=quick)
+            except SandboxTimeoutError:
+                await self._check_not_stopped(args[0])
+                result = await self.sandbox.exec(["tmux", *args], timeout=max(self.exec_timeout - quick, 1.0))
         finally:
             self.exec_seconds += loop.time() - t0
         if check and not result.ok:
@@ -112,6 +126,21 @@ class TmuxSession:
                 "no server running" in said or "server exited" in said) else ""
             raise SandboxError(f"tmux {args[0]} failed in the sandbox ({_exit(result.exit_code)}): {said}{gone}")
         return result.stdout
+
+    async def _check_not_stopped(self, command: str) -> None:
+        """Raise :class:`TmuxStoppedError` when the tmux server is stopped (state T: SIGSTOP, SIGTSTP): only the
+        agent's own commands can do that, and it answers nothing until the agent timeout."""
+        probe = ("for d in /proc/[0-9]*; do c=$(cat $d/comm 2>/dev/null); case $c in tmux*) "
+                 "s=$(sed 's/.*) //' $d/stat 2>/dev/null | cut -d' ' -f1); [ \"$s\" = T ] && echo \"${d#/proc/} $c\";; "
+                 "esac; done")
+        try:
+            result = await self.sandbox.exec(probe, timeout=QUICK_S)
+        except SandboxTimeoutError:
+            return
+        if result.stdout.strip():
+            raise TmuxStoppedError(
+                f"tmux {command} got no answer: the tmux server is stopped ({result.stdout.split()[0]}, state T); "
+                "the agent's commands stopped their own terminal (kill -STOP), counted as the model's")
 
     async def start(self) -> None:
         """Start the session (replacing one of the same name) and wait for the shell's first output."""

@@ -105,7 +105,7 @@ def test_harness_options_on_the_command_line_reach_the_harness_and_are_checked(t
     wrong_value = tackroom_run("--harness", "oracle", "-O", "max_output_chars=lots")
     assert wrong_value.returncode == 2 and "max_output_chars" in wrong_value.stderr, wrong_value.stderr
     no_value = tackroom_run("-O", "max_output_chars")
-    assert no_value.returncode == 2 and "write KEY=VALUE" in no_value.stderr, no_value.stderr
+    assert no_value.returncode == 2 and "expected KEY=VALUE" in no_value.stderr, no_value.stderr
     assert not Path(out).exists()
     ok = tackroom_run("--harness", "oracle", "-O", "max_output_chars=7", "--json")
     assert ok.returncode == 0, ok.stderr

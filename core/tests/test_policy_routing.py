@@ -119,3 +119,29 @@ def test_import_tackroom_loads_no_feature_package():
             "assert not bad, bad\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+async def test_routing_direct_with_no_model_named_asks_the_endpoint_what_it_serves(caplog):
+    """An engine refuses the placeholder model name ("default"): a chat harness routed straight to the endpoint gets
+    the name the endpoint lists, and the run says that no token ids are recorded."""
+    from types import SimpleNamespace
+
+    from tackroom import ConfigError
+    from tackroom.testing import ScriptedChatServerForTests
+
+    async with ScriptedChatServerForTests(["hi"], model="served-by-the-engine") as server:
+        endpoint = Endpoint(base_url=server.base_url, gateway=False)
+        plugins = SimpleNamespace(policy=endpoint.policy())
+        assert plugins.policy.model == "default"
+        with caplog.at_level("WARNING", logger="tackroom"):
+            async with policy_routing(endpoint, OneChatHarness, plugins):
+                assert plugins.policy.model == "served-by-the-engine"
+        assert "no token ids are recorded" in caplog.text
+        named = Endpoint(base_url=server.base_url, gateway=False, model="mine")
+        plugins = SimpleNamespace(policy=named.policy())
+        async with policy_routing(named, OneChatHarness, plugins):
+            assert plugins.policy.model == "mine"  # a named model is never second-guessed
+    gone = Endpoint(base_url="http://127.0.0.1:9/v1", gateway=False)
+    with pytest.raises(ConfigError, match="no model is named and .* did not say what it serves.*--model"):
+        async with policy_routing(gone, OneChatHarness, SimpleNamespace(policy=gone.policy())):
+            pass

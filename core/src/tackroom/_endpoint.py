@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from tackroom._errors import ConfigError
@@ -101,6 +102,20 @@ class Endpoint(BaseModel):
         a rotated key or URL password is the same model)."""
         return redact({"endpoint": redact_url(self.endpoint), "model": self.served_name, "sampling": self.sampling,
                        "token_ids": self.token_ids})
+
+
+async def served_model(endpoint: Endpoint, timeout: float = 30.0) -> str:
+    """The model ``endpoint`` serves (its first ``/models`` entry), for a config that names none: an engine refuses
+    the placeholder name. Unreachable or listing nothing: a :class:`ConfigError` saying to name the model."""
+    url = f"{endpoint.endpoint}/models"
+    try:
+        async with httpx.AsyncClient(timeout=timeout) as client:
+            reply = await client.get(url, headers={"Authorization": f"Bearer {endpoint.resolved_api_key()}"})
+        reply.raise_for_status()
+        return str(reply.json()["data"][0]["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise ConfigError(f"no model is named and {redact_url(url)} did not say what it serves ({type(exc).__name__}: "
+                          f"{exc}); name it with --model or [policy] model") from exc
 
 
 def host_of(url: str) -> str:

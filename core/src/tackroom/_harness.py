@@ -32,4 +32,8 @@ class Harness(Plugin):
     @abc.abstractmethod
     async def run(self, task: Task, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
         """Run the episode on ``task`` (``task.instruction`` is the prompt; its config, paths and metadata are
-        all here, so nothing needs keeping from :meth:`setup`) and return its trajectory."""
+        all here, so nothing needs keeping from :meth:`setup`) and return its trajectory.
+
+        ``messages`` holds one assistant message per model call, in order (the viewer and ATIF pair them with the
+        gateway's token turns by position). An episode that ends in an error raises it (a tackroom error) with the trajectory so far
+        as the exception's ``trajectory`` attribute: the runtime keeps and grades what was done."""

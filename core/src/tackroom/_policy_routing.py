@@ -8,12 +8,16 @@ trainer all decide it here; the gateway comes from the ``tackroom_policy_gateway
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tackroom._endpoint import Endpoint
+from tackroom._endpoint import Endpoint, served_model
 from tackroom._errors import ConfigError
 from tackroom._manager import PluginManager, get_plugin_manager
+from tackroom._policy import redact_url
+
+log = logging.getLogger("tackroom")
 
 GATEWAY_MISSING = (
     "{what} asks for exact token ids through the policy gateway (policy.gateway = true), and no installed "
@@ -70,6 +74,11 @@ async def policy_routing(policy: Endpoint, harness_cls: type, plugins: Any,
     """While open, route the trials of ``plugins`` through one policy gateway when the harness needs it (nothing
     happens when ``policy`` names no endpoint or the harness calls the engine directly)."""
     if not policy.configured or not wants_gateway(policy, harness_cls, manager):
+        if policy.configured and "chat" in harness_cls.capabilities:
+            log.warning("harness %r chats with %s directly: no token ids are recorded (pip install tackroom-gateway, "
+                        "or [policy] gateway = true, for exact token ids)", harness_cls.name, redact_url(policy.endpoint))
+        if policy.configured and policy.served_name is None and getattr(plugins, "policy", None) is not None:
+            plugins.policy = policy.policy(served=await served_model(policy))
         yield
         return
     async with policy_gateway(base_url=policy.endpoint, model=policy.served_name, api_key=policy.resolved_api_key(),

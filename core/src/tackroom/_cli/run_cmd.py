@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -14,8 +13,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from tackroom._cli.app import app, console, err_console, fail
+from tackroom._cli.sandbox_cmd import parse_options
 from tackroom._command import run_to_completion
 from tackroom._config import PluginSelection, RunConfig, with_overrides
+from tackroom._errors import ConfigError
 from tackroom._policy import redact
 from tackroom._resolve import load_run_config, resolve_run_config
 from tackroom._run import run_config
@@ -35,7 +36,7 @@ def run(
     config_file: Path = typer.Option(None, "--config", "-c", help="A run config TOML; flags override it."),
     harness: str = typer.Option(None, "--harness", help="Harness name (default: oracle)."),
     harness_options: list[str] = typer.Option(None, "--harness-option", "-O", help="A harness option KEY=VALUE "
-                                              "(VALUE read as TOML, else as text), as in [harness]; repeatable."),
+                                              "(VALUE read as JSON, else as text), as in [harness]; repeatable."),
     sandbox: str = typer.Option(None, "--sandbox", help="Sandbox name (default: local)."),
     verifier: str = typer.Option(None, "--verifier", help="Verifier name (default: test-script)."),
     attempts: int = typer.Option(None, "--attempts", help="Attempts per trial for infra failures (>= 1)."),
@@ -70,14 +71,10 @@ def run(
                          ("run_id", run_id)):
         if value is not None:
             overrides[f"runtime.{field}"] = value
-    for item in harness_options or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or key.strip() == "name":
-            raise fail(f"--harness-option {item!r}: write KEY=VALUE, e.g. --harness-option max_turns=5 (--harness names it)")
-        try:
-            overrides[f"harness.{key.strip()}"] = tomllib.loads(f"v = {value}")["v"]
-        except tomllib.TOMLDecodeError:
-            overrides[f"harness.{key.strip()}"] = value
+    try:
+        overrides.update({f"harness.{k}": v for k, v in parse_options(harness_options or [], "--harness-option").items()})
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
     if include:
         overrides["include"] = include
     if exclude:

@@ -17,13 +17,13 @@ sandbox_app = typer.Typer(help="Sandbox provider maintenance.", no_args_is_help=
 app.add_typer(sandbox_app, name="sandbox")
 
 
-def parse_options(pairs: list[str]) -> dict[str, Any]:
+def parse_options(pairs: list[str], flag: str = "--option") -> dict[str, Any]:
     """``KEY=VALUE`` pairs; a VALUE that parses as JSON (numbers, booleans, lists) is taken as such."""
     options: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--option {pair!r}: expected KEY=VALUE (e.g. --option cleanup_scope=all)")
+        if not sep or not key.strip() or key.strip() == "name":
+            raise ConfigError(f"{flag} {pair!r}: expected KEY=VALUE (e.g. {flag} max_turns=5)")
         try:
             value: Any = json.loads(raw)
         except json.JSONDecodeError:

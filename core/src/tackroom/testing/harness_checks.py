@@ -207,7 +207,7 @@ async def check_solves_task(kit: _Kit) -> None:
         assert kit.script is not None, "a harness that calls a model needs a HarnessScript (script=...)"
         async with kit.model(list(kit.script.solve)) as server:
             result, trajectory = await kit.attempt(kit.task, server.policy())
-        assert server.requests, "the harness never called the model"
+        assert server.requests, f"the harness never called the model ({_describe(result)})"
         said_for = kit.script.recorded if kit.script.recorded is not None else kit.script.solve
         served = [said_for[min(i, len(said_for) - 1)] for i in range(len(server.requests))]
         served = [reply for reply in served if reply is not None]
@@ -239,7 +239,7 @@ async def check_malformed_reply(kit: _Kit) -> None:
     assert kit.script is not None
     async with kit.model(list(kit.script.malformed)) as server:
         result, trajectory = await kit.attempt(kit.task, server.policy(), **{kit.script.max_turns_option: 8})
-    assert server.requests, "the harness never called the model"
+    assert server.requests, f"the harness never called the model ({_describe(result)})"
     assert result.error is None or result.error.error_class == "model", (
         f"malformed model output crashed the trial: {_describe(result)}"
     )

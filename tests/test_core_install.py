@@ -54,3 +54,25 @@ def test_core_alone_is_a_small_venv_that_lists_its_built_ins(tmp_path):
     assert trial.returncode == 2 and "no sandbox named 'local' is installed" in message, message
     assert ("'local' is provided by tackroom-local: pip install ./packages/sandbox-kit ./plugins/sandboxes/local"
             in message), message
+
+
+@pytest.mark.slow
+def test_the_plugin_authors_wheels_install_core_and_the_default_sandbox(tmp_path):
+    """docs/writing-plugins.md, "Install tackroom to write against": the workspace builds as wheels, and core plus
+    the default sandbox install from them alone (no index holds tackroom) and run a trial."""
+    uv = shutil.which("uv")
+    assert uv, "uv is needed (pip install uv)"
+    dist = tmp_path / "dist"
+    for package in ("tackroom", "tackroom-sandbox-kit", "tackroom-local"):
+        built = run(uv, "build", "--directory", str(REPO), "--package", package, "--wheel", "-o", str(dist))
+        assert built.returncode == 0, built.stderr
+    venv = tmp_path / "venv"
+    assert run(uv, "venv", "--python", "3.12", str(venv)).returncode == 0
+    installed = run(uv, "pip", "install", "--python", str(venv / "bin" / "python"), "--find-links", str(dist),
+                    "tackroom", "tackroom-local")
+    assert installed.returncode == 0, installed.stderr
+    trial = subprocess.run([str(venv / "bin" / "tackroom"), "run", str(REPO / "examples/tasks/hello-file"),
+                            "--out", str(tmp_path / "runs"), "--json"], capture_output=True, text=True, timeout=300,
+                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "300"})
+    assert trial.returncode == 0, trial.stderr
+    assert json.loads(trial.stdout)["trials"][0]["reward"] == 1.0

@@ -50,7 +50,8 @@ def test_the_default_sandbox_installs_with_the_sandbox_kit():
 
 def test_the_check_sees_a_dependency_an_entry_does_not_list():
     assert first_party_needs("plugins/verifiers/rubric-judge") == {"plugins/verifiers/file-diff"}
-    assert first_party_needs("plugins/harnesses/opencode") == {"packages/sandbox-kit", "packages/gateway", "packages/worlds"}
+    assert first_party_needs("plugins/harnesses/opencode") == {"packages/sandbox-kit", "packages/agent-kit", "packages/gateway",
+                                                              "packages/worlds"}
     assert first_party_needs("plugins/verifiers/file-diff") == set()
 
 

@@ -11,12 +11,11 @@ from tackroom import Task, load_task
 from tackroom.app import sandbox_spec
 from tackroom_local import LocalSandboxProvider
 
-REPO = Path(__file__).resolve().parents[4]
-WORLD = REPO / "examples" / "worlds" / "acme"
-TASKS = WORLD / "tasks"
+sys.path.insert(0, str(Path(__file__).parent))  # archipelago_scripted_engine, archipelago_paths
+from archipelago_paths import TASKS, WORLD
+
 # The world's servers, importable on the host for the per-server tests.
 sys.path.insert(0, str(WORLD / "servers"))
-sys.path.insert(0, str(Path(__file__).parent))  # archipelago_scripted_engine
 
 
 @pytest.fixture

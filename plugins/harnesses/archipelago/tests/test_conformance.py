@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import WORLD
+from archipelago_paths import WORLD
+
 from tackroom.testing import HarnessScript, harness_self_check
 from tackroom_archipelago import ArchipelagoHarness
 from tackroom_local import LocalSandboxProvider

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from archipelago_paths import TASKS, WORLD
 
-from conftest import TASKS, WORLD
 from tackroom import TaskError, load_task
 from tackroom.testing import check_registered
 from tackroom_archipelago import ArchipelagoHarness, load_world, task_world_dir

@@ -9,10 +9,9 @@ import sys
 
 import pytest
 from acme_mcp import chat, code, documents, filesystem, mail, pdfs, spreadsheets
+from archipelago_paths import WORLD
 from mcp import Client, StdioServerParameters
 from openpyxl import load_workbook
-
-from conftest import WORLD
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from tackroom import testing
 
 sys.path.insert(0, str(Path(__file__).parent))  # opencode_scripted_engine.py (tests use --import-mode=importlib)
 
-EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "tasks"
 
 
 @pytest.fixture(scope="session")
@@ -44,8 +43,3 @@ def docker_ready() -> None:
     from tackroom_docker.base_images import bootstrap
 
     asyncio.run(bootstrap("debian:bookworm-slim"))
-
-
-def write_task(root: Path, name: str, *, instruction: str, test_sh: str, timeout_sec: float = 120) -> Path:
-    """A Harbor-style task directory."""
-    return testing.write_task(root, name, instruction=instruction, test_sh=test_sh, agent_timeout_sec=timeout_sec)

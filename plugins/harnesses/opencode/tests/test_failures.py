@@ -12,8 +12,8 @@ import time
 
 import pytest
 from opencode_scripted_engine import Later, ScriptedEngineForTests, scripted_gateway, tool_call
+from opencode_tasks import write_task
 
-from conftest import write_task
 from tackroom import SandboxSpec, load_task
 from tackroom_local import LocalSandbox, LocalSandboxOptions, LocalSandboxProvider
 from tackroom_opencode.errors import (

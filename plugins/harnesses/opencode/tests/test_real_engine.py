@@ -12,8 +12,7 @@ import subprocess
 import sys
 
 import pytest
-
-from conftest import EXAMPLES
+from opencode_tasks import EXAMPLES
 
 
 def tackroom_run(tmp_path, engine_url: str, sandbox: str) -> dict:

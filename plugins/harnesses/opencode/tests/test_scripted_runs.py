@@ -6,8 +6,8 @@ import json
 
 import pytest
 from opencode_scripted_engine import ScriptedEngineForTests, serve, tool_call
+from opencode_tasks import EXAMPLES
 
-from conftest import EXAMPLES
 from tackroom.app import RunConfig, run_config
 
 SOLVE_HELLO = tool_call("bash", command="printf 'Hello, tackroom!\\n' > /app/greeting.txt", description="write the greeting")

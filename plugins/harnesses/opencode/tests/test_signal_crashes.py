@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import uvicorn
 from opencode_scripted_engine import ScriptedEngineForTests, tool_call
+from opencode_tasks import EXAMPLES
 
 import tackroom_opencode.harness as opencode_harness
-from conftest import EXAMPLES
 from tackroom import TrialResult
 from tackroom_opencode.install import OpenCodeInstall
 

@@ -1,0 +1,1 @@
+"""The ``codex`` harness: OpenAI Codex CLI, headless in the sandbox, its model calls through the policy gateway."""

@@ -1,0 +1,283 @@
+"""The ``gemini-cli`` harness: Google's Gemini CLI, headless, inside the sandbox.
+
+Setup ships the pinned CLI bundle and a Node runtime from the host's npm install into the sandbox under
+``sandbox_dir``. Run writes a ``settings.json`` (:mod:`tackroom_gemini_cli.settings`) whose only model is the trial's
+policy, reached through a :class:`~tackroom_agent_kit.ModelRelay` (turn limit, failing endpoint, calls in flight) at
+the gateway session's root: the CLI speaks the Gemini API (``streamGenerateContent?alt=sse``), which the gateway's
+Gemini dialect records token for token. The CLI runs ``gemini --yolo --output-format json`` with the instruction on
+its standard input, in its own session; the agent timeout, a hang and the turn limit stop every process it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from tackroom import ConfigError, Harness, InfraError, PluginOptions, Policy, Sandbox, Task, Trajectory
+from tackroom_agent_kit import (
+    AgentControl,
+    AgentControlError,
+    ModelRelay,
+    check_reachable,
+    reach_relay,
+    served_context_length,
+)
+from tackroom_gemini_cli.errors import GeminiCliCrashError, GeminiCliModelError, GeminiCliTimeoutError
+from tackroom_gemini_cli.install import DEFAULT_VERSION, GeminiCliInstall, ensure_installed
+from tackroom_gemini_cli.settings import COMPACT_PROMPT, COMPACT_TOOLS, FULL_TOOLS, build_settings
+from tackroom_sandbox_kit import describe_exit
+
+
+class GeminiCliSetupError(InfraError):
+    """The Gemini CLI could not be put into the sandbox or does not run there."""
+
+
+class GeminiCliOptions(PluginOptions):
+    """The ``[harness]`` section when ``name = "gemini-cli"``."""
+
+    version: str = Field(default=DEFAULT_VERSION, description="The @google/gemini-cli release (installed from npm once)")
+    cache_dir: str | None = Field(default=None, description="Host install cache (default ~/.cache/tackroom/gemini-cli)")
+    install_timeout_sec: float = Field(default=600.0, gt=0, description="Limit for the one-time npm install")
+    profile: Literal["auto", "full", "compact"] = Field(
+        default="auto",
+        description="full: the CLI's own system prompt and local tools; compact: a short prompt and shell/read/write/"
+        "replace, for small-context models; auto: compact when the model's context is below compact_below_context")
+    compact_below_context: int = Field(default=32768, gt=0, description="auto picks compact below this context length")
+    tools: list[str] | None = Field(default=None, description="Built-in tools to register (default: the profile's)")
+    prompt: str | None = Field(default=None, description="System prompt replacing the profile's")
+    max_turns: int | None = Field(default=50, gt=0, description="Model calls per episode (enforced by the relay)")
+    sandbox_dir: str = Field(default="/opt/gemini-cli", description="Where the CLI, Node and its home live in the sandbox")
+    hang_timeout_sec: float = Field(default=900.0, gt=0,
+                                    description="No output and no model call in flight for this long is a hang")
+    max_model_errors: int = Field(default=3, ge=1,
+                                  description="Failed model calls after which the endpoint counts as down (infra)")
+    timeout_margin_sec: float = Field(default=5.0, ge=0,
+                                      description="Stop the CLI this long (at most a fifth of the agent timeout) "
+                                      "before the agent timeout, to keep its trajectory")
+    kill_grace_sec: int = Field(default=1, ge=0, description="Seconds between TERM and KILL when stopping the CLI")
+    poll_interval_sec: float = Field(default=1.0, gt=0, description="Longest pause between progress checks")
+    log_tail_chars: int = Field(default=1500, ge=0, description="How much of the CLI's stderr an error message carries")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the CLI")
+
+
+class GeminiCliHarness(Harness):
+    """The Gemini CLI (@google/gemini-cli), the real agent, headless in the sandbox; its model calls go through the
+    policy gateway's Gemini dialect."""
+
+    name = "gemini-cli"
+    Options = GeminiCliOptions
+    capabilities = frozenset({"chat", "needs_policy", "agent_in_sandbox"})  # "chat": routed through the gateway
+    options: GeminiCliOptions
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self.install: GeminiCliInstall | None = None
+        self.control = AgentControl(self.options.sandbox_dir, agent="the Gemini CLI")
+
+    def _path(self, *parts: str) -> str:
+        return "/".join([self.options.sandbox_dir.rstrip("/"), *parts])
+
+    # -- setup -------------------------------------------------------------------------
+    async def setup(self, sandbox: Sandbox, task: Task) -> None:
+        self.install = await ensure_installed(
+            self.options.version,
+            cache_dir=Path(self.options.cache_dir).expanduser() if self.options.cache_dir else None,
+            timeout=self.options.install_timeout_sec,
+        )
+        dirs = " ".join(shlex.quote(self._path(*p)) for p in [("bin",), ("run",), ("home", ".gemini"), ("cli",)])
+        await self._must(sandbox, f"mkdir -p {dirs}", "create the Gemini CLI's directories", timeout=60)
+        await self.control.install(sandbox)
+        await sandbox.upload(self.install.node, self._path("bin", "node"), timeout=300)
+        await sandbox.upload(self.install.bundle, self._path("cli", "bundle"), timeout=300)
+        await sandbox.write_file(self._path("cli", "package.json"),
+                                 json.dumps({"name": "@google/gemini-cli", "version": self.options.version,
+                                             "type": "module"}), timeout=60)
+        node = shlex.quote(self._path("bin", "node"))
+        await self._must(sandbox, f"chmod 755 {node}", "make Node executable", timeout=60)
+        result = await sandbox.exec(f"HOME={shlex.quote(self._path('home'))} {node} "
+                                    f"{shlex.quote(self._path('cli', 'bundle', 'gemini.js'))} --version", timeout=120)
+        if not result.ok or result.stdout.strip() != self.options.version:
+            raise GeminiCliSetupError(
+                f"the Gemini CLI {self.options.version} does not run in this sandbox (exit {result.exit_code}): "
+                f"{(result.stderr or result.stdout).strip()[-1000:]}. Node needs a glibc userland (Debian, Ubuntu …)")
+
+    async def _must(self, sandbox: Sandbox, cmd: str, what: str, *, timeout: float) -> None:
+        result = await sandbox.exec(cmd, timeout=timeout)
+        if not result.ok:
+            raise GeminiCliSetupError(f"could not {what} in the sandbox (exit {result.exit_code}): "
+                                      f"{(result.stderr or result.stdout).strip()[-1000:]}")
+
+    # -- run ---------------------------------------------------------------------------
+    async def run(self, task: Task, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
+        if policy is None:
+            raise ConfigError("the gemini-cli harness calls a model: set [policy] base_url (e.g. `tackroom model up`)")
+        if self.install is None:
+            raise RuntimeError("GeminiCliHarness.run called before setup")
+        timeout = task.config.agent.timeout_sec
+        deadline = time.monotonic() + timeout - min(self.options.timeout_margin_sec, timeout / 5)
+        context = await served_context_length(policy) or 32768
+        profile = self.options.profile
+        if profile == "auto":
+            profile = "compact" if context < self.options.compact_below_context else "full"
+        tools = tuple(self.options.tools) if self.options.tools is not None else (
+            COMPACT_TOOLS if profile == "compact" else FULL_TOOLS)
+        prompt = self.options.prompt if self.options.prompt is not None else (
+            COMPACT_PROMPT if profile == "compact" else None)
+        settings = build_settings(tools=tools, max_turns=self.options.max_turns)
+        await sandbox.write_file(self._path("home", ".gemini", "settings.json"), json.dumps(settings, indent=2),
+                                 timeout=60)
+        if prompt is not None:
+            await sandbox.write_file(self._path("system.md"), prompt, timeout=60)
+        async with ModelRelay(policy.base_url, max_calls=self.options.max_turns, what="the Gemini CLI") as relay:
+            inside = await reach_relay(sandbox, relay, policy.base_url, "the Gemini CLI")
+            await check_reachable(sandbox, inside, policy.base_url, "the Gemini CLI")
+            ended = await self._run_cli(sandbox, task, policy, inside, prompt is not None, relay, deadline)
+        return await self._outcome(sandbox, task, policy, relay, ended, tools, profile, context)
+
+    def _env(self, policy: Policy, root_url: str, own_prompt: bool) -> dict[str, str]:
+        env = {
+            "HOME": self._path("home"),
+            "GEMINI_API_KEY": policy.api_key or "tackroom",
+            "GOOGLE_GEMINI_BASE_URL": root_url,
+            # The task's directory is not the user's: no trust dialog, no project settings prompt.
+            "GEMINI_CLI_TRUST_WORKSPACE": "true",
+            "GEMINI_CLI_NO_RELAUNCH": "true",
+            "NO_COLOR": "1",
+            "NO_BROWSER": "1",
+        }
+        if own_prompt:
+            env["GEMINI_SYSTEM_MD"] = self._path("system.md")
+        env.update(self.options.env)
+        return env
+
+    async def _run_cli(self, sandbox: Sandbox, task: Task, policy: Policy, root_url: str, own_prompt: bool,
+                       relay: ModelRelay, deadline: float) -> str:
+        argv = [self._path("bin", "node"), self._path("cli", "bundle", "gemini.js"), "--yolo", "--output-format",
+                "json", "--model", policy.model]
+        grace = self.options.kill_grace_sec
+        try:
+            try:
+                # Headless: with stdin not a terminal and no --prompt, the CLI reads the instruction from it.
+                await self.control.start(sandbox, argv, env=self._env(policy, root_url, own_prompt),
+                                         stdin=task.instruction,
+                                         prelude=f'export PATH={shlex.quote(self._path("bin"))}:"$PATH"; ')
+            except AgentControlError as exc:
+                raise GeminiCliCrashError(str(exc)) from exc
+            ended = await self._watch(sandbox, relay, deadline)
+        except asyncio.CancelledError:
+            stop = asyncio.ensure_future(self.control.stop(sandbox, grace=0))
+            try:
+                await asyncio.shield(stop)
+            except asyncio.CancelledError:
+                await stop
+            raise
+        except BaseException:
+            await self.control.stop(sandbox, grace)
+            raise
+        await self.control.stop(sandbox, grace)
+        return ended
+
+    async def _watch(self, sandbox: Sandbox, relay: ModelRelay, deadline: float) -> str:
+        """Wait until the CLI exits, dies, is refused a call past the turn limit, keeps failing to reach the model,
+        makes no progress with no model call in flight (a hang), or the deadline passes."""
+        last_sizes: tuple[int, ...] | None = None
+        last_progress = time.monotonic()
+        pause = 0.2
+        while True:
+            try:
+                state = await self.control.poll(sandbox)
+            except AgentControlError as exc:
+                raise GeminiCliCrashError(str(exc)) from exc
+            now = time.monotonic()
+            if state.exit_code is not None:
+                return "exited"
+            if not state.alive:
+                return "died"
+            if relay.limit_reached:
+                return "max_turns"
+            if relay.failures >= self.options.max_model_errors:
+                return "model_errors"
+            if state.sizes != last_sizes or relay.in_flight:
+                last_sizes, last_progress = state.sizes, now
+            if now >= deadline:
+                return "timeout"
+            if now - max(last_progress, relay.last_activity) >= self.options.hang_timeout_sec:
+                return "hang"
+            await asyncio.sleep(max(0.0, min(pause, deadline - now)))
+            pause = min(pause * 1.5, self.options.poll_interval_sec)
+
+    async def _outcome(self, sandbox: Sandbox, task: Task, policy: Policy, relay: ModelRelay, ended: str,
+                       tools: tuple[str, ...], profile: str, context: int) -> Trajectory:
+        """The trajectory, or the classified error carrying it."""
+        stdout = await self.control.read(sandbox, "stdout.log")
+        exit_code = (await self.control.read(sandbox, "exit_code")).strip()
+        report = _report(stdout)
+        answered = relay.calls - relay.failures - relay.refused
+        trajectory = self._trajectory(task.instruction, report, tools, profile, context)
+        if relay.limit_reached:
+            trajectory.stop_reason = "max_turns"
+            return trajectory
+        if ended == "timeout":
+            trajectory.stop_reason = "agent_timeout"
+            raise GeminiCliTimeoutError(f"the Gemini CLI was still working at the agent timeout "
+                                        f"({task.config.agent.timeout_sec:g}s) after {relay.calls} model calls; it "
+                                        "was stopped", trajectory)
+        if ended == "model_errors":
+            trajectory.stop_reason = "endpoint_failing"
+            raise GeminiCliCrashError(f"the model endpoint {policy.base_url} failed {relay.failures} calls (last: "
+                                      f"{relay.last_failure}); the Gemini CLI was stopped" + await self._logs(sandbox),
+                                      trajectory)
+        error = report.get("error") if isinstance(report.get("error"), dict) else None
+        if ended == "exited" and exit_code == "0" and error is None:
+            return trajectory
+        how = ("made no progress for " f"{self.options.hang_timeout_sec:g}s and was stopped" if ended == "hang"
+               else describe_exit(exit_code or "killed"))
+        detail = f": {error.get('message')}" if error else ""
+        trajectory.stop_reason = "hang" if ended == "hang" else "gemini_cli_error"
+        message = f"the Gemini CLI {how}{detail}" + await self._logs(sandbox)
+        if answered <= 0:
+            raise GeminiCliCrashError(message + " (before any model reply reached it: infra, retried)", trajectory)
+        raise GeminiCliModelError(
+            message + f"\nafter {answered} model repl{'y' if answered == 1 else 'ies'} whose tool calls ran in the "
+            "sandbox: counted as the model's (reward 0, not retried), since an agent can kill or stop its own harness",
+            trajectory)
+
+    async def _logs(self, sandbox: Sandbox) -> str:
+        n = self.options.log_tail_chars
+        if n == 0:
+            return ""
+        tail = (await self.control.read(sandbox, "stderr.log"))[-n:].strip()
+        return f"\n--- gemini stderr (tail) ---\n{tail}" if tail else ""
+
+    def _trajectory(self, instruction: str, report: dict[str, Any], tools: tuple[str, ...], profile: str,
+                    context: int) -> Trajectory:
+        answer = report.get("response") if isinstance(report.get("response"), str) else None
+        stats = report.get("stats") if isinstance(report.get("stats"), dict) else {}
+        tool_stats = stats.get("tools") if isinstance(stats.get("tools"), dict) else {}
+        metrics = {k: float(tool_stats[v]) for k, v in (("tool_calls", "totalCalls"), ("tool_failures", "totalFail"))
+                   if isinstance(tool_stats.get(v), int)}
+        messages: list[dict[str, Any]] = [{"role": "user", "content": instruction}]
+        if answer is not None:
+            messages.append({"role": "assistant", "content": answer})
+        notes = [f"gemini-cli {self.options.version}, profile {profile} (context {context}), tools {', '.join(tools)}; "
+                 "the turns' exact tokens are the gateway session's"]
+        return Trajectory(messages=messages, final_answer=answer, stop_reason="completed", metrics=metrics, notes=notes)
+
+
+def _report(stdout: str) -> dict[str, Any]:
+    """The CLI's ``--output-format json`` report (``response``, ``stats`` or ``error``): the last JSON object on its
+    standard output."""
+    start = stdout.find("{")
+    if start < 0:
+        return {}
+    try:
+        doc = json.loads(stdout[start:])
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}

@@ -1,0 +1,1 @@
+"""tackroom-mini-swe-agent: the mini-swe-agent harness (see ``harness.py``)."""

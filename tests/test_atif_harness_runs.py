@@ -158,9 +158,7 @@ def roomy_hello_file(root: Path) -> Path:
 
 
 async def test_opencode(tmp_path, tokenizer):
-    scripted("opencode")
-    from opencode_scripted_engine import ScriptedEngineForTests, serve, tool_call
-
+    from tackroom_agent_kit.testing import ScriptedEngineForTests, serve, tool_call
     from tackroom_opencode.install import ensure_installed
 
     await ensure_installed()

@@ -41,8 +41,8 @@ def test_plugins_json_flags_the_contract_1_harness_and_keeps_the_current_one(ven
     greeter, toucher = rows["greeter"], rows["toucher"]
     assert (greeter["contract"], greeter["usable"]) == (1, False)
     assert "Harness.run" in greeter["problem"] and "run(instruction, sandbox, policy)" in greeter["problem"]
-    assert "tackroom_contract = 2" in greeter["problem"]
-    assert (toucher["contract"], toucher["usable"], toucher["problem"]) == (2, True, None)
+    assert "tackroom_contract = 3" in greeter["problem"]
+    assert (toucher["contract"], toucher["usable"], toucher["problem"]) == (3, True, None)
     assert rows["oracle"]["usable"] and rows["local"]["usable"]
 
     table = run(str(venv / "bin" / "tackroom"), "plugins", env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"})

@@ -60,10 +60,15 @@ async def test_a_task_that_declares_no_network_runs_offline_and_says_so(tmp_path
     assert passed.reward == 1.0
     assert any(n.startswith("the agent ran offline: the task declares no network") for n in passed.notes)
     assert any(n.startswith("grading ran offline") and "grading failed" not in n for n in passed.notes)
-    failed = await run(tmp_path / "b", task_of(tmp_path / "b", test_sh="echo 0 > /logs/verifier/reward.txt\n"))
-    assert failed.reward == 0.0
+    graded_zero = await run(tmp_path / "b", task_of(tmp_path / "b", test_sh="echo 0 > /logs/verifier/reward.txt\n"))
+    assert graded_zero.reward == 0.0
+    assert not any("grading failed" in n for n in graded_zero.notes), "a test.sh that ran and gave 0 did not fail"
+    offline = await run(tmp_path / "c", task_of(tmp_path / "c", test_sh=(
+        "echo 'ERROR: Could not find a version that satisfies the requirement pytest (from versions: none)'\n"
+        "echo 'ERROR: No matching distribution found for pytest'\necho 0 > /logs/verifier/reward.txt\n")))
+    assert offline.reward == 0.0
     assert any("grading failed, and a test.sh that installs its tools" in n and "--allow-internet" in n
-               for n in failed.notes), failed.notes
+               for n in offline.notes), offline.notes
 
 
 async def test_a_declared_network_and_the_runs_default_reach_the_sandbox(tmp_path):

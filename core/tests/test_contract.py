@@ -76,8 +76,11 @@ def test_declared_contracts_that_cannot_run_say_why(declared, expected):
 
 
 def test_an_old_contract_matters_only_for_the_kinds_that_changed():
-    assert declared_contract_problem("sandbox", None) is None
+    assert declared_contract_problem("verifier", None) is None
     assert declared_contract_problem("verifier", 1) is None
+    assert declared_contract_problem("harness", 2) is None  # contract 3 changed sandboxes only
+    sandbox = declared_contract_problem("sandbox", 2)
+    assert sandbox is not None and "contract 3 changed Sandbox.run_grader" in sandbox and "graded" in sandbox
 
 
 def test_a_harness_declaring_contract_1_is_listed_unusable_and_refused_on_get(manager):

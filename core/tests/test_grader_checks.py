@@ -49,7 +49,7 @@ class KeepsNothing(LocalSandboxProvider):
 
 async def test_every_family_is_in_the_kit():
     assert set(GRADER_CHECKS) == {"added_tools_survive", "shadowed_shell", "startup_hooks", "reward_prefill",
-                                  "kept_services", "set_network"}
+                                  "kept_services", "kept_service_write", "set_network", "install_config"}
     assert set(GRADER_CHECKS) <= set(ALL_CHECKS)
 
 

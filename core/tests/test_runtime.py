@@ -256,11 +256,11 @@ def test_the_attempt_time_limit_is_the_sum_of_the_phase_limits(tmp_path):
     rt = runtime(tmp_path, setup_timeout_sec=7, teardown_timeout_sec=3)
     env = task.config.environment
     regrade = env.build_timeout_sec + 120 + 7 + 20 + VERIFY_GRACE_SEC + 3  # an untouched sandbox, graded
-    assert rt.attempt_time_limit(task) == (env.build_timeout_sec + 120 + 2 * 7 + 10 + KILL_TIMEOUT_SEC + 5
-                                           + 20 + VERIFY_GRACE_SEC + regrade + 3)
+    assert rt.deadlines.time_limit(task) == (env.build_timeout_sec + 120 + 2 * 7 + 10 + KILL_TIMEOUT_SEC + 5
+                                            + 20 + VERIFY_GRACE_SEC + regrade + 3)
     separate = write_task(tmp_path, "s", "true", toml="[agent]\ntimeout_sec = 10\n[verifier]\ntimeout_sec = 20\n"
                                                       'grading = "separate"\n')
-    assert rt.attempt_time_limit(separate) == rt.attempt_time_limit(task) + regrade
+    assert rt.deadlines.time_limit(separate) == rt.deadlines.time_limit(task) + regrade
 
 
 async def test_a_sandbox_hanging_at_start_or_setup_is_infra_within_its_phase_limit(tmp_path):

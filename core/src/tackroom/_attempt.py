@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from tackroom._config import NetworkDefaults
-from tackroom._errors import ErrorClass, ModelError, PluginNotFoundError, TackroomError
+from tackroom._errors import ErrorClass, ModelError, PluginNotFoundError, TackroomError, TaskError
 from tackroom._grading import copy_paths, stop_quietly, workdir_of
 from tackroom._plugin import PluginKind, check_plugin_class
 from tackroom._policy import Policy
@@ -207,19 +207,11 @@ def sandbox_spec(task: Task, name: str, deadlines: AttemptDeadlines | None = Non
     """The sandbox a trial of ``task`` gets (an ``agent_in_sandbox`` harness's too); ``network`` is the agent
     phase's (default: the task's declaration, else none)."""
     env = task.config.environment
-    return SandboxSpec(
-        name=name,
-        environment_dir=task.environment_dir if task.environment_dir.is_dir() else None,
-        image=env.docker_image,
-        force_build=force_build,
-        cpus=env.cpus,
-        memory_mb=env.memory_mb,
-        network=network or phase_networks(task.config).agent,
-        build_timeout_sec=env.build_timeout_sec,
-        start_timeout_sec=(deadlines or AttemptDeadlines()).start_timeout_sec,
-        storage_mb=env.storage_mb,
-        labels={"tackroom._task": slug(task.id)},
-    )
+    return SandboxSpec(name=name, environment_dir=task.environment_dir if task.environment_dir.is_dir() else None,
+                       image=env.docker_image, force_build=force_build, cpus=env.cpus, memory_mb=env.memory_mb,
+                       network=network or phase_networks(task.config).agent, build_timeout_sec=env.build_timeout_sec,
+                       start_timeout_sec=(deadlines or AttemptDeadlines()).start_timeout_sec,
+                       storage_mb=env.storage_mb, labels={"tackroom._task": slug(task.id)})
 
 
 def classify(error: BaseException, phase: str, manager: PluginManager) -> ErrorClass:
@@ -274,21 +266,29 @@ class Attempt:
         self.result.notes.append(text)
 
     async def timed(self, step: str, coro: Awaitable[Any], limit: float) -> Any:
-        """Run one step of a phase under ``limit`` (cut to the attempt's deadline), timed as ``step``."""
+        """Run one step of a phase under ``limit`` (cut to the attempt's deadline), timed as ``step``. Only this limit
+        running out is reported as one: a TimeoutError from inside (a sandbox command's own) is raised as it is."""
         self.step = step
         t0 = time.monotonic()
-        limit = max(min(limit, self.deadline - t0), 0.001)
+        cut, limit = self.deadline - t0 < limit, max(min(limit, self.deadline - t0), 0.001)
         try:
-            return await asyncio.wait_for(coro, limit)
+            async with asyncio.timeout(limit) as clock:
+                return await coro
         except TimeoutError as exc:
-            if step == "harness_run":
-                raise AgentTimeoutError(f"agent ran past the task's agent timeout ({limit:g}s)") from exc
-            raise PhaseTimeoutError(f"{step} ran past its {limit:g}s limit") from exc
+            ran = f"{limit:g}s{' (all that was left of the attempt)' if cut else ''}, after {time.monotonic() - t0:.1f}s"
+            if step == "harness_run":  # the harness's own TimeoutError stays the model's, as before, but says so
+                raise AgentTimeoutError(f"agent ran past the task's agent timeout ({ran})" if clock.expired() else
+                                        f"the harness raised {type(exc).__name__} within its {ran}: {exc}") from exc
+            if not clock.expired():
+                raise
+            raise PhaseTimeoutError(f"{step} ran past its limit of {ran}") from exc
         finally:
             self.result.timings[step] = round(time.monotonic() - t0, 4)
 
     # -- the phases ------------------------------------------------------------------------------
     async def start(self) -> None:
+        if refused := self.networks.refused_by(self.plan.trial.sandbox, type(self.provider).capabilities):
+            raise TaskError(refused)  # tackroom run refuses it before the run (_run); train and matrix reach here
         await self.timed("sandbox_start", self.sandbox.start(), self.spec.build_timeout_sec + self.spec.start_timeout_sec)
 
     async def setup(self) -> None:
@@ -469,11 +469,17 @@ class Attempt:
             self.note(f"the agent ran offline: the task declares no network for its turn and the run gives none; {how}")
         if self.networks.grading_declared or self.networks.grading.online or self.result.timings.get("verify") is None:
             return
-        error, top = self.result.error, self.task.config.verifier.reward_range[1]
-        failed = (error is not None and error.phase in ("verify", "regrade")) or (self.result.reward or 0.0) < top
+        error, said = self.result.error, " ".join(str(v) for v in self.result.reward_details.values()).lower()
+        # A low reward is a grade; only a grader that failed, or whose output shows a lookup or connection failing, is
+        # one that may have missed the network.
+        failed = (error is not None and error.phase in ("verify", "regrade")) or any(sign in said for sign in OFFLINE)
         self.note(f"grading ran offline: the task declares no network for grading and the run gives none; {how}"
                   + ("; grading failed, and a test.sh that installs its tools (apt, pip, uv) fails without the network"
                      if failed else ""))
+
+
+OFFLINE = ("name resolution", "could not resolve", "network is unreachable", "failed to fetch", "connection refused",
+           "failed to establish a new connection", "no matching distribution", "failed to download")
 
 
 async def run_attempt(plan: AttemptPlan, *, manager: PluginManager | None = None,

@@ -31,6 +31,7 @@ class Capability(StrEnum):
     AGENT_IN_SANDBOX = "agent_in_sandbox", "harness", "its agent runs inside the sandbox and reaches the policy there"
     DOCKERFILE = "dockerfile", "sandbox", "builds a task's environment/Dockerfile fully"
     NETWORK = "network", "sandbox", "can grant a task internet access"
+    NETWORK_ALLOWLIST = "network_allowlist", "sandbox", "enforces network_mode = \"allowlist\" in either phase"
     EXPOSE = "expose", "sandbox", "can publish a port of the sandbox to the harness"
     PERSISTENT_PROCESSES = "persistent_processes", "sandbox", "processes the agent starts outlive its exec call"
     SNAPSHOT = "snapshot", "verifier", "grades files it snapshots out of the sandbox"

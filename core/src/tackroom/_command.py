@@ -6,10 +6,10 @@ import asyncio
 import signal
 import threading
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-if TYPE_CHECKING:
-    from rich.console import Console
+from rich.console import Console
+from rich.text import Text
 
 T = TypeVar("T")
 
@@ -58,7 +58,4 @@ def run_to_completion(main: Coroutine[Any, Any, T]) -> T:
 def print_error(message: object, console: Console | None = None) -> None:
     """``error: <message>`` on stderr (or ``console``), the message printed as it is: text such as
     ``[policy]`` or ``[/]`` in a config error is shown, not read as rich markup."""
-    from rich.console import Console
-    from rich.text import Text
-
     (console or Console(stderr=True)).print(Text("error: ", style="bold red") + Text(str(message)), soft_wrap=True)

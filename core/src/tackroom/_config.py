@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import math
-import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
@@ -40,7 +39,7 @@ def check_run_id(value: str, *, what: str = "run id") -> str:
         problem = "must not be empty"
     elif value != value.strip():
         problem = "must not start or end with whitespace"
-    elif "/" in value or "\\" in value or (os.sep in value) or (os.altsep and os.altsep in value):
+    elif "/" in value or "\\" in value:  # both separators, whatever this OS uses
         problem = "must be a plain name, not a path (no / or \\)"
     elif ".." in value or value == ".":
         problem = "must not be . or contain .."
@@ -61,12 +60,6 @@ RunId = Annotated[str, AfterValidator(check_run_id)]
 def finite_positive(value: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"must be a positive, finite number, got {value!r}")
-    return value
-
-
-def _finite_non_negative(value: float) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"must be a finite number >= 0, got {value!r}")
     return value
 
 
@@ -114,13 +107,21 @@ class PluginSelection(BaseModel):
 
 def dotted(loc: tuple[Any, ...] | list[Any]) -> str:
     """``("models", 1, "label")`` → ``models[1].label``."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
+    parts = (f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+    return "".join(parts).removeprefix(".")
+
+
+def located(path: str, source: str = "", flags: dict[str, str] | None = None) -> str:
+    """Where a problem at dotted ``path`` is reported: ``--flag (path)`` when ``flags`` maps it (or a
+    table above it) to the command-line flag that set it, else ``source: path``."""
+    for key, flag in (flags or {}).items():
+        if path == key or path.startswith(key + "."):
+            return f"{flag} ({path})"
+    return f"{source + ': ' if source else ''}{path or '(top level)'}"
+
+
+def _message(err: Any) -> str:
+    return "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
 
 
 def format_validation_error(exc: ValidationError, prefix: str = "", source: str = "", *, sep: str = "\n") -> str:
@@ -133,9 +134,8 @@ def format_validation_error(exc: ValidationError, prefix: str = "", source: str 
             path, msg = ".".join(p for p in (prefix, ctx_error.path) if p), ctx_error.message
         else:
             loc = [p for p in err["loc"] if p != "function-after"]
-            path = dotted([*(prefix.split(".") if prefix else []), *loc])
-            msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-        lines.append(f"{source + ': ' if source else ''}{path or '(top level)'}: {msg}")
+            path, msg = dotted([*(prefix.split(".") if prefix else []), *loc]), _message(err)
+        lines.append(f"{located(path, source)}: {msg}")
     return sep.join(lines)
 
 
@@ -156,19 +156,17 @@ def validate(model: type[M], data: Any, *, prefix: str = "", source: str = "") -
 
 def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The pydantic model a validation error's location (minus its last part) points into, when it is one."""
-    import typing
-
-    current: Any = model
+    current = model  # always a model: each step moves to one or stops
     for part in loc:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
+        if part not in current.model_fields:
             return None
         annotation = current.model_fields[part].annotation
-        candidates = [a for a in (annotation, *typing.get_args(annotation))
+        candidates = [a for a in (annotation, *get_args(annotation))
                       if isinstance(a, type) and issubclass(a, BaseModel)]
         if not candidates:
             return None
         current = candidates[0]
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+    return current
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -217,7 +215,7 @@ class RuntimeConfig(BaseModel):
     executor: str = "asyncio"
     """Where attempts run: ``asyncio`` (in this process), ``ray`` (tackroom-ray), or any registered executor."""
     teardown_timeout_sec: Annotated[float, AfterValidator(finite_positive)] = 60.0
-    retry_backoff_sec: Annotated[float, AfterValidator(_finite_non_negative)] = 1.0
+    retry_backoff_sec: float = Field(default=1.0, ge=0, allow_inf_nan=False)
     network: NetworkDefaults = NetworkDefaults()
     """The network of tasks that declare none (see :class:`NetworkDefaults`; ``--allow-internet``)."""
     force_build: bool = False
@@ -266,8 +264,6 @@ class RunConfig(TaskSelection):
     ```
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     harness: PluginSelection = Field(default_factory=lambda: PluginSelection(name="oracle"))
     sandbox: PluginSelection = Field(default_factory=lambda: PluginSelection(name="local"))
     verifier: PluginSelection = Field(default_factory=lambda: PluginSelection(name="test-script"))
@@ -283,7 +279,6 @@ def with_overrides(config: M, overrides: dict[str, Any], *, source: str = "",
     ``flags`` maps dotted paths to the flag that set them: a problem there is ``--flag (dotted.path): …``, one from
     the file ``source: dotted.path: …``; ``SecretStr`` values pass through unrevealed.
     """
-    flags = flags or {}
     data = config.model_dump(mode="python")
     for dotted, value in overrides.items():
         *parents, last = dotted.split(".")
@@ -294,15 +289,8 @@ def with_overrides(config: M, overrides: dict[str, Any], *, source: str = "",
     try:
         return type(config).model_validate(data)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"])
-            msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-            flag = next((f for path, f in flags.items() if loc == path or loc.startswith(path + ".")), None)
-            if flag is not None:
-                lines.append(f"{flag} ({loc}): {msg}")
-            else:
-                lines.append(f"{source + ': ' if source else ''}{loc or '(top level)'}: {msg}")
+        lines = [f"{located('.'.join(map(str, err['loc'])), source, flags)}: {_message(err)}"
+                 for err in exc.errors()]
         raise ConfigError("\n".join(lines)) from exc
 
 

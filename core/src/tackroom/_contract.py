@@ -1,7 +1,7 @@
 """The plugin contract, versioned: what core calls on each kind of plugin, and what changed when.
 
 A plugin distribution declares the contract it was written for in the module its entry point names
-(``tackroom_contract = 2``); one that declares nothing predates versioning: contract 1. A declared contract
+(``tackroom_contract = 3``); one that declares nothing predates versioning: contract 1. A declared contract
 newer than :data:`CONTRACT_VERSION`, or older than a change to the plugin's kind, is refused with that change
 and how to migrate; each class is checked when loaded: a method core calls that it overrides keeps today's
 parameters and stays ``async`` where core awaits it. Each :data:`CHANGES` row is a CHANGELOG.md entry.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
-CONTRACT_VERSION = 2
+CONTRACT_VERSION = 3
 """The contract this tackroom speaks. Bumped by any change to a method in :data:`METHODS`."""
 
 CONTRACT_ATTRIBUTE = "tackroom_contract"
@@ -55,7 +55,9 @@ METHODS: dict[str, tuple[Method, ...]] = {
     "harness": (Method("harness", "Harness", "run", ("task", "sandbox", "policy")),
                 Method("harness", "Harness", "setup", ("sandbox", "task"))),
     "sandbox": (Method("sandbox", "SandboxProvider", "create", ("spec",), is_async=False),
-                Method("sandbox", "SandboxProvider", "cleanup", ())),
+                Method("sandbox", "SandboxProvider", "cleanup", ()),
+                Method("sandbox", "Sandbox", "run_grader",
+                       ("cmd", "private", "collect", "dest", "cwd", "env", "timeout", "graded"))),
     "verifier": (Method("verifier", "Verifier", "verify", ("task", "sandbox", "trajectory")),
                  Method("verifier", "Verifier", "prepare", ("task", "sandbox"))),
     "executor": (Method("executor", "Executor", "run", ("plan", "manager", "on_started")),),
@@ -66,6 +68,9 @@ CHANGES: tuple[Change, ...] = (
     Change(2, "harness", "Harness.run", "run(instruction, sandbox, policy)", "run(task, sandbox, policy)",
            "take the Task first and read the prompt from task.instruction; config, paths and metadata are on "
            "the task too, so nothing needs keeping from setup()"),
+    Change(3, "sandbox", "Sandbox.run_grader", "run_grader(cmd, *, private, collect, dest, cwd, env, timeout)",
+           "run_grader(..., graded=())", "accept `graded`: while kept services run, test.sh reads each of those "
+           "paths as a copy taken while they were frozen (docs/threat-model.md); a sandbox that keeps none ignores it"),
 )
 """Every change since contract 1, oldest first (``CHANGELOG.md`` says the same for people)."""
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from tackroom._errors import ConfigError
-from tackroom._policy import Policy, redact, redact_url, register_secret, register_secrets_in, register_url_secrets
+from tackroom._policy import Policy, redact_url, register_secret, register_secrets_in, register_url_secrets
 
 LITELLM_PROXY_ENV = "LITELLM_PROXY_URL"
 LITELLM_PROXY_DEFAULT = "http://127.0.0.1:4000/v1"
@@ -73,10 +72,6 @@ class Endpoint(BaseModel):
         """The model name at the endpoint, when the config gives one."""
         return self.litellm or self.model
 
-    @property
-    def display_label(self) -> str:
-        return self.label or self.served_name or host_of(self.endpoint)
-
     def resolved_api_key(self) -> str:
         """The key to send: ``$api_key_env`` when named (it must be set; a key read from the environment is
         redacted from then on), else ``api_key``, else ``EMPTY``."""
@@ -97,16 +92,12 @@ class Endpoint(BaseModel):
                       api_key=self.resolved_api_key(), token_ids=self.token_ids, tokenizer=self.tokenizer,
                       sampling=dict(self.sampling), label=self.label)
 
-    def identity(self) -> dict[str, Any]:
-        """What must not change under one label between a run and its resumption (credentials masked:
-        a rotated key or URL password is the same model)."""
-        return redact({"endpoint": redact_url(self.endpoint), "model": self.served_name, "sampling": self.sampling,
-                       "token_ids": self.token_ids})
-
 
 async def served_model(endpoint: Endpoint, timeout: float = 30.0) -> str:
     """The model ``endpoint`` serves (its first ``/models`` entry), for a config that names none: an engine refuses
     the placeholder name. Unreachable or listing nothing: a :class:`ConfigError` saying to name the model."""
+    import httpx  # here: every command imports this module, and httpx costs start-up time (tests/test_cli_startup.py)
+
     url = f"{endpoint.endpoint}/models"
     try:
         async with httpx.AsyncClient(timeout=timeout) as client:
@@ -116,10 +107,3 @@ async def served_model(endpoint: Endpoint, timeout: float = 30.0) -> str:
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
         raise ConfigError(f"no model is named and {redact_url(url)} did not say what it serves ({type(exc).__name__}: "
                           f"{exc}); name it with --model or [policy] model") from exc
-
-
-def host_of(url: str) -> str:
-    """The host of ``url``, never its credentials (a label is written everywhere)."""
-    rest = url.split("://", 1)[-1]
-    host = rest.split("/", 1)[0]
-    return host.rsplit("@", 1)[-1] or "model"

@@ -8,10 +8,8 @@ ErrorClass = Literal["infra", "model", "task"]
 """How a failure counts.
 
 ``infra``  the machinery failed (sandbox died, transfer failed): retry the trial.
-``model``  the policy's own failure (agent timeout, context exceeded): the trial
-           counts, with reward 0.
-``task``   the task is broken (missing test script, unparsable reward): do not
-           retry, do not train on it.
+``model``  the policy's own failure (agent timeout, context exceeded): the trial counts, reward 0.
+``task``   the task is broken (missing test script, unparsable reward): not retried, not trained on.
 """
 
 

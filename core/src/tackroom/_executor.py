@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from tackroom._attempt import AttemptPlan, run_attempt
 from tackroom._plugin import NoOptions, Plugin, PluginKind, PluginOptions
@@ -28,7 +28,6 @@ class Executor(Plugin):
     async def start(self, plans: list[AttemptPlan]) -> None:
         """Called by ``run_all`` before the first trial with every trial's first attempt: connect, and
         refuse what cannot run here."""
-        return None
 
     def max_in_flight(self, concurrency: int) -> int:
         """How many trials ``run_all`` keeps in flight, given the runtime's ``concurrency``."""
@@ -41,10 +40,6 @@ class Executor(Plugin):
 
         ``manager`` is the caller's plugin manager (for error classification where the attempt runs in
         this process); call ``on_started`` once the attempt has begun wherever it runs."""
-
-    def describe(self) -> dict[str, Any]:
-        """What a run records about its executor."""
-        return {"name": self.name, **self.options.model_dump(mode="json")}
 
 
 class AsyncioExecutor(Executor):

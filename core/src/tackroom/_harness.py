@@ -15,13 +15,12 @@ from tackroom._trajectory import Trajectory
 class Harness(Plugin):
     """A harness plugin: drives one episode of an agent in a sandbox.
 
-    The runtime calls :meth:`setup` once the sandbox is up, then :meth:`run`
-    under the task's agent timeout (cancellation is how the timeout arrives:
-    clean up in ``finally``). A harness reaches the model only through the
-    :class:`~tackroom._policy.Policy` it is given. Raise
-    :class:`~tackroom._errors.ModelError` for the policy's own failures
-    (context exhausted, no valid answer) and :class:`~tackroom._errors.InfraError`
-    for machinery failures. Its capabilities are :class:`~tackroom.Capability` names of kind ``harness``.
+    The runtime calls :meth:`setup` once the sandbox is up, then :meth:`run` under the task's agent
+    timeout (cancellation is how the timeout arrives: clean up in ``finally``). A harness reaches
+    the model only through the :class:`~tackroom._policy.Policy` it is given. Raise
+    :class:`~tackroom._errors.ModelError` for the policy's own failures (context exhausted, no valid
+    answer) and :class:`~tackroom._errors.InfraError` for machinery failures. Its capabilities are
+    :class:`~tackroom.Capability` names of kind ``harness``.
     """
 
     kind: ClassVar[PluginKind] = "harness"
@@ -35,5 +34,5 @@ class Harness(Plugin):
         all here, so nothing needs keeping from :meth:`setup`) and return its trajectory.
 
         ``messages`` holds one assistant message per model call, in order (the viewer and ATIF pair them with the
-        gateway's token turns by position). An episode that ends in an error raises it (a tackroom error) with the trajectory so far
-        as the exception's ``trajectory`` attribute: the runtime keeps and grades what was done."""
+        gateway's token turns by position). An episode that ends in an error raises it (a tackroom error) with
+        the trajectory so far as its ``trajectory`` attribute: the runtime keeps and grades what was done."""

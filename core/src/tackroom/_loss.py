@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationInfo, field_validator
 
 from tackroom._capability import Capability, capabilities_of
 from tackroom._errors import PluginDefinitionError
@@ -19,10 +19,9 @@ AGGREGATIONS: tuple[str, ...] = ("token_mean", "sequence_mean", "prompt_mean")
 class LossSpec(BaseModel):
     """A loss registered by a plugin.
 
-    ``fn`` is the callable or a ``"module:attr"`` reference imported on first
-    use, so listing plugins never imports torch. Its signature follows SkyRL's
-    policy-loss registry: ``fn(log_probs, old_log_probs, advantages, config,
-    loss_mask, rollout_logprobs, ...) -> (loss, metrics)``.
+    ``fn`` is the callable or a ``"module:attr"`` reference imported on first use, so listing
+    plugins never imports torch. Its signature follows SkyRL's policy-loss registry: ``fn(log_probs,
+    old_log_probs, advantages, config, loss_mask, rollout_logprobs, ...) -> (loss, metrics)``.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
@@ -36,20 +35,15 @@ class LossSpec(BaseModel):
     """:class:`~tackroom.Capability` names of kind ``loss`` (``old_logprobs``, ``rollout_logprobs``)."""
     _loaded: Callable[..., Any] | None = PrivateAttr(default=None)
 
-    @field_validator("name")
+    @field_validator("name", "capabilities", mode="before")
     @classmethod
-    def _name(cls, v: str) -> str:
+    def _plugin_rules(cls, v: Any, info: ValidationInfo) -> Any:
+        """Every plugin's rules for its name and capabilities."""
         try:
-            return check_name(v, "LossSpec")
-        except PluginDefinitionError as exc:  # pydantic reports ValueErrors as validation errors
-            raise ValueError(str(exc)) from None
-
-    @field_validator("capabilities", mode="before")
-    @classmethod
-    def _capabilities(cls, v: Any) -> frozenset[Capability]:
-        try:
+            if info.field_name == "name":
+                return check_name(v, "LossSpec")
             return capabilities_of("loss", v, "LossSpec")
-        except PluginDefinitionError as exc:
+        except PluginDefinitionError as exc:  # pydantic reports ValueErrors as validation errors
             raise ValueError(str(exc)) from None
 
     @field_validator("fn")

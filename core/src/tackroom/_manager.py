@@ -2,11 +2,10 @@
 
 Environment variables (read when the manager is created):
 
-``TACKROOM_LOAD_PLUGINS``   comma-separated allowlist of entry-point or distribution
-                            names to load besides core's built-ins; set but empty
-                            loads no third-party plugin.
-``TACKROOM_BLOCK_PLUGINS``  comma-separated blocklist (entry-point or distribution
-                            names); applies to built-ins too.
+``TACKROOM_LOAD_PLUGINS``   comma-separated allowlist of entry-point or distribution names to load
+                            besides core's built-ins; set but empty loads no third-party plugin.
+``TACKROOM_BLOCK_PLUGINS``  comma-separated blocklist (entry-point or distribution names); applies
+                            to built-ins too.
 """
 
 from __future__ import annotations

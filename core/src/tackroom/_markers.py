@@ -1,8 +1,4 @@
-"""The two pluggy markers, and nothing else.
-
-Plugins decorate their hook implementations with :data:`hookimpl`; the core's
-hook specifications use :data:`hookspec`.
-"""
+"""The two pluggy markers (plugins' :data:`hookimpl`, core's :data:`hookspec`), and nothing else."""
 
 import pluggy
 

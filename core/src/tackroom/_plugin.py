@@ -10,7 +10,6 @@ from __future__ import annotations
 import abc
 import inspect
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -110,12 +109,10 @@ class Plugin(abc.ABC):
     def summary(cls) -> str:
         """Its spec's summary (a class registered by reference), else the first line of its docstring."""
         spec = vars(cls).get("plugin_spec")
-        return spec.summary if spec is not None else first_line(cls.__doc__)
-
-
-def first_line(doc: str | None) -> str:
-    doc = inspect.cleandoc(doc or "")
-    return doc.splitlines()[0] if doc else ""
+        if spec is not None:
+            return spec.summary
+        doc = inspect.cleandoc(cls.__doc__ or "")
+        return doc.splitlines()[0] if doc else ""
 
 
 def check_name(name: object, where: str) -> str:
@@ -138,13 +135,6 @@ def check_options(options: object, where: str) -> type[BaseModel]:
     return options
 
 
-def check_capabilities(kind: str, capabilities: Iterable[object], where: str) -> frozenset[Capability]:
-    """``capabilities`` checked against :class:`~tackroom.Capability` for ``kind`` (a frozenset, as declared)."""
-    if not isinstance(capabilities, frozenset):
-        raise PluginDefinitionError(f"{where}.capabilities must be a frozenset of capability names")
-    return capabilities_of(kind, capabilities, where)
-
-
 def check_plugin_class(cls: object, kind: PluginKind) -> type[Plugin]:
     """Validate a plugin class's shape at registration time: its kind, name, Options, capabilities."""
     where = getattr(cls, "__qualname__", repr(cls))
@@ -152,7 +142,9 @@ def check_plugin_class(cls: object, kind: PluginKind) -> type[Plugin]:
         raise PluginDefinitionError(f"{where} is registered as a {kind} but is not a subclass of {KIND_BASES[kind]}")
     check_name(getattr(cls, "name", None), where)
     check_options(getattr(cls, "Options", None), f"{where}.Options")
-    check_capabilities(kind, cls.capabilities, where)
+    if not isinstance(cls.capabilities, frozenset):
+        raise PluginDefinitionError(f"{where}.capabilities must be a frozenset of capability names")
+    capabilities_of(kind, cls.capabilities, where)
     if inspect.isabstract(cls):
         missing = ", ".join(sorted(cls.__abstractmethods__))
         raise PluginDefinitionError(f"{where} does not implement: {missing}")

@@ -13,7 +13,7 @@ import base64
 import re
 import threading
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -38,39 +38,27 @@ _secrets: set[str] = set()
 
 def register_secret(value: str | SecretStr | None) -> None:
     """Remember a credential so :func:`redact` masks it wherever it shows up in text this process writes."""
-    if isinstance(value, SecretStr):
-        value = value.get_secret_value()
+    value = reveal(value)
     if not value or value in PLACEHOLDER_KEYS:
         return
     with _lock:
         _secrets.add(value)
-        for part in (value.strip(),):  # a key pasted with surrounding blanks is still that key
-            if len(part) >= MIN_SECRET_CHARS:
-                _secrets.add(part)
+        if len(value.strip()) >= MIN_SECRET_CHARS:  # pasted with blanks around: still that key
+            _secrets.add(value.strip())
 
 
 def register_url_secrets(url: str | None) -> None:
-    """Remember the password (and user) in a URL's userinfo, raw and percent-decoded."""
-    if not url:
-        return
-    for match in _URL_USERINFO.finditer(url):
+    """Remember the password (and user) in each URL's userinfo, raw and percent-decoded."""
+    for match in _URL_USERINFO.finditer(url or ""):
         userinfo = match.group("userinfo")
         register_secret(userinfo)
         user, _, password = userinfo.partition(":")
         for part in (user, password):
             register_secret(part)
             register_secret(unquote(part))
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return
-    for part in (parts.username, parts.password):
-        if part:
-            register_secret(part)
-            register_secret(unquote(part))
-    if parts.username or parts.password:  # what an HTTP client sends for it (Basic auth), should a server echo it
-        plain = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
-        register_secret(base64.b64encode(plain.encode()).decode())
+        if user or password:  # what an HTTP client sends for it (Basic auth), should a server echo it
+            plain = f"{unquote(user)}:{unquote(password)}"
+            register_secret(base64.b64encode(plain.encode()).decode())
 
 
 def reveal(value: str | SecretStr | None) -> str | None:
@@ -101,59 +89,38 @@ def redact_text(text: str) -> str:
     return text
 
 
-def redact(data: Any, *, _key: Any = None) -> Any:
-    """A copy of JSON-like ``data`` (dicts, lists, strings, pydantic models) safe to write to disk."""
+def redact(data: Any, *, secret: bool = False) -> Any:
+    """A copy of JSON-like ``data`` (dicts, lists, strings, pydantic models) safe to write to disk.
+    ``secret``: ``data`` is a secret-named field's value: its strings are masked whole (placeholders
+    aside), flags, numbers and ``None`` kept, anything else masked."""
+    if secret and isinstance(data, (str, SecretStr)):
+        return data if reveal(data) in PLACEHOLDER_KEYS else MASK
     if isinstance(data, SecretStr):
         return MASK
-    if isinstance(data, BaseModel):
+    if isinstance(data, BaseModel) and not secret:
         data = data.model_dump(mode="json", by_alias=True)
     if isinstance(data, dict):
-        return {k: _masked(v) if is_secret_key(k) else redact(v) for k, v in data.items()}
+        return {k: redact(v, secret=secret or is_secret_key(k)) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
-        return [redact(v) for v in data]
+        return [redact(v, secret=secret) for v in data]
     if isinstance(data, str):
         return redact_text(data)
-    return data
+    return MASK if secret and not (data is None or isinstance(data, (bool, int, float))) else data
 
 
-def _masked(value: Any) -> Any:
-    """A secret-named field: strings (and strings inside lists/dicts) masked, other types (flags, ids) kept."""
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    if isinstance(value, (str, SecretStr)):
-        return value if reveal(value) in PLACEHOLDER_KEYS else MASK
-    if isinstance(value, dict):
-        return {k: _masked(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_masked(v) for v in value]
-    return MASK
-
-
-def register_secrets_in(data: Any, *, _key: Any = None) -> None:
-    """Remember every credential inside plugin options: secret-named string values and URL userinfo."""
-    if isinstance(data, SecretStr):
+def register_secrets_in(data: Any, *, secret: bool = False) -> None:
+    """Remember every credential inside plugin options: ``SecretStr`` values, the strings under a
+    secret-named key (``secret``: ``data`` is such a key's value) and URL userinfo."""
+    if isinstance(data, SecretStr) or (secret and isinstance(data, str)):
         register_secret(data)
-    elif isinstance(data, dict):
+    if isinstance(data, dict):
         for k, v in data.items():
-            if is_secret_key(k):
-                _register_all(v)
-            register_secrets_in(v)
+            register_secrets_in(v, secret=secret or is_secret_key(k))
     elif isinstance(data, (list, tuple)):
         for v in data:
-            register_secrets_in(v)
+            register_secrets_in(v, secret=secret)
     elif isinstance(data, str) and "@" in data:
         register_url_secrets(data)
-
-
-def _register_all(value: Any) -> None:
-    if isinstance(value, (str, SecretStr)):
-        register_secret(value)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _register_all(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _register_all(v)
 
 
 class Policy(BaseModel):

@@ -16,6 +16,7 @@ from tackroom._config import (
     RunConfig,
     RuntimeConfig,
     format_validation_error,
+    located,
     parse_run_config,
     validate,
 )
@@ -30,10 +31,9 @@ def instantiate(kind: PluginKind, selection: PluginSelection | str, *, where: st
                 manager: PluginManager | None = None) -> Any:
     """Resolve a plugin by name and build it with validated options.
 
-    Unknown names raise :class:`PluginNotFoundError` listing the installed
-    plugins of that kind (and the install line when the catalogue knows the
-    name); a plugin written for another plugin contract raises
-    :class:`~tackroom._errors.PluginIncompatibleError`; bad options raise
+    Unknown names raise :class:`PluginNotFoundError` listing the installed plugins of that kind (and
+    the install line when the catalogue knows the name); a plugin written for another plugin
+    contract raises :class:`~tackroom._errors.PluginIncompatibleError`; bad options raise
     :class:`ConfigError` with the dotted path.
     """
     manager = manager or get_plugin_manager()
@@ -71,11 +71,6 @@ def executor_entry(name: str, manager: PluginManager | None = None) -> PluginEnt
     if problem is not None:
         raise ExecutorNotFoundError(f"runtime.executor: {problem}")
     return (manager or get_plugin_manager()).registrar.executors[name]
-
-
-def executor_class(name: str, manager: PluginManager | None = None) -> type[Executor]:
-    """The executor class called ``name`` (imported now if it was registered lazily)."""
-    return executor_entry(name, manager).load()
 
 
 def make_executor(executor: str | Executor = "asyncio", options: BaseModel | dict[str, Any] | None = None,
@@ -125,13 +120,9 @@ def resolve_runtime(runtime: RuntimeConfig, *, where: str = "runtime", source: s
     A problem is reported as ``source: runtime.executor: …``, or ``--flag (runtime.executor): …`` when
     ``flags`` maps that dotted path to the command-line flag that sets it; every problem is listed.
     """
-    def at(path: str) -> str:
-        flag = (flags or {}).get(path)
-        return f"{flag} ({path})" if flag else f"{source + ': ' if source else ''}{path}"
-
     problems: list[str] = []
     if (problem := unknown_executor_message(runtime.executor, manager)) is not None:
-        problems.append(f"{at(f'{where}.executor')}: {problem}")
+        problems.append(f"{located(f'{where}.executor', source, flags)}: {problem}")
     extra = runtime.__pydantic_extra__ or {}
     for name, table in extra.items():
         path = f"{where}.{name}"
@@ -146,7 +137,8 @@ def resolve_runtime(runtime: RuntimeConfig, *, where: str = "runtime", source: s
             except ValidationError as exc:
                 problems.append(format_validation_error(exc, prefix=path, source=source))
         else:  # parsing let only tables through
-            problems.append(f"{at(path)}: a table of executor options, but {problem}")
+            problems.append(f"{located(path, source, flags)}: a table of executor options, "
+                            f"but {problem}")
     if problems:
         raise ConfigError("\n".join(problems))
     return runtime

@@ -26,7 +26,7 @@ from tackroom._run_dirs import (
     validated_run_id,
 )
 from tackroom._runtime import TrialPlugins, TrialRuntime, atomic_write
-from tackroom._task import load_dataset
+from tackroom._task import TaskLoadFailure, load_dataset, phase_networks
 from tackroom._trial import Trial
 
 RUN_FILE = "run.json"
@@ -106,6 +106,11 @@ async def run_config(config: RunConfig, *, progress: bool = True, run_id: str | 
     if "needs_policy" in type(harness).capabilities and policy is None:
         raise ConfigError(f"harness {harness.name!r} calls a model: set [policy] base_url (e.g. `tackroom model up`)")
     dataset = load_dataset(config.tasks, include=config.include or None, exclude=config.exclude or None)
+    for task in list(dataset.tasks):  # a network the sandbox cannot enforce: refused by name before the run
+        if refused := phase_networks(task.config, config.runtime.network).refused_by(sandbox.name,
+                                                                                     sandbox.capabilities):
+            dataset.tasks.remove(task)
+            dataset.failures.append(TaskLoadFailure(path=task.path, message=refused))
     plugins = TrialPlugins.from_instances(harness, sandbox, verifier, policy)
     trials = [
         (Trial.for_task(t, harness=plugins.label, sandbox=sandbox.name, verifier=verifier.name,

@@ -14,22 +14,12 @@ from tackroom._config import check_run_id
 from tackroom._errors import ConfigError
 
 
-def new_run_id(prefix: str | None = None) -> str:
-    """``[prefix-]YYYYmmdd-HHMMSS-xxxxxx``: the time plus a random suffix (two runs in one second differ)."""
-    stamp = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-    return f"{prefix}-{stamp}" if prefix else stamp
-
-
 def validated_run_id(run_id: str, what: str = "--run-id") -> str:
     """``run_id`` if it is a plain name (no path separators, no ``..``); a :class:`ConfigError` naming ``what``."""
     try:
         return check_run_id(run_id, what=what)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-
-
-def _is_used(path: Path) -> bool:
-    return path.exists() and (not path.is_dir() or any(path.iterdir()))
 
 
 def claim_run_dir(out: str | Path, run_id: str | None, *, force_new: bool = False) -> Path:
@@ -44,11 +34,13 @@ def claim_run_dir(out: str | Path, run_id: str | None, *, force_new: bool = Fals
     if run_id is not None:
         validated_run_id(run_id)
         named = root / run_id
-        if not force_new or not _is_used(named):
+        used = named.exists() and (not named.is_dir() or any(named.iterdir()))
+        if not force_new or not used:
             named.mkdir(exist_ok=True)
             return named
-    for _ in range(100):
-        candidate = root / new_run_id(run_id)
+    for _ in range(100):  # the time plus a random suffix: two runs in one second differ
+        stamp = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+        candidate = root / (f"{run_id}-{stamp}" if run_id else stamp)
         try:
             candidate.mkdir()
         except FileExistsError:
@@ -111,10 +103,10 @@ def fingerprint_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return problems
 
 
-def refuse_changed(run_dir: Path, problems: list[str], flag: str = "--force-new") -> ConfigError:
+def refuse_changed(run_dir: Path, problems: list[str]) -> ConfigError:
     return ConfigError(
         f"{run_dir} holds results made with a different setup:\n  " + "\n  ".join(problems)
-        + f"\nResuming would mix them with new ones. Start a new run instead ({flag}, or another --run-id), "
+        + "\nResuming would mix them with new ones. Start a new run instead (--force-new, or another --run-id), "
         "or delete the folder to discard the old results."
     )
 

@@ -156,18 +156,17 @@ class TrialRuntime:
         """:meth:`run_trial`, returning the trajectory (as written, secrets masked) beside the result."""
         history: list[AttemptRecord] = []
         final: tuple[TrialResult, Trajectory] | None = None
-        attempt_no = 0
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(self.attempts),
             wait=wait_exponential(multiplier=self.retry_backoff_sec, max=60),
-            retry=retry_if_result(lambda r: r[0].error is not None and r[0].error.error_class == "infra"),
+            retry=retry_if_result(lambda r: r[0].error_class == "infra"),
             retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
         ):
             with attempt:
-                attempt_no += 1
                 if final is not None:
                     history.append(AttemptRecord(attempt=final[0].attempt, error=final[0].error, timings=final[0].timings))
-                final = await self._attempt_with_policy(trial, task, plugins, attempt_no)
+                number = attempt.retry_state.attempt_number
+                final = await self._attempt_with_policy(trial, task, plugins, number)
             if not attempt.retry_state.outcome.failed:
                 attempt.retry_state.set_result(final)
         assert final is not None
@@ -186,10 +185,11 @@ class TrialRuntime:
             return await self.run_attempt(trial, task, plugins, attempt)
         async with plugins.policy_for(trial) as session:
             result, trajectory = await self.run_attempt(trial, task, plugins, attempt, policy=session.policy)
-            if result.error is not None and result.error.phase == "harness_run":
+            run_failed = result.error is not None and result.error.phase == "harness_run"
+            if run_failed:
                 await session.settle()  # e.g. one last engine liveness probe: a silent engine is infra at any timeout
             engine_error = session.error()
-            if engine_error is not None and result.error is not None and result.error.phase == "harness_run":
+            if engine_error is not None and run_failed:
                 # The engine's own classification (down → infra, context exceeded → model) decides.
                 result.error = error_info(engine_error, "harness_run", engine_error.error_class or "infra")
                 if result.error.error_class != "model":
@@ -203,23 +203,15 @@ class TrialRuntime:
                     result.reward = None
             return result, await session.complete(trajectory)
 
-    def attempt_time_limit(self, task: Task) -> float:
-        """The longest one attempt can legitimately take (see :meth:`AttemptDeadlines.time_limit`)."""
-        return self.deadlines.time_limit(task)
-
     # -- many trials ------------------------------------------------------------------
     def finished(self, trial: Trial) -> TrialResult | None:
         """A finished result of an earlier run of this trial (``infra`` failures are re-run)."""
         path = self.run_dir / trial.id / "result.json"
-        if not path.is_file():
-            return None
         try:
             result = TrialResult.model_validate_json(path.read_text())
-        except ValueError:
+        except (OSError, ValueError):
             return None
-        if result.error is not None and result.error.error_class == "infra":
-            return None
-        return result
+        return None if result.error_class == "infra" else result
 
     async def run_all(self, items: Iterable[tuple[Trial, Task, TrialPlugins]],
                       on_result: Callable[[TrialResult], None] | None = None) -> list[TrialResult]:

@@ -15,6 +15,8 @@ Large command output is capped, never fatal (``ExecResult.truncated``).
 from __future__ import annotations
 
 import abc
+import contextlib
+import ipaddress
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -44,6 +46,14 @@ NetworkMode = Literal["none", "public", "allowlist"]
 """``none``: loopback only. ``public``: the internet. ``allowlist``: only :attr:`NetworkPolicy.allowed_hosts`."""
 
 
+def _host_entry(entry: str) -> bool:
+    """An ``allowed_hosts`` entry: an IP address or CIDR, or DNS labels (``[a-z0-9_-]``) after an optional ``*.``."""
+    with contextlib.suppress(ValueError):
+        return bool(ipaddress.ip_network(entry, strict=False))
+    return all(s.isascii() and s.replace("-", "").replace("_", "").isalnum() and s.strip("-") == s
+               for s in entry.removeprefix("*.").split("."))
+
+
 class NetworkPolicy(BaseModel):
     """What a phase of a trial (the agent's turn, grading) may reach over the network."""
 
@@ -52,7 +62,8 @@ class NetworkPolicy(BaseModel):
     mode: NetworkMode = "none"
     """Harbor's ``no-network`` is read as ``none``."""
     allowed_hosts: tuple[str, ...] = ()
-    """Host names or IPv4 addresses reachable with ``mode = "allowlist"`` (no URLs, ports or CIDRs)."""
+    """Reachable with ``mode = "allowlist"``, any port: host names (``*.example.org``: the names below it), IP
+    addresses and CIDRs (no URLs or ports); tackroom_sandbox_kit's egress module says how each is matched."""
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -63,8 +74,9 @@ class NetworkPolicy(BaseModel):
     @classmethod
     def _hosts(cls, v: Any) -> Any:
         hosts = [str(h).strip().lower().rstrip(".") for h in (v or ())]
-        if bad := [h for h in hosts if not h or any(c in h for c in "/:@ ")]:
-            raise ValueError(f"allowed_hosts holds {bad}: give host names or IPv4 addresses, not URLs, ports or CIDRs")
+        if bad := [h for h in hosts if not _host_entry(h)]:
+            raise ValueError(f"allowed_hosts holds {bad}: give host names ('*.' for subdomains), IP addresses, CIDRs, "
+                             "not URLs or ports")
         return tuple(dict.fromkeys(hosts))
 
     @model_validator(mode="after")
@@ -116,8 +128,7 @@ class SandboxSpec(BaseModel):
     cannot enforce it says so in the sandbox's notes."""
     network: NetworkPolicy = NetworkPolicy()
     """The agent phase's network: what :meth:`Sandbox.start` sets up (grading may differ: :meth:`Sandbox.set_network`).
-    A provider that cannot enforce ``network.mode`` raises :class:`SandboxError` at start naming the modes it can,
-    never silently more or less network."""
+    ``allowlist`` reaches only providers with the ``network_allowlist`` capability (the runtime refuses it first)."""
     force_build: bool = False
     """Build ``environment_dir`` even when ``image`` is set (Harbor's ``--force-build``)."""
     build_timeout_sec: float = 600.0
@@ -345,23 +356,24 @@ class Sandbox(abc.ABC):
         """From now on the sandbox's processes reach what ``policy`` allows.
 
         The runtime calls it between phases (after the agent's processes are stopped, before grading) when the
-        grading phase's policy differs from the agent's (:attr:`SandboxSpec.network`). A mode the sandbox
-        cannot enforce (say ``allowlist``) raises :class:`SandboxError` naming the modes it can, never silently
-        more or less network. This default raises ``NotImplementedError``: the runtime then notes that grading
-        ran with the agent phase's network.
+        grading phase's policy differs from the agent's (:attr:`SandboxSpec.network`); ``allowlist`` only where
+        the provider declares ``network_allowlist``. This default raises ``NotImplementedError``: the runtime then
+        notes that grading ran with the agent phase's network.
         """
         raise NotImplementedError(f"{type(self).__name__} cannot change its network once started")
 
     async def run_grader(self, cmd: list[str], *, private: list[str], collect: str, dest: Path,
                          cwd: str | None = None, env: dict[str, str] | None = None,
-                         timeout: float = DEFAULT_EXEC_TIMEOUT) -> ExecResult:
+                         timeout: float = DEFAULT_EXEC_TIMEOUT, graded: list[str] | tuple[str, ...] = ()) -> ExecResult:
         """Run the grader's command (``test.sh``) so that nothing the agent left running can steer it.
 
         - Each folder in ``private`` is, for this command and its children only, a private copy of what it
           holds now (taken while kept services are still frozen); no other process in the sandbox can see or
           write it (a private mount namespace with tmpfs copies, or the sandbox's equivalent).
         - Services kept by ``kill_processes(keep_listening=True)`` are resumed once the private view exists,
-          for the command's duration, and frozen again when it ends.
+          for the command's duration, and frozen again when it ends. While any is kept, each of ``graded`` (what
+          the command reads: the working directory, ``grading_paths``) is for the command a copy taken while they
+          were frozen, so what they write there meanwhile is never graded; with none kept, ``graded`` is unused.
         - The command starts clean: ``HOME`` is a fresh private folder holding only a copy of the image's
           ``/etc/skel`` (so a login shell a test starts reads a ``.profile`` that sources ``~/.bashrc``, as in
           the image's own home, and nothing the agent put in its home: ``.gitconfig`` hooks, ``pip.conf``, rc

@@ -119,7 +119,10 @@ class VerifierSection(_PhaseNetwork):
     devices before grading, and what ``grading = "separate"`` copies (with the working directory)."""
     keep_services: bool = True
     """Processes the agent left listening (a server its solution started) stay, frozen, into grading and run only
-    while test.sh does, as Harbor grades the live environment; ``false``: every agent process is killed first."""
+    while test.sh does, as Harbor grades the live environment, reading graded paths from a copy taken while
+    they were frozen; ``false``: every agent process is killed first."""
+    grade_service_writes: bool = False
+    """What kept services write to graded paths while test.sh runs is graded (steerable; docs/threat-model.md)."""
 
     @field_validator("grading_paths")
     @classmethod
@@ -288,6 +291,13 @@ class PhaseNetworks(BaseModel):
     grading: NetworkPolicy
     agent_declared: bool
     grading_declared: bool
+
+    def refused_by(self, sandbox: str, capabilities: frozenset[str]) -> str | None:
+        """Why ``sandbox`` cannot run these networks (an allowlist it does not enforce), else None: asked up front."""
+        if "network_allowlist" in capabilities or "allowlist" not in (self.agent.mode, self.grading.mode):
+            return None
+        return (f"the {sandbox!r} sandbox cannot enforce a network allowlist ({self.agent.describe()} for the agent, "
+                f"{self.grading.describe()} for grading): run it on a sandbox that can (local, docker)")
 
 
 def phase_networks(config: TaskConfig, defaults: NetworkDefaults | None = None) -> PhaseNetworks:

@@ -15,8 +15,8 @@ class TokenTurn(BaseModel):
     logprobs: list[float] | None = None
     finish_reason: str | None = None
     branch: int = 0
-    """Index of the history branch this turn belongs to; a new branch starts when a
-    client rewrote earlier messages, so its prompt no longer extends the last turn."""
+    """Index of the history branch this turn belongs to; a new branch starts when a client rewrote
+    earlier messages, so its prompt no longer extends the last turn."""
     policy_version: int | None = None
     """The trained policy's version the engine sampled this turn with, where a trainer's engine says it."""
     logprobs_constrained: bool = False
@@ -35,11 +35,10 @@ class TokenTurn(BaseModel):
 class Trajectory(BaseModel):
     """A harness's episode.
 
-    ``messages`` is the OpenAI-style chat transcript (for reading and judging).
-    ``turns`` holds the exact token ids per engine call when the harness or the
-    policy gateway recorded them; ``token_ids``/``loss_mask``/``logprobs`` are
-    the flattened sequence the trainer consumes (loss_mask is 1 only on tokens
-    the model generated). ``stop_reason`` says why the episode ended
+    ``messages`` is the OpenAI-style chat transcript (for reading and judging). ``turns`` holds the
+    exact token ids per engine call when the harness or the policy gateway recorded them;
+    ``token_ids``/``loss_mask``/``logprobs`` are the flattened sequence the trainer consumes
+    (loss_mask is 1 only on tokens the model generated). ``stop_reason`` says why the episode ended
     (``completed``, ``max_turns``, ``context_exhausted``, ``timeout`` …).
     """
 

@@ -24,10 +24,6 @@ SLUG_CHARS = 40
 TASK_HASH_CHARS = 10
 
 
-def short_hash(text: str, n: int = 6) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:n]
-
-
 def label_part(text: str, limit: int = SLUG_CHARS) -> str:
     """``text`` as an id part: itself when already a short safe name, else its slug plus a short hash of the original
     (``a b`` → ``a-b-<hash>``, ``ünï`` → ``n-<hash>``), so names that slug alike stay apart (a forged collision is
@@ -35,7 +31,8 @@ def label_part(text: str, limit: int = SLUG_CHARS) -> str:
     s = slug(text)
     if s == text and len(s) <= limit and s not in (".", ".."):
         return s
-    return f"{s[:limit].rstrip('-.') or 'x'}-{short_hash(text)}"
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:6]
+    return f"{s[:limit].rstrip('-.') or 'x'}-{digest}"
 
 
 class Trial(BaseModel):
@@ -71,11 +68,8 @@ class Trial(BaseModel):
     @property
     def id(self) -> str:
         task = f"{slug(self.task_id)[:SLUG_CHARS].rstrip('-.') or 'x'}-{str(self.task_hash)[:TASK_HASH_CHARS]}"
-        parts = [task, label_part(self.harness)]
-        if self.model:
-            parts.append(label_part(self.model))
-        parts.append(f"p{self.pass_index}")
-        return "__".join(parts)
+        model = [label_part(self.model)] if self.model else []
+        return "__".join([task, label_part(self.harness), *model, f"p{self.pass_index}"])
 
 
 class TrialErrorInfo(BaseModel):

@@ -15,9 +15,8 @@ from tackroom._trajectory import Trajectory
 class Verifier(Plugin):
     """A verifier plugin: turns a finished episode into a :class:`~tackroom._reward.Reward`.
 
-    Runs after the harness, with the sandbox still up. Raise
-    :class:`~tackroom._errors.TaskError` when the task cannot be graded (no
-    tests, no reward written) — a broken task is never a pass.
+    Runs after the harness, with the sandbox still up. Raise :class:`~tackroom._errors.TaskError`
+    when the task cannot be graded (no tests, no reward written) — a broken task is never a pass.
     """
 
     kind: ClassVar[PluginKind] = "verifier"

@@ -59,7 +59,6 @@ __all__ = [
     "RuntimeConfig",
     "TaskSelection",
     "ExecutorName",
-    "Endpoint",
     "load_run_config",
     "resolve_runtime",
     "read_toml",

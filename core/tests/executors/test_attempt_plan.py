@@ -111,7 +111,7 @@ async def test_an_executor_gets_the_plan_and_the_runtime_fires_the_lifecycle_hoo
     assert result.reward == 0.5
     assert seen == [("started", result.trial_id), ("finished", 0.5)]
     [plan] = PlanOnly.plans
-    assert plan.deadlines.setup_timeout_sec == 11 and plan.time_limit == runtime.attempt_time_limit(task)
+    assert plan.deadlines.setup_timeout_sec == 11 and plan.time_limit == runtime.deadlines.time_limit(task)
 
     seen.clear()
     runtime = TrialRuntime(tmp_path / "run2", progress=False, manager=manager, executor=AsyncioExecutor())

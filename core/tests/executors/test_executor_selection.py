@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import tackroom
 import tackroom.app
-from tackroom._resolve import executor_class
 from tackroom._runtime import TrialRuntime
 from tackroom.app import RuntimeConfig, load_run_config
 from tackroom.executors import (
@@ -59,7 +58,7 @@ def test_core_registers_asyncio_through_tackroom_executors_like_any_plugin():
     manager = core_only()
     entry = manager.registrar.executors["asyncio"]
     assert entry.distribution == "tackroom" and entry.options is NoOptions
-    assert executor_class("asyncio", manager) is AsyncioExecutor
+    assert entry.load() is AsyncioExecutor
     assert isinstance(TrialRuntime(".", manager=manager, progress=False).executor, AsyncioExecutor)
     bare = tackroom.app.PluginManager(load_entry_points=False)
     assert bare.registrar.executors == {}, "nothing is built in by hand: asyncio comes from core's entry point"

@@ -58,6 +58,11 @@ def test_defaults_and_relative_paths(tmp_path, monkeypatch):
     assert config.transfer_pairs() == [("anthropic/claude-3-5-haiku", "127.0.0.1:8011")]
 
 
+def test_a_default_model_label_never_carries_the_urls_credentials(tmp_path):
+    config = load_matrix_config(write(tmp_path, '[[models]]\nbase_url = "http://user:pw@host:9/v1"\n'))
+    assert config.models[0].label == "host:9", "a label is written everywhere"
+
+
 def test_plugin_names_and_options_are_checked_before_anything_runs(tmp_path, matrix_manager):
     unknown = load_matrix_config(write(tmp_path, '[[harnesses]]\nname = "orcale"\n'))
     with pytest.raises(PluginNotFoundError) as info:

@@ -103,7 +103,7 @@ def test_built_in_plugins_ship_by_reference_and_come_back_equal(manager, tmp_pat
     plan = runtime.plan(trial, task, plugins, 2)
     assert plan.sandbox.provider(manager) is provider, "in this process the plan carries the live provider"
     shipped = pickle.loads(pickle.dumps(plan))  # what a worker gets: references, no live objects
-    assert shipped.model_dump() == plan.model_dump() and shipped.time_limit == runtime.attempt_time_limit(task)
+    assert shipped.model_dump() == plan.model_dump() and shipped.time_limit == runtime.deadlines.time_limit(task)
     assert (shipped.attempt, shipped.deadlines.setup_timeout_sec, shipped.deadlines.teardown_timeout_sec) == (2, 7, 9)
     assert shipped.harness.reference == f"{OracleHarness.__module__}:{OracleHarness.__qualname__}"
     assert shipped.sandbox.name == "local" and shipped.sandbox.options["output_limit_bytes"] == 4096

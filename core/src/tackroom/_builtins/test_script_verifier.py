@@ -51,16 +51,16 @@ class TestScriptVerifier(Verifier):
         # steers pytest): both folders are recreated empty first, then /tests gets exactly the task's files
         # (the agent's processes are gone or frozen, so nothing writes into them any more). One command does
         # both folders and the search for FIFOs and devices where test.sh reads.
-        tests = self.options.tests_dir
-        await prepare_grading(sandbox, [REWARD_DIR, tests], [workdir_of(sandbox), *task.config.verifier.grading_paths])
+        tests, config, timeout = self.options.tests_dir, task.config.verifier, task.config.verifier.timeout_sec
+        read = [workdir_of(sandbox), *config.grading_paths]
+        await prepare_grading(sandbox, [REWARD_DIR, tests], read)
         await sandbox.upload(task.tests_dir, tests)
-        timeout = task.config.verifier.timeout_sec
         with tempfile.TemporaryDirectory(prefix="tackroom-reward-") as tmp:
             dest = Path(tmp) / "verifier"
             try:
                 result = await sandbox.run_grader(["bash", f"{tests}/test.sh"], private=[tests, REWARD_DIR],
-                                                  collect=REWARD_DIR, dest=dest, env=task.config.verifier.env,
-                                                  timeout=timeout)
+                                                  collect=REWARD_DIR, dest=dest, env=config.env, timeout=timeout,
+                                                  graded=[] if config.grade_service_writes else read)
             except SandboxTimeoutError as exc:
                 raise TaskError(f"tests/test.sh ran past the verifier timeout ({timeout}s)") from exc
             except FileNotFoundError as exc:

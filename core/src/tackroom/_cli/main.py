@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import typer
 
 from tackroom import __version__
+from tackroom._catalogue import catalogue_commands
 from tackroom._cli import (  # noqa: F401  (register their commands)
     plugins_cmd,
     run_cmd,
@@ -12,6 +15,7 @@ from tackroom._cli import (  # noqa: F401  (register their commands)
 )
 from tackroom._cli.app import app, fail
 from tackroom._errors import TackroomError
+from tackroom._manager import get_plugin_manager
 
 
 def _version(value: bool) -> None:
@@ -29,10 +33,6 @@ def root(
 
 def load_plugin_commands() -> None:
     """Let plugins add their sub-commands (the ``tackroom_commands`` hook)."""
-    import logging
-
-    from tackroom._manager import get_plugin_manager
-
     # One plugin at a time: a plugin whose command module is broken loses its commands,
     # not every other command of the CLI.
     for impl in get_plugin_manager().hook.tackroom_commands.get_hookimpls():
@@ -51,8 +51,6 @@ def command_names() -> set[str]:
 
 def add_missing_commands() -> None:
     """A sub-command the catalogue knows but no installed distribution added answers with its install line."""
-    from tackroom._catalogue import catalogue_commands
-
     have = command_names()
     for known in catalogue_commands():
         if known.name in have:

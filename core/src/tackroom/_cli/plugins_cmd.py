@@ -44,9 +44,8 @@ def plugins(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"tackroom plugins (plugin contract {CONTRACT_VERSION})")
-    for col in ("kind", "name", "distribution", "version", "contract", "summary"):
-        table.add_column(col)
+    table = Table("kind", "name", "distribution", "version", "contract", "summary",
+                  title=f"tackroom plugins (plugin contract {CONTRACT_VERSION})")
     for r in rows:
         version = r["version"] if r["installed"] else f"[dim]not installed: {escape(r['install'])}[/]"
         summary = escape(r["summary"]) if r["usable"] or not r["installed"] else \

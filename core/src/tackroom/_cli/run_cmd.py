@@ -61,8 +61,6 @@ def run(
     """Run tasks through a harness, sandbox and verifier; write results to a run directory."""
     config = load_run_config(config_file) if config_file else RunConfig()
     overrides: dict[str, Any] = {}
-    if sources:
-        overrides["tasks"] = [str(Path(s).resolve()) for s in sources]
     # A flag naming the plugin the config already selects keeps the config's options for it.
     for field, value in (("harness", harness), ("sandbox", sandbox), ("verifier", verifier)):
         if value and value != getattr(config, field).name:
@@ -75,18 +73,12 @@ def run(
         overrides.update({f"harness.{k}": v for k, v in parse_options(harness_options or [], "--harness-option").items()})
     except ConfigError as exc:
         raise fail(str(exc)) from None
-    if include:
-        overrides["include"] = include
-    if exclude:
-        overrides["exclude"] = exclude
-    if base_url:
-        overrides["policy.base_url"] = base_url
-    if model:
-        overrides["policy.model"] = model
-    if allow_internet:
-        overrides["runtime.network"] = "public"
-    if force_build:
-        overrides["runtime.force_build"] = True
+    for path, value in (("tasks", [str(Path(s).resolve()) for s in sources or []]),
+                        ("include", include), ("exclude", exclude), ("policy.base_url", base_url),
+                        ("policy.model", model), ("runtime.network", allow_internet and "public"),
+                        ("runtime.force_build", force_build)):
+        if value:  # an empty or false flag leaves the config's value
+            overrides[path] = value
     config = with_overrides(config, overrides, source=str(config_file or "run config"), flags=RUN_FLAGS)
     config = resolve_run_config(config, source=str(config_file or "run config"), flags=RUN_FLAGS)
     run_dir, results, failures = run_to_completion(run_config(config, progress=not as_json, force_new=force_new))
@@ -108,9 +100,7 @@ def run(
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:
-        table = Table(title=f"run {escape(str(run_dir))}")
-        for col in ("task", "reward", "error", "time (s)"):
-            table.add_column(col)
+        table = Table("task", "reward", "error", "time (s)", title=f"run {escape(str(run_dir))}")
         for r in results:
             err = (f"[red]{r.error.error_class}[/]: {escape(r.error.type)}" if r.error else "") + "".join(
                 f" [yellow](attempt {a.attempt}: {escape(a.error.type)})[/]" for a in r.previous_attempts if a.error)

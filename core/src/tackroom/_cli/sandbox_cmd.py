@@ -9,9 +9,9 @@ from typing import Any
 import typer
 
 from tackroom._cli.app import app, console, fail
-from tackroom._config import validate
+from tackroom._config import PluginSelection
 from tackroom._errors import ConfigError, TackroomError
-from tackroom._manager import get_plugin_manager
+from tackroom._resolve import instantiate
 
 sandbox_app = typer.Typer(help="Sandbox provider maintenance.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
@@ -41,9 +41,7 @@ def cleanup(
 ) -> None:
     """Remove sandboxes a provider started and never removed (leaked by a crash or a kill)."""
     try:
-        cls = get_plugin_manager().get("sandbox", sandbox)
-        options = validate(cls.Options, parse_options(option), prefix="sandbox")
-        provider = cls(options)
+        provider = instantiate("sandbox", PluginSelection(name=sandbox, **parse_options(option)))
         removed = asyncio.run(asyncio.wait_for(provider.cleanup(), timeout))
     except TackroomError as exc:
         raise fail(str(exc)) from None

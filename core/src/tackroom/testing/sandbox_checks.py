@@ -27,7 +27,8 @@ of its own read-only mounts, even after ``mount -o remount,rw`` or ``unshare``).
 The grading attacks (:mod:`tackroom.testing.grading_checks`) come next: ``planted_test_files``,
 ``fifo_at_read_path``, ``tampered_tools`` and ``disk_fill``; then the grader's isolation
 (:mod:`tackroom.testing.grader_checks`): ``added_tools_survive``, ``shadowed_shell``, ``startup_hooks``,
-``reward_prefill``, ``kept_services`` and ``set_network``.
+``reward_prefill``, ``kept_services``, ``set_network`` and ``install_config`` (the grader's installs,
+:mod:`tackroom.testing.install_checks`).
 """
 
 from __future__ import annotations

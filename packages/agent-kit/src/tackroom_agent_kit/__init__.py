@@ -5,26 +5,30 @@
 - :func:`ensure_npm_install`: a pinned npm package installed once into tackroom's cache (agents ship as npm packages).
 - :func:`reach_relay`, :func:`check_reachable`, :func:`served_context_length`: the policy from inside the sandbox.
 - :class:`AgentControl`: start, watch and stop the agent headless, with every process it starts.
+- :class:`AgentOptions`: the ``[harness]`` options every such harness has (a base to subclass).
+- :func:`run_watched`, :func:`watch_run`, :func:`stopped_after`: the run from start to stop, and how it ended
+  (:data:`Ending`).
+- :func:`must_succeed`, :func:`check_it_runs`: setup steps in the sandbox, and the check that the agent runs there.
+- :func:`crash_or_model`, :func:`answered`, :func:`exit_described`: whose failure a crash or a hang is.
+- :class:`AgentCrashError`, :class:`AgentModelError`, :class:`AgentTimeoutError`: the failures, carrying the
+  trajectory, for a harness to subclass under its own names.
+
+``tackroom_agent_kit.testing`` holds the scripted engine behind the real gateway for such a harness's tests, and
+``tackroom_agent_kit.commands`` the ``tackroom <agent> install`` command group. Importing this package is cheap (a
+harness's registration runs in every ``tackroom`` command): each name below loads its module on first use.
 """
 
-from tackroom_agent_kit.control import AgentControl, AgentControlError, AgentState
-from tackroom_agent_kit.npm import NpmInstallError, ensure_npm_install, npm_arch
-from tackroom_agent_kit.reach import PolicyUnreachableError, check_reachable, reach_relay, served_context_length
-from tackroom_agent_kit.relay import TURN_LIMIT_CODE, ModelRelay, is_model_call, policy_root
+import tackroom
 
-__all__ = [
-    "TURN_LIMIT_CODE",
-    "AgentControl",
-    "AgentControlError",
-    "AgentState",
-    "ModelRelay",
-    "NpmInstallError",
-    "PolicyUnreachableError",
-    "check_reachable",
-    "ensure_npm_install",
-    "is_model_call",
-    "npm_arch",
-    "policy_root",
-    "reach_relay",
-    "served_context_length",
-]
+_EXPORTS = tackroom.LazyExports(__name__, {
+    "tackroom_agent_kit.control": ["AgentControl", "AgentControlError", "AgentState"],
+    "tackroom_agent_kit.errors": ["AgentCrashError", "AgentModelError", "AgentTimeoutError"],
+    "tackroom_agent_kit.npm": ["NpmInstallError", "ensure_npm_install", "npm_arch"],
+    "tackroom_agent_kit.options": ["AgentOptions", "Profile"],
+    "tackroom_agent_kit.outcome": ["answered", "crash_or_model", "exit_described"],
+    "tackroom_agent_kit.reach": ["PolicyUnreachableError", "check_reachable", "reach_relay", "served_context_length"],
+    "tackroom_agent_kit.sandbox_setup": ["check_it_runs", "must_succeed"],
+    "tackroom_agent_kit.relay": ["TURN_LIMIT_CODE", "ModelRelay", "is_model_call", "policy_root"],
+    "tackroom_agent_kit.watch": ["Ending", "run_watched", "stopped_after", "watch_run"],
+})
+__getattr__, __dir__, __all__ = _EXPORTS.getattr, _EXPORTS.dir, _EXPORTS.names

@@ -102,3 +102,22 @@ class AgentControl:
             return (await sandbox.read_file(self.path("run", name), timeout=120)).decode(errors="replace")
         except FileNotFoundError:
             return ""
+
+    async def tails(self, sandbox: Sandbox, chars: int, label: str) -> str:
+        """The last ``chars`` of the agent's stderr and of its newest own log file (``log_glob``), each under a
+        ``--- LABEL stderr (tail) ---`` heading, for an error message; empty when ``chars`` is 0, when there is
+        nothing to show or when the sandbox is gone (the error being reported matters more than its tail)."""
+        if chars <= 0:
+            return ""
+        files = {"stderr": shlex.quote(self.path("run", "stderr.log"))}
+        if self.log_glob:
+            files["log"] = f'"$(ls -t {shlex.quote(self.root)}/{self.log_glob} 2>/dev/null | head -n1)"'
+        marker = f"--- tackroom tail {self.token} ---"
+        cmd = "; ".join(f"echo '{marker}'; tail -c {chars} {path} 2>/dev/null" for path in files.values())
+        try:
+            result = await sandbox.exec(cmd, timeout=60)
+        except (SandboxError, OSError):
+            return ""
+        texts = result.stdout.split(marker + "\n")[1:]
+        return "".join(f"\n--- {label} {name} (tail) ---\n{text.strip()}"
+                       for name, text in zip(files, texts) if text.strip())

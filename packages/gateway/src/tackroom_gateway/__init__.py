@@ -16,7 +16,7 @@ from typing import Any
 
 import tackroom
 
-tackroom_contract = 2
+tackroom_contract = 3
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 
 

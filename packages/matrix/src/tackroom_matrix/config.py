@@ -70,8 +70,14 @@ def _model_endpoint(model: Endpoint) -> Endpoint:
         raise ValueError("give base_url (an OpenAI-compatible endpoint, e.g. the one `tackroom model up` "
                          "prints) or litellm (a model name served by a LiteLLM proxy)")
     if model.label is None:
-        model.label = model.display_label
+        model.label = model.served_name or _host(model.endpoint)
     return model
+
+
+def _host(url: str) -> str:
+    """The host of ``url``, never its credentials (a label is written everywhere)."""
+    host = url.split("://", 1)[-1].split("/", 1)[0]
+    return host.rsplit("@", 1)[-1] or "model"
 
 
 ModelEntry = Annotated[Endpoint, AfterValidator(_model_endpoint)]

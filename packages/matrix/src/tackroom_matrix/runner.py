@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tackroom import ConfigError, Task, Trial, TrialResult, redact
+from tackroom import ConfigError, Task, Trial, TrialResult, redact, redact_url
 from tackroom.app import (
     Endpoint,
     PluginManager,
@@ -87,9 +87,16 @@ def _identity(config: MatrixConfig, rows: list[ResolvedRow], tasks: list[Task] |
         "sandbox": redact({"name": config.sandbox.name, "options": config.sandbox.options}),
         "verifier": redact({"name": config.verifier.name, "options": config.verifier.options}),
         "harnesses": {r.label: r.row.identity() for r in rows},
-        "models": {str(m.label): m.identity() for m in config.models},
+        "models": {str(m.label): _endpoint_identity(m) for m in config.models},
         "tasks": tasks_fingerprint(tasks or []),
     }
+
+
+def _endpoint_identity(model: Endpoint) -> dict[str, Any]:
+    """What must not change under one model label between a run and its resumption (credentials masked: a rotated
+    key or URL password is the same model)."""
+    return redact({"endpoint": redact_url(model.endpoint), "model": model.served_name, "sampling": model.sampling,
+                   "token_ids": model.token_ids})
 
 
 def _read_identity(run_dir: Path) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from tackroom import PluginSpec, Registrar, hookimpl
 from tackroom_ray.errors import AttemptDeadlineError, PluginNotShippableError, WorkerLostError
 from tackroom_ray.options import RayOptions
 
-tackroom_contract = 2
+tackroom_contract = 3
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 
 

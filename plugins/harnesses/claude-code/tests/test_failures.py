@@ -14,10 +14,17 @@ import time
 from pathlib import Path
 
 import pytest
-from claude_scripted_engine import EngineFailureForTests, Later, ScriptedEngineForTests, scripted_gateway, tool_call
 
 import tackroom_claude_code.harness as claude_harness
 from tackroom import Policy, SandboxSpec, load_task, testing
+from tackroom_agent_kit.testing import (
+    EngineFailureForTests,
+    Later,
+    ScriptedEngineForTests,
+    agent_processes,
+    scripted_gateway,
+    tool_call,
+)
 from tackroom_claude_code.errors import ClaudeCodeCrashError, ClaudeCodeModelError, ClaudeCodeTimeoutError
 from tackroom_claude_code.harness import ClaudeCodeHarness
 from tackroom_local import LocalSandboxProvider
@@ -46,11 +53,6 @@ async def prepared(tmp_path, engine, *, timeout_sec=60, **options):
             await sandbox.stop()
 
 
-async def claude_processes(sandbox) -> str:
-    result = await sandbox.exec("grep -l TACKROOM_AGENT_RUN /proc/[0-9]*/environ 2>/dev/null | grep -v self", timeout=30)
-    return result.stdout.strip()
-
-
 async def test_an_agent_that_kills_its_harness_gets_no_retry(tmp_path, smollm2_tokenizer, claude_install):
     # The hostile case: the model's Bash call sends Claude Code a SIGSEGV. As infra, the trial would be retried and,
     # still failing, dropped from training: a way out of a 0. It is the model's episode instead.
@@ -61,7 +63,7 @@ async def test_an_agent_that_kills_its_harness_gets_no_retry(tmp_path, smollm2_t
         with pytest.raises(ClaudeCodeModelError, match=r"killed by SIG[A-Z]+ .*after 1 model reply whose tool calls run") \
                 as info:
             await harness.run(task, sandbox, policy)
-        assert await claude_processes(sandbox) == ""
+        assert await agent_processes(sandbox) == ""
     assert info.value.error_class == "model" and info.value.trajectory.stop_reason == "claude_crashed"
     assert len(engine.prompts) == 1
 
@@ -73,7 +75,7 @@ async def test_no_progress_after_the_agents_command_is_a_hang_counted_as_the_mod
     async with prepared(tmp_path, engine, hang_timeout_sec=10) as (harness, task, sandbox, policy):
         with pytest.raises(ClaudeCodeModelError, match="no progress for 10s.*after 1 model reply") as info:
             await harness.run(task, sandbox, policy)
-        assert await claude_processes(sandbox) == ""
+        assert await agent_processes(sandbox) == ""
         assert "sleep 300" not in (await sandbox.exec("ps -eo args", timeout=30)).stdout
     assert info.value.trajectory.stop_reason == "hang" and len(engine.prompts) == 1
 
@@ -95,7 +97,7 @@ async def test_an_endpoint_that_is_down_is_infra(tmp_path, smollm2_tokenizer, cl
         t0 = time.monotonic()
         with pytest.raises(ClaudeCodeCrashError, match="failed") as info:
             await harness.run(task, sandbox, Policy(base_url=f"http://127.0.0.1:{port}/v1", model="scripted"))
-        assert time.monotonic() - t0 < 60 and await claude_processes(sandbox) == ""
+        assert time.monotonic() - t0 < 60 and await agent_processes(sandbox) == ""
     assert info.value.error_class == "infra" and info.value.trajectory.stop_reason == "endpoint_failing"
 
 
@@ -125,7 +127,7 @@ async def test_the_agent_timeout_stops_claude_and_keeps_the_trajectory(tmp_path,
         with pytest.raises(ClaudeCodeTimeoutError, match=r"agent timeout \(20s\)") as info:
             await harness.run(task, sandbox, policy)
         assert 20 - 5 <= time.monotonic() - t0 < 20 + 15
-        assert await claude_processes(sandbox) == ""
+        assert await agent_processes(sandbox) == ""
     assert info.value.error_class == "model" and info.value.trajectory.stop_reason == "agent_timeout"
     assert info.value.trajectory.metrics["turns"] == 1
 
@@ -145,7 +147,7 @@ async def test_cancelling_the_run_kills_claude_and_what_it_started(tmp_path, smo
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await run
-        assert await claude_processes(sandbox) == ""
+        assert await agent_processes(sandbox) == ""
         assert "sleep 300" not in (await sandbox.exec("ps -eo args", timeout=30)).stdout
 
 

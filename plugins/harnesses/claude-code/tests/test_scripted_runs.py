@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from claude_scripted_engine import ScriptedEngineForTests, scripted_gateway, tool_call
 
 from tackroom import SandboxSpec, load_task, testing
+from tackroom_agent_kit.testing import ScriptedEngineForTests, scripted_gateway, tool_call
 from tackroom_claude_code.harness import ClaudeCodeHarness
 from tackroom_local import LocalSandboxProvider
 

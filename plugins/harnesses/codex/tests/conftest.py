@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # codex_scripted_engine.py (tests use --import-mode=importlib)
-
 
 
 @pytest.fixture(scope="session")

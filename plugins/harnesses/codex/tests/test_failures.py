@@ -10,9 +10,16 @@ import contextlib
 from pathlib import Path
 
 import pytest
-from codex_scripted_engine import EngineFailureForTests, Later, ScriptedEngineForTests, scripted_gateway, tool_call
 
 from tackroom import SandboxSpec, load_task, testing
+from tackroom_agent_kit.testing import (
+    EngineFailureForTests,
+    Later,
+    ScriptedEngineForTests,
+    agent_processes,
+    scripted_gateway,
+    tool_call,
+)
 from tackroom_codex.errors import CodexCrashError, CodexModelError
 from tackroom_codex.harness import CodexHarness
 from tackroom_local import LocalSandboxProvider
@@ -40,11 +47,6 @@ async def prepared(tmp_path, engine, *, timeout_sec=60, memory_mb=2048, **option
             await sandbox.stop()
 
 
-async def codex_processes(sandbox) -> str:
-    result = await sandbox.exec("grep -l TACKROOM_AGENT_RUN /proc/[0-9]*/environ 2>/dev/null | grep -v self", timeout=30)
-    return result.stdout.strip()
-
-
 async def test_a_plain_answer_is_one_turn(tmp_path, smollm2_tokenizer, codex_install):
     engine = ScriptedEngineForTests(smollm2_tokenizer, replies=["Hi."])
     async with prepared(tmp_path, engine) as (harness, task, sandbox, policy):
@@ -57,7 +59,7 @@ async def test_the_turn_limit_ends_the_episode(tmp_path, smollm2_tokenizer, code
     engine = ScriptedEngineForTests(smollm2_tokenizer, default=tool_call("exec_command", cmd="true"))
     async with prepared(tmp_path, engine, max_turns=2) as (harness, task, sandbox, policy):
         trajectory = await harness.run(task, sandbox, policy)
-        assert await codex_processes(sandbox) == ""
+        assert await agent_processes(sandbox) == ""
     assert trajectory.stop_reason == "max_turns" and len(engine.prompts) == 2
     assert trajectory.metrics["tool_calls.exec_command"] == 2
 
@@ -70,7 +72,7 @@ async def test_an_agent_that_kills_codex_gets_no_retry(tmp_path, smollm2_tokeniz
     async with prepared(tmp_path, engine) as (harness, task, sandbox, policy):
         with pytest.raises(CodexModelError, match=r"killed by SIGKILL .*after 1 model reply whose tool calls run") as info:
             await harness.run(task, sandbox, policy)
-        assert await codex_processes(sandbox) == ""
+        assert await agent_processes(sandbox) == ""
     assert info.value.error_class == "model" and info.value.trajectory.stop_reason == "codex_crashed"
 
 
@@ -81,7 +83,7 @@ async def test_no_progress_after_a_reply_is_a_hang_counted_as_the_models(tmp_pat
     async with prepared(tmp_path, engine, hang_timeout_sec=8) as (harness, task, sandbox, policy):
         with pytest.raises(CodexModelError, match="no progress for 8s.*after 1 model reply") as info:
             await harness.run(task, sandbox, policy)
-        assert await codex_processes(sandbox) == ""
+        assert await agent_processes(sandbox) == ""
     assert info.value.trajectory.stop_reason == "hang"
 
 
@@ -102,7 +104,7 @@ async def test_a_failing_endpoint_is_infra(tmp_path, smollm2_tokenizer, codex_in
     async with prepared(tmp_path, engine, max_model_errors=2) as (harness, task, sandbox, policy):
         with pytest.raises(CodexCrashError, match="failed [0-9]+ calls") as info:
             await harness.run(task, sandbox, policy)
-        assert await codex_processes(sandbox) == ""
+        assert await agent_processes(sandbox) == ""
     assert info.value.error_class == "infra" and info.value.trajectory.stop_reason == "endpoint_failing"
 
 

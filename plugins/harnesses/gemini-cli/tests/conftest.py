@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
-
-# The scripted engine behind the real gateway that the opencode harness tests drive their agent with
-# (opencode_scripted_engine.py; tests use --import-mode=importlib).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "opencode" / "tests"))
 
 
 @pytest.fixture(scope="session")

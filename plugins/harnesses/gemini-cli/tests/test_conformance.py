@@ -5,9 +5,9 @@ from __future__ import annotations
 import functools
 
 import pytest
-from opencode_scripted_engine import ScriptedGatewayForTests, tool_call
 
 from tackroom.testing import KIT_SOLUTION, HarnessScript, harness_self_check
+from tackroom_agent_kit.testing import ScriptedGatewayForTests, tool_call
 from tackroom_gemini_cli.harness import GeminiCliHarness
 
 SCRIPT = HarnessScript(

@@ -11,7 +11,7 @@ import pytest
 
 from tackroom import testing
 
-sys.path.insert(0, str(Path(__file__).parent))  # opencode_scripted_engine.py (tests use --import-mode=importlib)
+sys.path.insert(0, str(Path(__file__).parent))  # opencode_tasks.py (tests use --import-mode=importlib)
 
 
 

@@ -11,10 +11,10 @@ import contextlib
 import time
 
 import pytest
-from opencode_scripted_engine import Later, ScriptedEngineForTests, scripted_gateway, tool_call
 from opencode_tasks import write_task
 
 from tackroom import SandboxSpec, load_task
+from tackroom_agent_kit.testing import Later, ScriptedEngineForTests, agent_processes, scripted_gateway, tool_call
 from tackroom_local import LocalSandbox, LocalSandboxOptions, LocalSandboxProvider
 from tackroom_opencode.errors import (
     OpenCodeCrashError,
@@ -45,11 +45,6 @@ async def prepared(tmp_path, engine, *, timeout_sec=60, allow_internet=False, sa
             await sandbox.stop()
 
 
-async def opencode_processes(sandbox) -> str:
-    result = await sandbox.exec("grep -l TACKROOM_AGENT_RUN /proc/[0-9]*/environ 2>/dev/null | grep -v self", timeout=30)
-    return result.stdout.strip()
-
-
 async def test_the_agent_timeout_stops_opencode_and_reports_a_model_timeout(tmp_path, smollm2_tokenizer, opencode_install):
     engine = ScriptedEngineForTests(smollm2_tokenizer, default="too late", delay_s=600)
     async with prepared(tmp_path, engine, timeout_sec=20) as (harness, task, sandbox, policy):
@@ -59,7 +54,7 @@ async def test_the_agent_timeout_stops_opencode_and_reports_a_model_timeout(tmp_
         # Stopped before the runtime's own timeout would cancel it, so the trajectory survives.
         assert 20 - 5 <= time.monotonic() - t0 < 20 + 15
         assert info.value.trajectory.stop_reason == "agent_timeout"
-        assert await opencode_processes(sandbox) == ""
+        assert await agent_processes(sandbox) == ""
     assert info.value.error_class == "model" and len(engine.prompts) <= 1
 
 
@@ -77,7 +72,7 @@ async def test_cancelling_the_run_kills_opencode_and_what_it_started(tmp_path, s
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await run
-        assert await opencode_processes(sandbox) == ""
+        assert await agent_processes(sandbox) == ""
         assert "sleep 300" not in (await sandbox.exec("ps -eo args", timeout=30)).stdout
 
 
@@ -92,7 +87,7 @@ async def test_no_progress_after_the_agents_command_is_a_hang_counted_as_the_mod
         with pytest.raises(OpenCodeModelError, match="no progress for 10s.*after 1 model reply.*counted as the model's") \
                 as info:
             await harness.run(task, sandbox, policy)
-        assert await opencode_processes(sandbox) == ""
+        assert await agent_processes(sandbox) == ""
     assert info.value.error_class == "model" and len(engine.prompts) == 1
     assert info.value.trajectory.stop_reason == "hang"
     log = str(info.value).split("--- opencode log (tail) ---")[1]
@@ -108,7 +103,7 @@ async def test_an_agent_that_kills_its_harness_gets_no_retry(tmp_path, smollm2_t
     async with prepared(tmp_path, engine) as (harness, task, sandbox, policy):
         with pytest.raises(OpenCodeModelError, match=r"killed by SIG[A-Z]+ .*after 1 model reply whose tool calls run") as info:
             await harness.run(task, sandbox, policy)
-        assert await opencode_processes(sandbox) == ""
+        assert await agent_processes(sandbox) == ""
     assert info.value.error_class == "model" and info.value.trajectory.stop_reason == "opencode_crashed"
 
 

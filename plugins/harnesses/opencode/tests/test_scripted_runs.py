@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from opencode_scripted_engine import ScriptedEngineForTests, serve, tool_call
 from opencode_tasks import EXAMPLES
 
 from tackroom.app import RunConfig, run_config
+from tackroom_agent_kit.testing import ScriptedEngineForTests, serve, tool_call
 
 SOLVE_HELLO = tool_call("bash", command="printf 'Hello, tackroom!\\n' > /app/greeting.txt", description="write the greeting")
 

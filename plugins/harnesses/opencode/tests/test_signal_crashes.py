@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from opencode_scripted_engine import ScriptedEngineForTests, tool_call
 from opencode_tasks import EXAMPLES
 
 import tackroom_opencode.harness as opencode_harness
 from tackroom import TrialResult
+from tackroom_agent_kit.testing import ScriptedEngineForTests, tool_call
 from tackroom_opencode.install import OpenCodeInstall
 
 pytestmark = pytest.mark.slow  # the last attempt boots the real OpenCode (~10 CPU-s)

@@ -27,7 +27,7 @@ class HelloHarness(tackroom.Harness):
         )
 
 
-tackroom_contract = 2
+tackroom_contract = 3
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 
 

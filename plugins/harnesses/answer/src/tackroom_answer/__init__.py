@@ -11,7 +11,7 @@ from __future__ import annotations
 import tackroom
 from tackroom_answer.spec import ANSWER
 
-tackroom_contract = 2
+tackroom_contract = 3
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import tackroom
 from tackroom_archipelago.spec import ARCHIPELAGO
 
-tackroom_contract = 2
+tackroom_contract = 3
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 
 

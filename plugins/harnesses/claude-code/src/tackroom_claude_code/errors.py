@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from tackroom import InfraError, ModelError, Trajectory
-from tackroom_agent_kit import PolicyUnreachableError  # the sandbox cannot connect to the policy (infra)
+from tackroom import InfraError
+from tackroom_agent_kit import (
+    AgentCrashError,
+    AgentModelError,
+    AgentTimeoutError,
+    PolicyUnreachableError,  # the sandbox cannot connect to the policy (infra)
+)
 
 __all__ = ["ClaudeCodeCrashError", "ClaudeCodeModelError", "ClaudeCodeSetupError", "ClaudeCodeTimeoutError",
            "PolicyUnreachableError"]
@@ -13,30 +18,16 @@ class ClaudeCodeSetupError(InfraError):
     """Claude Code could not be put into the sandbox or does not run there."""
 
 
-class ClaudeCodeCrashError(InfraError):
+class ClaudeCodeCrashError(AgentCrashError):
     """Claude Code exited with an error, died or stopped making progress before the model's first reply reached it,
     or the model endpoint kept failing; its stderr is in the message."""
 
-    def __init__(self, message: str, trajectory: Trajectory | None = None) -> None:
-        super().__init__(message)
-        self.trajectory = trajectory
 
-
-class ClaudeCodeModelError(ModelError):
+class ClaudeCodeModelError(AgentModelError):
     """The policy's own failure seen through Claude Code: context exhausted, a request the endpoint rejected, or a
     crash or hang after a model reply whose tool calls ran in the sandbox."""
 
-    def __init__(self, message: str, trajectory: Trajectory | None = None) -> None:
-        super().__init__(message)
-        self.trajectory = trajectory
 
-
-class ClaudeCodeTimeoutError(ModelError):
-    """The agent timeout came while Claude Code was still working; it was stopped and the verifier grades what it left.
-
-    Not a ``TimeoutError``: the runtime turns those into its own error and would drop the trajectory attached here.
-    """
-
-    def __init__(self, message: str, trajectory: Trajectory | None = None) -> None:
-        super().__init__(message)
-        self.trajectory = trajectory
+class ClaudeCodeTimeoutError(AgentTimeoutError):
+    """The agent timeout came while Claude Code was still working; it was stopped and the verifier grades what it
+    left."""

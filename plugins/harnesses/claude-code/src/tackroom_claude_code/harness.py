@@ -10,22 +10,27 @@ timeout, a hang, the turn limit and a failing endpoint stop every process Claude
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import shlex
-import signal
-import time
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
-from tackroom import ConfigError, Harness, PluginOptions, Policy, Sandbox, SandboxError, Task, Trajectory
+from tackroom import ConfigError, Harness, Policy, Sandbox, Task, Trajectory
 from tackroom_agent_kit import (
     AgentControl,
     AgentControlError,
+    AgentOptions,
+    Ending,
     ModelRelay,
+    answered,
+    check_it_runs,
     check_reachable,
+    crash_or_model,
+    exit_described,
+    must_succeed,
     reach_relay,
+    run_watched,
     served_context_length,
 )
 from tackroom_claude_code import config
@@ -38,7 +43,6 @@ from tackroom_claude_code.errors import (
 )
 from tackroom_claude_code.events import Episode, parse_events
 from tackroom_claude_code.install import DEFAULT_VERSION, ClaudeCodeInstall, ensure_installed, reported_version
-from tackroom_sandbox_kit import describe_exit, exit_signal
 from tackroom_worlds import mount_world_files
 
 AGENT = "Claude Code"
@@ -46,12 +50,10 @@ CLAUDE_MEMORY_MB = 512
 """What Claude Code (a Bun binary) needs at least for a short episode."""
 
 
-class ClaudeCodeOptions(PluginOptions):
-    """The ``[harness]`` section when ``name = "claude-code"``."""
+class ClaudeCodeOptions(AgentOptions):
+    """The ``[harness]`` section when ``name = "claude-code"`` (the options every agent harness has: AgentOptions)."""
 
     version: str = Field(default=DEFAULT_VERSION, description="The @anthropic-ai/claude-code release to run (installed from npm once)")
-    cache_dir: str | None = Field(default=None, description="Host install cache (default ~/.cache/tackroom/claude-code)")
-    install_timeout_sec: float = Field(default=600.0, gt=0, description="Limit for the one-time npm install")
     profile: Literal["auto", "full", "compact"] = Field(
         default="auto",
         description="full: Claude Code's own system prompt and its file/shell tools; compact: a short prompt and "
@@ -77,12 +79,6 @@ class ClaudeCodeOptions(PluginOptions):
     max_model_errors: int = Field(
         default=3, ge=1,
         description="Failed model calls after which the endpoint counts as down (infra); Claude Code retries this often")
-    timeout_margin_sec: float = Field(
-        default=5.0, ge=0,
-        description="Stop Claude Code this long (at most a fifth of the agent timeout) before the agent timeout, to keep its trajectory")
-    kill_grace_sec: int = Field(default=1, ge=0, description="Seconds between TERM and KILL when stopping Claude Code")
-    poll_interval_sec: float = Field(default=1.0, gt=0, description="Longest pause between progress checks")
-    log_tail_chars: int = Field(default=1500, ge=0, description="How much of Claude Code's stderr an error message carries")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for Claude Code (wins over the harness's)")
 
 
@@ -109,33 +105,22 @@ class ClaudeCodeHarness(Harness):
         self.world_note = await mount_world_files(sandbox, task)  # a world task's data, where its instruction says
         self.install = await ensure_installed(
             self.options.version,
-            cache_dir=Path(self.options.cache_dir).expanduser() if self.options.cache_dir else None,
+            cache_dir=self.options.cache_path(),
             timeout=self.options.install_timeout_sec,
         )
         dirs = " ".join(shlex.quote(self._path(*p)) for p in [("bin",), ("run",), ("config",)])
-        await self._must(sandbox, f"mkdir -p {dirs}", "create Claude Code's directories", timeout=60)
+        await must_succeed(sandbox, f"mkdir -p {dirs}", "create Claude Code's directories", error=ClaudeCodeSetupError)
         await sandbox.write_file(self._path("config", ".claude.json"), config.dump(config.seeded_state()), timeout=60)
         await self.control.install(sandbox)
         binary = self._path("bin", "claude")
         await sandbox.upload(self.install.binary, binary, timeout=300)
-        await self._must(sandbox, f"chmod 755 {shlex.quote(binary)}", "make Claude Code executable", timeout=60)
-        result = await sandbox.exec(f"HOME=/tmp {shlex.quote(binary)} --version", timeout=120)
-        if not result.ok or reported_version(result.stdout) != self.options.version:
-            said = (result.stderr or result.stdout).strip()[-1000:]
-            if exit_signal(result.exit_code) is not None:  # a crash at start-up (Bun under load, memory)
-                raise ClaudeCodeCrashError(
-                    f"Claude Code {self.options.version} {describe_exit(result.exit_code)} at start-up "
-                    f"(`claude --version`): {said}")
-            raise ClaudeCodeSetupError(
-                f"Claude Code {self.options.version} does not run in this sandbox (exit {result.exit_code}): {said}. "
-                "The binary needs a glibc userland (Debian, Ubuntu …); for musl images (Alpine) no build is shipped yet"
-            )
-
-    async def _must(self, sandbox: Sandbox, cmd: str, what: str, *, timeout: float) -> None:
-        result = await sandbox.exec(cmd, timeout=timeout)
-        if not result.ok:
-            raise ClaudeCodeSetupError(f"could not {what} in the sandbox (exit {result.exit_code}): "
-                                       f"{(result.stderr or result.stdout).strip()[-1000:]}")
+        await must_succeed(sandbox, f"chmod 755 {shlex.quote(binary)}", "make Claude Code executable", error=ClaudeCodeSetupError)
+        await check_it_runs(sandbox, f"HOME=/tmp {shlex.quote(binary)} --version", agent=AGENT,
+                            version=self.options.version, shown="claude --version",
+                            reads_right=lambda out: reported_version(out) == self.options.version,
+                            crash=ClaudeCodeCrashError, error=ClaudeCodeSetupError,
+                            hint="The binary needs a glibc userland (Debian, Ubuntu …); for musl images (Alpine) no "
+                            "build is shipped yet")
 
     # -- run ---------------------------------------------------------------------------
     async def run(self, task: Task, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
@@ -143,12 +128,9 @@ class ClaudeCodeHarness(Harness):
             raise ConfigError("the claude-code harness calls a model: set [policy] base_url (e.g. `tackroom model up`)")
         if self.install is None:
             raise RuntimeError("ClaudeCodeHarness.run called before setup")
-        timeout = task.config.agent.timeout_sec
-        deadline = time.monotonic() + timeout - min(self.options.timeout_margin_sec, timeout / 5)
+        deadline = self.options.deadline(task.config.agent.timeout_sec)
         context = self.options.context_length or await served_context_length(policy) or 200_000
-        profile = self.options.profile
-        if profile == "auto":
-            profile = "compact" if context < self.options.compact_below_context else "full"
+        profile = self.options.profile_for(context)
         async with ModelRelay(policy.base_url, max_calls=self.options.max_turns, what=AGENT) as relay:
             inside = await reach_relay(sandbox, relay, policy.base_url, AGENT)
             run = self._settings(policy, inside, context, profile)
@@ -156,7 +138,11 @@ class ClaudeCodeHarness(Harness):
             if run.mcp_servers:
                 await sandbox.write_file(run.mcp_path, config.dump(config.mcp_config(run)), timeout=60)
             await check_reachable(sandbox, inside, policy.base_url, AGENT)
-            ended = await self._run_claude(sandbox, task, run, relay, deadline)
+            try:
+                ended = await run_watched(sandbox, self.control, relay, self.options, deadline, start=lambda: (
+                    self.control.start(sandbox, config.argv(run), env=config.environment(run), stdin=task.instruction)))
+            except AgentControlError as exc:
+                raise ClaudeCodeCrashError(str(exc)) from exc
         return await self._outcome(sandbox, task, policy, relay, ended, run, profile, context)
 
     def _settings(self, policy: Policy, base_url: str, context: int, profile: str) -> RunSettings:
@@ -180,62 +166,7 @@ class ClaudeCodeHarness(Harness):
             extra_env={"CLAUDE_CODE_MAX_RETRIES": str(self.options.max_model_errors), **self.options.env},
         )
 
-    async def _run_claude(self, sandbox: Sandbox, task: Task, run: RunSettings, relay: ModelRelay,
-                          deadline: float) -> str:
-        """Start Claude Code, watch it until it ends (how: see :meth:`_watch`), and stop everything it started."""
-        grace = self.options.kill_grace_sec
-        try:
-            try:
-                await self.control.start(sandbox, config.argv(run), env=config.environment(run),
-                                         stdin=task.instruction)
-            except AgentControlError as exc:
-                raise ClaudeCodeCrashError(str(exc)) from exc
-            ended = await self._watch(sandbox, relay, deadline)
-        except asyncio.CancelledError:
-            # The runtime's agent timeout: no time left for a grace period, and nothing may outlive the run.
-            stop = asyncio.ensure_future(self.control.stop(sandbox, grace=0))
-            try:
-                await asyncio.shield(stop)
-            except asyncio.CancelledError:
-                await stop
-            raise
-        except BaseException:
-            await self.control.stop(sandbox, grace)
-            raise
-        await self.control.stop(sandbox, grace)
-        return ended
-
-    async def _watch(self, sandbox: Sandbox, relay: ModelRelay, deadline: float) -> str:
-        """Wait until Claude Code exits (``exited``), dies (``died``), is refused a call past the turn limit
-        (``max_turns``), keeps failing to reach the model (``model_errors``), makes no progress with no model
-        call in flight (``hang``), or the deadline passes (``timeout``)."""
-        last_sizes: tuple[int, ...] | None = None
-        last_progress = time.monotonic()
-        pause = 0.2
-        while True:
-            try:
-                state = await self.control.poll(sandbox)
-            except AgentControlError as exc:
-                raise ClaudeCodeCrashError(str(exc)) from exc
-            now = time.monotonic()
-            if state.exit_code is not None:
-                return "exited"
-            if not state.alive:
-                return "died"
-            if relay.limit_reached:
-                return "max_turns"
-            if relay.failures >= self.options.max_model_errors:
-                return "model_errors"
-            if state.sizes != last_sizes or relay.in_flight:
-                last_sizes, last_progress = state.sizes, now
-            if now >= deadline:
-                return "timeout"
-            if now - max(last_progress, relay.last_activity) >= self.options.hang_timeout_sec:
-                return "hang"
-            await asyncio.sleep(max(0.0, min(pause, deadline - now)))
-            pause = min(pause * 1.5, self.options.poll_interval_sec)
-
-    async def _outcome(self, sandbox: Sandbox, task: Task, policy: Policy, relay: ModelRelay, ended: str,
+    async def _outcome(self, sandbox: Sandbox, task: Task, policy: Policy, relay: ModelRelay, ended: Ending,
                        run: RunSettings, profile: str, context: int) -> Trajectory:
         """The trajectory, or the classified error carrying it."""
         episode = parse_events(await self.control.read(sandbox, "stdout.log"))
@@ -254,7 +185,7 @@ class ClaudeCodeHarness(Harness):
         if ended == "hang":
             trajectory.stop_reason = "hang"
             raise _crash(f"Claude Code made no progress for {self.options.hang_timeout_sec:g}s and was stopped"
-                         + await self._logs(sandbox), _answered(episode, relay), trajectory)
+                         + await self._logs(sandbox), answered(relay, len(episode.steps)), trajectory)
         if ended == "model_errors":
             trajectory.stop_reason = "endpoint_failing"
             raise ClaudeCodeCrashError(
@@ -276,29 +207,17 @@ class ClaudeCodeHarness(Harness):
                     f"{relay.failures} failed calls): {result.message}" + await self._logs(sandbox), trajectory)
             trajectory.stop_reason = "claude_error"
             raise _crash(f"Claude Code ended on an error ({result.subtype}): {result.message}"
-                         + await self._logs(sandbox), _answered(episode, relay), trajectory)
+                         + await self._logs(sandbox), answered(relay, len(episode.steps)), trajectory)
         if result is None and (ended == "died" or exit_code != "0"):
             trajectory.stop_reason = "claude_crashed"
-            how = describe_exit(exit_code) if exit_code else "died without an exit status"
-            if exit_signal(exit_code) == signal.SIGKILL:  # inside a sandbox, nearly always its memory limit
-                how += (f"; most likely the sandbox's memory limit of {sandbox.spec.memory_mb} MB, the task's "
-                        f"[environment] memory_mb; Claude Code needs at least {CLAUDE_MEMORY_MB} MB")
+            how = exit_described(exit_code, sandbox.spec.memory_mb, needs_mb=CLAUDE_MEMORY_MB, agent=AGENT)
             when = f"after {len(episode.steps)} turns" if episode.steps else "before its first turn"
-            raise _crash(f"Claude Code {how} {when}" + await self._logs(sandbox), _answered(episode, relay), trajectory)
+            raise _crash(f"Claude Code {how} {when}" + await self._logs(sandbox), answered(relay, len(episode.steps)), trajectory)
         return trajectory
 
     async def _logs(self, sandbox: Sandbox) -> str:
         """The tail of Claude Code's stderr, for an error message."""
-        n = self.options.log_tail_chars
-        if n == 0:
-            return ""
-        stderr = shlex.quote(self._path("run", "stderr.log"))
-        try:
-            result = await sandbox.exec(f"echo '--- claude stderr (tail) ---'; tail -c {n} {stderr} 2>/dev/null",
-                                        timeout=60)
-        except SandboxError:
-            return ""
-        return "\n" + result.stdout.strip()
+        return await self.control.tails(sandbox, self.options.log_tail_chars, "claude")
 
     def _trajectory(self, instruction: str, episode: Episode, run: RunSettings, profile: str,
                     context: int) -> Trajectory:
@@ -323,19 +242,5 @@ def _rejected(status: int | None) -> bool:
     return status is not None and 400 <= status < 500 and status not in (408, 429)
 
 
-def _answered(episode: Episode, relay: ModelRelay) -> int:
-    """Model replies that reached Claude Code (a reply's tool calls may run before its events are all written)."""
-    return max(len(episode.steps), relay.calls - relay.failures - relay.refused)
-
-
-def _crash(message: str, answered: int, trajectory: Trajectory) -> ClaudeCodeCrashError | ClaudeCodeModelError:
-    """A crash or a hang: ``infra`` (retried) before the model's first reply reached Claude Code; after it, the
-    model's (reward 0, not retried): that reply's commands ran in the sandbox and may have sent the signal or stopped
-    the process, and a retry would let an episode the agent was failing escape its grade."""
-    if not answered:
-        return ClaudeCodeCrashError(message, trajectory)
-    first, _, rest = message.partition("\n")
-    return ClaudeCodeModelError(
-        f"{first}, after {answered} model repl{'y' if answered == 1 else 'ies'} whose tool calls run in the sandbox: "
-        "counted as the model's (reward 0, not retried), since an agent can kill or stop its own harness"
-        + (f"\n{rest}" if rest else ""), trajectory)
+_crash = functools.partial(crash_or_model, crash=ClaudeCodeCrashError, model=ClaudeCodeModelError)
+"""A crash or a hang: infra before the model's first reply reached Claude Code, the model's after it."""

@@ -10,22 +10,27 @@ turn limit stop every process Codex started.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import shlex
-import signal
-import time
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
-from tackroom import ConfigError, Harness, PluginOptions, Policy, Sandbox, SandboxError, Task, Trajectory
+from tackroom import ConfigError, Harness, Policy, Sandbox, Task, Trajectory
 from tackroom_agent_kit import (
     AgentControl,
     AgentControlError,
+    AgentOptions,
+    Ending,
     ModelRelay,
+    answered,
+    check_it_runs,
     check_reachable,
+    crash_or_model,
+    exit_described,
+    must_succeed,
     reach_relay,
+    run_watched,
     served_context_length,
 )
 from tackroom_codex.config import (
@@ -42,25 +47,19 @@ from tackroom_codex.errors import CodexCrashError, CodexModelError, CodexSetupEr
 from tackroom_codex.events import Episode, parse_events
 from tackroom_codex.install import DEFAULT_VERSION, CodexInstall, ensure_installed
 from tackroom_codex.sampling import ResponsesSamplingMiddleware, responses_sampling
-from tackroom_sandbox_kit import describe_exit, exit_signal
 from tackroom_worlds import mount_world_files
 
 AGENT = "Codex"
 
 
-class CodexOptions(PluginOptions):
-    """The ``[harness]`` section when ``name = "codex"``."""
+class CodexOptions(AgentOptions):
+    """The ``[harness]`` section when ``name = "codex"`` (the options every agent harness has: AgentOptions)."""
 
     version: str = Field(default=DEFAULT_VERSION, description="The @openai/codex release to run (installed from npm once)")
-    cache_dir: str | None = Field(default=None, description="Host install cache (default ~/.cache/tackroom/codex)")
-    install_timeout_sec: float = Field(default=600.0, gt=0, description="Limit for the one-time npm install")
     profile: Literal["auto", "full", "compact"] = Field(
         default="auto",
         description="full: Codex's own system prompt (~4k tokens); compact: a short prompt and no AGENTS.md, for "
         "small-context models; auto: compact when the model's context is below compact_below_context")
-    compact_below_context: int = Field(default=16384, gt=0, description="auto picks compact below this context length")
-    prompt: str | None = Field(default=None, description="System prompt replacing the profile's")
-    max_turns: int | None = Field(default=50, gt=0, description="Model calls per episode (enforced by the relay)")
     max_tokens_per_turn: int | None = Field(
         default=None, gt=0,
         description="Output limit per turn unless the policy's sampling sets max_tokens (default: 4096 full, 512 compact)")
@@ -71,15 +70,7 @@ class CodexOptions(PluginOptions):
         default=900.0, gt=0,
         description="No output and no model call in flight for this long is a hang; Codex's exec_command yields "
         "after at most 30 s, so a legitimate run is never silent for long")
-    max_model_errors: int = Field(default=3, ge=1, description="Failed model calls after which the endpoint counts as down (infra)")
     model_retries: int = Field(default=1, ge=0, description="Codex's own retries of a failed model request or stream")
-    timeout_margin_sec: float = Field(
-        default=5.0, ge=0,
-        description="Stop Codex this long (at most a fifth of the agent timeout) before the agent timeout, to keep its trajectory")
-    kill_grace_sec: int = Field(default=1, ge=0, description="Seconds between TERM and KILL when stopping Codex")
-    poll_interval_sec: float = Field(default=1.0, gt=0, description="Longest pause between progress checks")
-    log_tail_chars: int = Field(default=1500, ge=0, description="How much of Codex's stderr an error message carries")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for Codex")
 
 
 class CodexHarness(Harness):
@@ -105,32 +96,21 @@ class CodexHarness(Harness):
         self.world_note = await mount_world_files(sandbox, task)  # a world task's data, where its instruction says
         self.install = await ensure_installed(
             self.options.version,
-            cache_dir=Path(self.options.cache_dir).expanduser() if self.options.cache_dir else None,
+            cache_dir=self.options.cache_path(),
             timeout=self.options.install_timeout_sec,
         )
         dirs = " ".join(shlex.quote(self._path(p)) for p in ("bin", "run", "home"))
-        await self._must(sandbox, f"mkdir -p {dirs}", "create Codex's directories", timeout=60)
+        await must_succeed(sandbox, f"mkdir -p {dirs}", "create Codex's directories", error=CodexSetupError)
         await self.control.install(sandbox)
         await sandbox.upload(self.install.binary, self._path("bin", "codex"), timeout=300)
         await sandbox.upload(self.install.ripgrep, self._path("bin", "rg"), timeout=60)
         binary = shlex.quote(self._path("bin", "codex"))
-        await self._must(sandbox, f"chmod 755 {binary} {shlex.quote(self._path('bin', 'rg'))}",
-                         "make Codex executable", timeout=60)
+        await must_succeed(sandbox, f"chmod 755 {binary} {shlex.quote(self._path('bin', 'rg'))}",
+                         "make Codex executable", error=CodexSetupError)
         home = shlex.quote(self._path("home"))
-        result = await sandbox.exec(f"CODEX_HOME={home} {binary} --version", timeout=120)
-        if not result.ok or result.stdout.strip() != f"codex-cli {self.options.version}":
-            detail = (result.stderr or result.stdout).strip()[-1000:]
-            if exit_signal(result.exit_code) is not None:
-                raise CodexCrashError(f"Codex {self.options.version} {describe_exit(result.exit_code)} at start-up "
-                                      f"(`codex --version`): {detail}")
-            raise CodexSetupError(f"Codex {self.options.version} does not run in this sandbox "
-                                  f"(exit {result.exit_code}): {detail}")
-
-    async def _must(self, sandbox: Sandbox, cmd: str, what: str, *, timeout: float) -> None:
-        result = await sandbox.exec(cmd, timeout=timeout)
-        if not result.ok:
-            raise CodexSetupError(f"could not {what} in the sandbox (exit {result.exit_code}): "
-                                  f"{(result.stderr or result.stdout).strip()[-1000:]}")
+        await check_it_runs(sandbox, f"CODEX_HOME={home} {binary} --version", agent=AGENT, version=self.options.version,
+                            reads_right=lambda out: out.strip() == f"codex-cli {self.options.version}",
+                            shown="codex --version", crash=CodexCrashError, error=CodexSetupError)
 
     # -- run ---------------------------------------------------------------------------
     async def run(self, task: Task, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
@@ -138,12 +118,9 @@ class CodexHarness(Harness):
             raise ConfigError("the codex harness calls a model: set [policy] base_url (e.g. `tackroom model up`)")
         if self.install is None:
             raise RuntimeError("CodexHarness.run called before setup")
-        timeout = task.config.agent.timeout_sec
-        deadline = time.monotonic() + timeout - min(self.options.timeout_margin_sec, timeout / 5)
+        deadline = self.options.deadline(task.config.agent.timeout_sec)
         context = self.options.context_length or await served_context_length(policy) or 32768
-        profile = self.options.profile
-        if profile == "auto":
-            profile = "compact" if context < self.options.compact_below_context else "full"
+        profile = self.options.profile_for(context)
         relay = ModelRelay(policy.base_url, max_calls=self.options.max_turns, what=AGENT)
         relay.app.add_middleware(ResponsesSamplingMiddleware,
                                  defaults=responses_sampling(policy.sampling, self._max_output(profile, context)))
@@ -154,7 +131,11 @@ class CodexHarness(Harness):
             if uses_catalog(settings):
                 await sandbox.write_file(self._path("home", "catalog.json"), catalog_json(settings), timeout=60)
             await check_reachable(sandbox, inside, policy.base_url, AGENT)
-            ended = await self._run_codex(sandbox, task, policy, relay, deadline)
+            try:
+                ended = await run_watched(sandbox, self.control, relay, self.options, deadline,
+                                          start=lambda: self._start(sandbox, task, policy))
+            except AgentControlError as exc:
+                raise CodexCrashError(str(exc)) from exc
         return await self._outcome(sandbox, task, policy, relay, ended, profile, context)
 
     def _max_output(self, profile: str, context: int) -> int:
@@ -181,67 +162,13 @@ class CodexHarness(Harness):
         env.update(self.options.env)
         return env
 
-    async def _run_codex(self, sandbox: Sandbox, task: Task, policy: Policy, relay: ModelRelay,
-                         deadline: float) -> str:
-        """Start Codex, watch it until it ends (how: see :meth:`_watch`), and stop everything it started."""
-        grace = self.options.kill_grace_sec
-        try:
-            await self._start(sandbox, task, policy)
-            ended = await self._watch(sandbox, relay, deadline)
-        except asyncio.CancelledError:
-            # The runtime's agent timeout: no time left for a grace period, and nothing may outlive the run.
-            stop = asyncio.ensure_future(self.control.stop(sandbox, grace=0))
-            try:
-                await asyncio.shield(stop)
-            except asyncio.CancelledError:
-                await stop
-            raise
-        except BaseException:
-            await self.control.stop(sandbox, grace)
-            raise
-        await self.control.stop(sandbox, grace)
-        return ended
-
     async def _start(self, sandbox: Sandbox, task: Task, policy: Policy) -> None:
         argv = [self._path("bin", "codex"), "exec", "--json", "--strict-config", "--skip-git-repo-check",
                 "--color", "never", "-"]
         prelude = f'export PATH={shlex.quote(self._path("bin"))}:"$PATH"; '
-        try:
-            await self.control.start(sandbox, argv, env=self._env(policy), stdin=task.instruction, prelude=prelude)
-        except AgentControlError as exc:
-            raise CodexCrashError(str(exc)) from exc
+        await self.control.start(sandbox, argv, env=self._env(policy), stdin=task.instruction, prelude=prelude)
 
-    async def _watch(self, sandbox: Sandbox, relay: ModelRelay, deadline: float) -> str:
-        """Wait until Codex exits (``exited``), dies (``died``), is refused a call past the turn limit
-        (``max_turns``), keeps failing to reach the model (``model_errors``), makes no progress with no model
-        call in flight (``hang``), or the deadline passes (``timeout``)."""
-        last_sizes: tuple[int, ...] | None = None
-        last_progress = time.monotonic()
-        pause = 0.2
-        while True:
-            try:
-                state = await self.control.poll(sandbox)
-            except AgentControlError as exc:
-                raise CodexCrashError(str(exc)) from exc
-            now = time.monotonic()
-            if state.exit_code is not None:
-                return "exited"
-            if not state.alive:
-                return "died"
-            if relay.limit_reached:
-                return "max_turns"
-            if relay.failures >= self.options.max_model_errors:
-                return "model_errors"
-            if state.sizes != last_sizes or relay.in_flight:
-                last_sizes, last_progress = state.sizes, now
-            if now >= deadline:
-                return "timeout"
-            if now - max(last_progress, relay.last_activity) >= self.options.hang_timeout_sec:
-                return "hang"
-            await asyncio.sleep(max(0.0, min(pause, deadline - now)))
-            pause = min(pause * 1.5, self.options.poll_interval_sec)
-
-    async def _outcome(self, sandbox: Sandbox, task: Task, policy: Policy, relay: ModelRelay, ended: str,
+    async def _outcome(self, sandbox: Sandbox, task: Task, policy: Policy, relay: ModelRelay, ended: Ending,
                        profile: str, context: int) -> Trajectory:
         """The trajectory, or the classified error carrying it."""
         episode = parse_events(await self.control.read(sandbox, "stdout.log"))
@@ -260,7 +187,7 @@ class CodexHarness(Harness):
         if ended == "hang":
             trajectory.stop_reason = "hang"
             raise _crash(f"Codex made no progress for {self.options.hang_timeout_sec:g}s and was stopped"
-                         + await self._logs(sandbox), _answered(episode, relay), trajectory)
+                         + await self._logs(sandbox), answered(relay, len(episode.steps)), trajectory)
         if ended == "model_errors" or (episode.failure is not None and relay.failures
                                        and _endpoint_failed(episode, relay)):
             trajectory.stop_reason = "endpoint_failing"
@@ -279,29 +206,19 @@ class CodexHarness(Harness):
                 raise CodexModelError(f"the policy endpoint rejected Codex's request: {failure.message}", trajectory)
             trajectory.stop_reason = "codex_error"
             raise _crash(f"Codex stopped on an error: {failure.message}" + await self._logs(sandbox),
-                         _answered(episode, relay), trajectory)
+                         answered(relay, len(episode.steps)), trajectory)
         if ended == "died" or exit_code != "0":
             trajectory.stop_reason = "codex_crashed"
-            how = describe_exit(exit_code)
-            if exit_signal(exit_code) == signal.SIGKILL:  # inside a sandbox, nearly always its memory limit
-                how += (f"; most likely the sandbox's memory limit of {sandbox.spec.memory_mb} MB, the task's "
-                        "[environment] memory_mb")
-            answered = _answered(episode, relay)
+            how = exit_described(exit_code, sandbox.spec.memory_mb)
+            replies = answered(relay, len(episode.steps))
             when = f"after {len(episode.steps)} turns" if episode.steps else (
-                "during its first turn" if answered else "before its first turn")
-            raise _crash(f"Codex {how} {when}" + await self._logs(sandbox), answered, trajectory)
+                "during its first turn" if replies else "before its first turn")
+            raise _crash(f"Codex {how} {when}" + await self._logs(sandbox), replies, trajectory)
         return trajectory
 
     async def _logs(self, sandbox: Sandbox) -> str:
         """The tail of Codex's stderr, for an error message."""
-        n = self.options.log_tail_chars
-        if n == 0:
-            return ""
-        try:
-            stderr = await self.control.read(sandbox, "stderr.log")
-        except SandboxError:
-            return ""
-        return f"\n--- codex stderr (tail) ---\n{stderr[-n:].strip()}" if stderr.strip() else ""
+        return await self.control.tails(sandbox, self.options.log_tail_chars, "codex")
 
     def _trajectory(self, instruction: str, episode: Episode, profile: str, context: int) -> Trajectory:
         notes = [f"codex {self.options.version}, profile {profile} (context {context}), tools exec_command, write_stdin"]
@@ -320,18 +237,5 @@ def _endpoint_failed(episode: Episode, relay: ModelRelay) -> bool:
     return relay.last_failure is not None and (status is None or status >= 500)
 
 
-def _answered(episode: Episode, relay: ModelRelay) -> int:
-    """Model replies that reached Codex (a reply's tool calls may run before Codex reports them)."""
-    return max(len(episode.steps), relay.calls - relay.failures - relay.refused)
-
-
-def _crash(message: str, answered: int, trajectory: Trajectory) -> CodexCrashError | CodexModelError:
-    """A crash or a hang: ``infra`` (retried) before the model's first reply reached Codex; after it, the model's
-    (reward 0, not retried): that reply's commands ran in the sandbox and may have sent the signal or stopped the
-    process, and a retry would let an episode the agent was failing escape its grade."""
-    if not answered:
-        return CodexCrashError(message, trajectory)
-    first, _, rest = message.partition("\n")
-    return CodexModelError(f"{first}, after {answered} model repl{'y' if answered == 1 else 'ies'} whose tool calls "
-                           "run in the sandbox: counted as the model's (reward 0, not retried), since an agent can "
-                           "kill or stop its own harness" + (f"\n{rest}" if rest else ""), trajectory)
+_crash = functools.partial(crash_or_model, crash=CodexCrashError, model=CodexModelError)
+"""A crash or a hang: infra before the model's first reply reached Codex, the model's after it."""

@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-from tackroom import InfraError, ModelError, Trajectory
+from tackroom_agent_kit import AgentCrashError, AgentModelError, AgentTimeoutError
 
 
-class GeminiCliCrashError(InfraError):
+class GeminiCliCrashError(AgentCrashError):
     """The Gemini CLI could not start, crashed before the model acted, or stopped making progress: retried."""
 
-    def __init__(self, message: str, trajectory: Trajectory | None = None) -> None:
-        super().__init__(message)
-        self.trajectory = trajectory
 
-
-class GeminiCliModelError(ModelError):
+class GeminiCliModelError(AgentModelError):
     """The policy's own failure seen through the Gemini CLI (a crash or hang after the model acted, a refused turn)."""
 
-    def __init__(self, message: str, trajectory: Trajectory | None = None) -> None:
-        super().__init__(message)
-        self.trajectory = trajectory
 
-
-class GeminiCliTimeoutError(ModelError):
+class GeminiCliTimeoutError(AgentTimeoutError):
     """The agent timeout came while the Gemini CLI was still working; it was stopped and its work is graded."""
-
-    def __init__(self, message: str, trajectory: Trajectory | None = None) -> None:
-        super().__init__(message)
-        self.trajectory = trajectory

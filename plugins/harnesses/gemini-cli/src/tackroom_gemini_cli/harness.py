@@ -10,60 +10,49 @@ its standard input, in its own session; the agent timeout, a hang and the turn l
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shlex
-import time
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
-from tackroom import ConfigError, Harness, InfraError, PluginOptions, Policy, Sandbox, Task, Trajectory
+from tackroom import ConfigError, Harness, InfraError, Policy, Sandbox, Task, Trajectory
 from tackroom_agent_kit import (
     AgentControl,
     AgentControlError,
+    AgentOptions,
+    Ending,
     ModelRelay,
+    answered,
+    check_it_runs,
     check_reachable,
+    crash_or_model,
+    exit_described,
+    must_succeed,
     reach_relay,
+    run_watched,
     served_context_length,
 )
 from tackroom_gemini_cli.errors import GeminiCliCrashError, GeminiCliModelError, GeminiCliTimeoutError
 from tackroom_gemini_cli.install import DEFAULT_VERSION, GeminiCliInstall, ensure_installed
 from tackroom_gemini_cli.settings import COMPACT_PROMPT, COMPACT_TOOLS, FULL_TOOLS, build_settings
-from tackroom_sandbox_kit import describe_exit
 
 
 class GeminiCliSetupError(InfraError):
     """The Gemini CLI could not be put into the sandbox or does not run there."""
 
 
-class GeminiCliOptions(PluginOptions):
-    """The ``[harness]`` section when ``name = "gemini-cli"``."""
+class GeminiCliOptions(AgentOptions):
+    """The ``[harness]`` section when ``name = "gemini-cli"`` (the options every agent harness has: AgentOptions)."""
 
     version: str = Field(default=DEFAULT_VERSION, description="The @google/gemini-cli release (installed from npm once)")
-    cache_dir: str | None = Field(default=None, description="Host install cache (default ~/.cache/tackroom/gemini-cli)")
-    install_timeout_sec: float = Field(default=600.0, gt=0, description="Limit for the one-time npm install")
     profile: Literal["auto", "full", "compact"] = Field(
         default="auto",
         description="full: the CLI's own system prompt and local tools; compact: a short prompt and shell/read/write/"
         "replace, for small-context models; auto: compact when the model's context is below compact_below_context")
     compact_below_context: int = Field(default=32768, gt=0, description="auto picks compact below this context length")
     tools: list[str] | None = Field(default=None, description="Built-in tools to register (default: the profile's)")
-    prompt: str | None = Field(default=None, description="System prompt replacing the profile's")
-    max_turns: int | None = Field(default=50, gt=0, description="Model calls per episode (enforced by the relay)")
     sandbox_dir: str = Field(default="/opt/gemini-cli", description="Where the CLI, Node and its home live in the sandbox")
-    hang_timeout_sec: float = Field(default=900.0, gt=0,
-                                    description="No output and no model call in flight for this long is a hang")
-    max_model_errors: int = Field(default=3, ge=1,
-                                  description="Failed model calls after which the endpoint counts as down (infra)")
-    timeout_margin_sec: float = Field(default=5.0, ge=0,
-                                      description="Stop the CLI this long (at most a fifth of the agent timeout) "
-                                      "before the agent timeout, to keep its trajectory")
-    kill_grace_sec: int = Field(default=1, ge=0, description="Seconds between TERM and KILL when stopping the CLI")
-    poll_interval_sec: float = Field(default=1.0, gt=0, description="Longest pause between progress checks")
-    log_tail_chars: int = Field(default=1500, ge=0, description="How much of the CLI's stderr an error message carries")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the CLI")
 
 
 class GeminiCliHarness(Harness):
@@ -87,11 +76,11 @@ class GeminiCliHarness(Harness):
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
         self.install = await ensure_installed(
             self.options.version,
-            cache_dir=Path(self.options.cache_dir).expanduser() if self.options.cache_dir else None,
+            cache_dir=self.options.cache_path(),
             timeout=self.options.install_timeout_sec,
         )
         dirs = " ".join(shlex.quote(self._path(*p)) for p in [("bin",), ("run",), ("home", ".gemini"), ("cli",)])
-        await self._must(sandbox, f"mkdir -p {dirs}", "create the Gemini CLI's directories", timeout=60)
+        await must_succeed(sandbox, f"mkdir -p {dirs}", "create the Gemini CLI's directories", error=GeminiCliSetupError)
         await self.control.install(sandbox)
         await sandbox.upload(self.install.node, self._path("bin", "node"), timeout=300)
         await sandbox.upload(self.install.bundle, self._path("cli", "bundle"), timeout=300)
@@ -99,19 +88,13 @@ class GeminiCliHarness(Harness):
                                  json.dumps({"name": "@google/gemini-cli", "version": self.options.version,
                                              "type": "module"}), timeout=60)
         node = shlex.quote(self._path("bin", "node"))
-        await self._must(sandbox, f"chmod 755 {node}", "make Node executable", timeout=60)
-        result = await sandbox.exec(f"HOME={shlex.quote(self._path('home'))} {node} "
-                                    f"{shlex.quote(self._path('cli', 'bundle', 'gemini.js'))} --version", timeout=120)
-        if not result.ok or result.stdout.strip() != self.options.version:
-            raise GeminiCliSetupError(
-                f"the Gemini CLI {self.options.version} does not run in this sandbox (exit {result.exit_code}): "
-                f"{(result.stderr or result.stdout).strip()[-1000:]}. Node needs a glibc userland (Debian, Ubuntu …)")
-
-    async def _must(self, sandbox: Sandbox, cmd: str, what: str, *, timeout: float) -> None:
-        result = await sandbox.exec(cmd, timeout=timeout)
-        if not result.ok:
-            raise GeminiCliSetupError(f"could not {what} in the sandbox (exit {result.exit_code}): "
-                                      f"{(result.stderr or result.stdout).strip()[-1000:]}")
+        await must_succeed(sandbox, f"chmod 755 {node}", "make Node executable", error=GeminiCliSetupError)
+        await check_it_runs(sandbox, f"HOME={shlex.quote(self._path('home'))} {node} "
+                            f"{shlex.quote(self._path('cli', 'bundle', 'gemini.js'))} --version",
+                            agent="the Gemini CLI", version=self.options.version, shown="gemini --version",
+                            reads_right=lambda out: out.strip() == self.options.version,
+                            crash=GeminiCliCrashError, error=GeminiCliSetupError,
+                            hint="Node needs a glibc userland (Debian, Ubuntu …)")
 
     # -- run ---------------------------------------------------------------------------
     async def run(self, task: Task, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
@@ -119,12 +102,9 @@ class GeminiCliHarness(Harness):
             raise ConfigError("the gemini-cli harness calls a model: set [policy] base_url (e.g. `tackroom model up`)")
         if self.install is None:
             raise RuntimeError("GeminiCliHarness.run called before setup")
-        timeout = task.config.agent.timeout_sec
-        deadline = time.monotonic() + timeout - min(self.options.timeout_margin_sec, timeout / 5)
+        deadline = self.options.deadline(task.config.agent.timeout_sec)
         context = await served_context_length(policy) or 32768
-        profile = self.options.profile
-        if profile == "auto":
-            profile = "compact" if context < self.options.compact_below_context else "full"
+        profile = self.options.profile_for(context)
         tools = tuple(self.options.tools) if self.options.tools is not None else (
             COMPACT_TOOLS if profile == "compact" else FULL_TOOLS)
         prompt = self.options.prompt if self.options.prompt is not None else (
@@ -137,7 +117,11 @@ class GeminiCliHarness(Harness):
         async with ModelRelay(policy.base_url, max_calls=self.options.max_turns, what="the Gemini CLI") as relay:
             inside = await reach_relay(sandbox, relay, policy.base_url, "the Gemini CLI")
             await check_reachable(sandbox, inside, policy.base_url, "the Gemini CLI")
-            ended = await self._run_cli(sandbox, task, policy, inside, prompt is not None, relay, deadline)
+            try:
+                ended = await run_watched(sandbox, self.control, relay, self.options, deadline, start=lambda: (
+                    self._start(sandbox, task, policy, inside, prompt is not None)))
+            except AgentControlError as exc:
+                raise GeminiCliCrashError(str(exc)) from exc
         return await self._outcome(sandbox, task, policy, relay, ended, tools, profile, context)
 
     def _env(self, policy: Policy, root_url: str, own_prompt: bool) -> dict[str, str]:
@@ -156,69 +140,19 @@ class GeminiCliHarness(Harness):
         env.update(self.options.env)
         return env
 
-    async def _run_cli(self, sandbox: Sandbox, task: Task, policy: Policy, root_url: str, own_prompt: bool,
-                       relay: ModelRelay, deadline: float) -> str:
+    async def _start(self, sandbox: Sandbox, task: Task, policy: Policy, root_url: str, own_prompt: bool) -> None:
         argv = [self._path("bin", "node"), self._path("cli", "bundle", "gemini.js"), "--yolo", "--output-format",
                 "json", "--model", policy.model]
-        grace = self.options.kill_grace_sec
-        try:
-            try:
-                # Headless: with stdin not a terminal and no --prompt, the CLI reads the instruction from it.
-                await self.control.start(sandbox, argv, env=self._env(policy, root_url, own_prompt),
-                                         stdin=task.instruction,
-                                         prelude=f'export PATH={shlex.quote(self._path("bin"))}:"$PATH"; ')
-            except AgentControlError as exc:
-                raise GeminiCliCrashError(str(exc)) from exc
-            ended = await self._watch(sandbox, relay, deadline)
-        except asyncio.CancelledError:
-            stop = asyncio.ensure_future(self.control.stop(sandbox, grace=0))
-            try:
-                await asyncio.shield(stop)
-            except asyncio.CancelledError:
-                await stop
-            raise
-        except BaseException:
-            await self.control.stop(sandbox, grace)
-            raise
-        await self.control.stop(sandbox, grace)
-        return ended
+        # Headless: with stdin not a terminal and no --prompt, the CLI reads the instruction from it.
+        await self.control.start(sandbox, argv, env=self._env(policy, root_url, own_prompt), stdin=task.instruction,
+                                 prelude=f'export PATH={shlex.quote(self._path("bin"))}:"$PATH"; ')
 
-    async def _watch(self, sandbox: Sandbox, relay: ModelRelay, deadline: float) -> str:
-        """Wait until the CLI exits, dies, is refused a call past the turn limit, keeps failing to reach the model,
-        makes no progress with no model call in flight (a hang), or the deadline passes."""
-        last_sizes: tuple[int, ...] | None = None
-        last_progress = time.monotonic()
-        pause = 0.2
-        while True:
-            try:
-                state = await self.control.poll(sandbox)
-            except AgentControlError as exc:
-                raise GeminiCliCrashError(str(exc)) from exc
-            now = time.monotonic()
-            if state.exit_code is not None:
-                return "exited"
-            if not state.alive:
-                return "died"
-            if relay.limit_reached:
-                return "max_turns"
-            if relay.failures >= self.options.max_model_errors:
-                return "model_errors"
-            if state.sizes != last_sizes or relay.in_flight:
-                last_sizes, last_progress = state.sizes, now
-            if now >= deadline:
-                return "timeout"
-            if now - max(last_progress, relay.last_activity) >= self.options.hang_timeout_sec:
-                return "hang"
-            await asyncio.sleep(max(0.0, min(pause, deadline - now)))
-            pause = min(pause * 1.5, self.options.poll_interval_sec)
-
-    async def _outcome(self, sandbox: Sandbox, task: Task, policy: Policy, relay: ModelRelay, ended: str,
+    async def _outcome(self, sandbox: Sandbox, task: Task, policy: Policy, relay: ModelRelay, ended: Ending,
                        tools: tuple[str, ...], profile: str, context: int) -> Trajectory:
         """The trajectory, or the classified error carrying it."""
         stdout = await self.control.read(sandbox, "stdout.log")
         exit_code = (await self.control.read(sandbox, "exit_code")).strip()
         report = _report(stdout)
-        answered = relay.calls - relay.failures - relay.refused
         trajectory = self._trajectory(task.instruction, report, tools, profile, context)
         if relay.limit_reached:
             trajectory.stop_reason = "max_turns"
@@ -236,24 +170,16 @@ class GeminiCliHarness(Harness):
         error = report.get("error") if isinstance(report.get("error"), dict) else None
         if ended == "exited" and exit_code == "0" and error is None:
             return trajectory
-        how = ("made no progress for " f"{self.options.hang_timeout_sec:g}s and was stopped" if ended == "hang"
-               else describe_exit(exit_code or "killed"))
+        how = (f"made no progress for {self.options.hang_timeout_sec:g}s and was stopped" if ended == "hang"
+               else exit_described(exit_code, sandbox.spec.memory_mb))
         detail = f": {error.get('message')}" if error else ""
         trajectory.stop_reason = "hang" if ended == "hang" else "gemini_cli_error"
-        message = f"the Gemini CLI {how}{detail}" + await self._logs(sandbox)
-        if answered <= 0:
-            raise GeminiCliCrashError(message + " (before any model reply reached it: infra, retried)", trajectory)
-        raise GeminiCliModelError(
-            message + f"\nafter {answered} model repl{'y' if answered == 1 else 'ies'} whose tool calls ran in the "
-            "sandbox: counted as the model's (reward 0, not retried), since an agent can kill or stop its own harness",
-            trajectory)
+        raise crash_or_model(f"the Gemini CLI {how}{detail}" + await self._logs(sandbox), answered(relay), trajectory,
+                             crash=GeminiCliCrashError, model=GeminiCliModelError)
 
     async def _logs(self, sandbox: Sandbox) -> str:
-        n = self.options.log_tail_chars
-        if n == 0:
-            return ""
-        tail = (await self.control.read(sandbox, "stderr.log"))[-n:].strip()
-        return f"\n--- gemini stderr (tail) ---\n{tail}" if tail else ""
+        """The tail of the CLI's stderr, for an error message."""
+        return await self.control.tails(sandbox, self.options.log_tail_chars, "gemini")
 
     def _trajectory(self, instruction: str, report: dict[str, Any], tools: tuple[str, ...], profile: str,
                     context: int) -> Trajectory:

@@ -5,24 +5,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import typer
-
-opencode_app = typer.Typer(help="The OpenCode harness's host install (the binary shipped into sandboxes).",
-                           no_args_is_help=True)
+from tackroom_agent_kit.commands import install_app
 
 
-@opencode_app.command("install")
-def install(
-    version: str = typer.Option(None, "--version", help="opencode-ai release (default: the one the plugin pins)."),
-    cache_dir: Path = typer.Option(None, "--cache-dir", help="Install cache (default ~/.cache/tackroom/opencode)."),
-    timeout: float = typer.Option(600.0, "--timeout", help="Seconds the npm install may take."),
-) -> None:
-    """Install OpenCode from npm (once); print the binary every trial ships into its sandbox."""
-    from tackroom_opencode.install import DEFAULT_VERSION, OpenCodeInstallError, ensure_installed
+def _install(version: str | None, cache_dir: Path | None, timeout: float) -> str:
+    from tackroom_opencode.install import DEFAULT_VERSION, ensure_installed
 
-    try:
-        found = asyncio.run(ensure_installed(version or DEFAULT_VERSION, cache_dir=cache_dir, timeout=timeout))
-    except OpenCodeInstallError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
-    typer.echo(f"opencode {found.version}: {found.binary}\nripgrep: {found.ripgrep}")
+    found = asyncio.run(ensure_installed(version or DEFAULT_VERSION, cache_dir=cache_dir, timeout=timeout))
+    return f"opencode {found.version}: {found.binary}\nripgrep: {found.ripgrep}"
+
+
+opencode_app = install_app("OpenCode", package="opencode-ai", cache_name="opencode", install=_install)

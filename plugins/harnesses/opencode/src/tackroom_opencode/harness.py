@@ -4,7 +4,7 @@ Setup ships the pinned OpenCode binary (and a static ripgrep) from the host's
 install into the sandbox under ``sandbox_dir`` — nothing is downloaded at trial
 time. Run writes an ``opencode.json`` whose only provider is the trial's policy
 (a gateway session, so the token trajectory is exact) reached through a
-:class:`~tackroom_opencode.relay.ModelRelay` (turn limit, failing endpoint, calls
+:class:`~tackroom_agent_kit.ModelRelay` (turn limit, failing endpoint, calls
 in flight), starts ``opencode run --format json`` in its own session, watches
 it, and turns its JSON events into the trajectory's messages and metrics. The
 agent timeout, a hang and the turn limit stop every process OpenCode started.
@@ -12,32 +12,27 @@ agent timeout, a hang and the turn limit stop every process OpenCode started.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import shlex
-import signal
-import time
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
-from tackroom import (
-    ConfigError,
-    Harness,
-    InfraError,
-    PluginOptions,
-    Policy,
-    Sandbox,
-    SandboxError,
-    Task,
-    Trajectory,
-)
+from tackroom import ConfigError, Harness, InfraError, Policy, Sandbox, Task, Trajectory
 from tackroom_agent_kit import (
     AgentControl,
     AgentControlError,
+    AgentOptions,
+    Ending,
     ModelRelay,
+    answered,
+    check_it_runs,
     check_reachable,
+    crash_or_model,
+    exit_described,
+    must_succeed,
     reach_relay,
+    run_watched,
     served_context_length,
 )
 from tackroom_opencode.config import (
@@ -57,7 +52,6 @@ from tackroom_opencode.errors import (
 )
 from tackroom_opencode.events import Episode, parse_events
 from tackroom_opencode.install import DEFAULT_VERSION, OpenCodeInstall, ensure_installed
-from tackroom_sandbox_kit import describe_exit, exit_signal
 from tackroom_worlds import mount_world_files
 
 OPENCODE_MEMORY_MB = 512
@@ -69,20 +63,11 @@ class OpenCodeSetupError(InfraError):
     """OpenCode could not be put into the sandbox or does not run there."""
 
 
-class OpenCodeOptions(PluginOptions):
-    """The ``[harness]`` section when ``name = "opencode"``."""
+class OpenCodeOptions(AgentOptions):
+    """The ``[harness]`` section when ``name = "opencode"`` (the options every agent harness has: AgentOptions)."""
 
     version: str = Field(default=DEFAULT_VERSION, description="The opencode-ai release to run (installed from npm once)")
-    cache_dir: str | None = Field(default=None, description="Host install cache (default ~/.cache/tackroom/opencode)")
-    install_timeout_sec: float = Field(default=600.0, gt=0, description="Limit for the one-time npm install")
-    profile: Literal["auto", "full", "compact"] = Field(
-        default="auto",
-        description="full: OpenCode's own system prompt and tools; compact: a short prompt and bash/read/write/edit, "
-        "for small-context models; auto: compact when the model's context is below compact_below_context",
-    )
-    compact_below_context: int = Field(default=16384, gt=0, description="auto picks compact below this context length")
     tools: list[str] | None = Field(default=None, description="Tools to allow (default: the profile's); others are removed")
-    prompt: str | None = Field(default=None, description="System prompt replacing the profile's")
     max_turns: int | None = Field(default=50, gt=0, description="Model calls per episode (OpenCode's step limit, enforced)")
     max_tokens_per_turn: int | None = Field(
         default=None, gt=0,
@@ -97,13 +82,7 @@ class OpenCodeOptions(PluginOptions):
     max_model_errors: int = Field(
         default=3, ge=1,
         description="Failed model calls (OpenCode retries them for a minute) after which the endpoint counts as down (infra)")
-    timeout_margin_sec: float = Field(
-        default=5.0, ge=0,
-        description="Stop OpenCode this long (at most a fifth of the agent timeout) before the agent timeout, to keep its trajectory")
-    kill_grace_sec: int = Field(default=1, ge=0, description="Seconds between TERM and KILL when stopping OpenCode")
-    poll_interval_sec: float = Field(default=1.0, gt=0, description="Longest pause between progress checks")
     log_tail_chars: int = Field(default=1500, ge=0, description="How much of OpenCode's stderr and log an error message carries")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for OpenCode")
 
 
 class OpenCodeHarness(Harness):
@@ -129,30 +108,25 @@ class OpenCodeHarness(Harness):
         self.world_note = await mount_world_files(sandbox, task)  # a world task's data, where its instruction says
         self.install = await ensure_installed(
             self.options.version,
-            cache_dir=Path(self.options.cache_dir).expanduser() if self.options.cache_dir else None,
+            cache_dir=self.options.cache_path(),
             timeout=self.options.install_timeout_sec,
         )
         dirs = " ".join(shlex.quote(self._path(*p)) for p in [
             ("bin",), ("run",), ("xdg", "config", "opencode", "node_modules"), ("xdg", "data"), ("xdg", "cache"),
             ("xdg", "state")])
-        await self._must(sandbox, f"mkdir -p {dirs}", "create OpenCode's directories", timeout=60)
+        await must_succeed(sandbox, f"mkdir -p {dirs}", "create OpenCode's directories", error=OpenCodeSetupError)
         await self._seed_config_dir(sandbox)
         await self.control.install(sandbox)
         await sandbox.upload(self.install.binary, self._path("bin", "opencode"), timeout=300)
         await sandbox.upload(self.install.ripgrep, self._path("bin", "rg"), timeout=60)
         binary = shlex.quote(self._path("bin", "opencode"))
-        await self._must(sandbox, f"chmod 755 {binary} {shlex.quote(self._path('bin', 'rg'))}",
-                         "make OpenCode executable", timeout=60)
-        result = await sandbox.exec(f"HOME=/tmp {binary} --version", timeout=120)
-        if not result.ok or result.stdout.strip() != self.options.version:
-            if exit_signal(result.exit_code) is not None:  # a crash at start-up (Bun's "Bus error" under load)
-                raise OpenCodeCrashError(f"OpenCode {self.options.version} {describe_exit(result.exit_code)} at start-up "
-                                         f"(`opencode --version`): {(result.stderr or result.stdout).strip()[-1000:]}")
-            raise OpenCodeSetupError(
-                f"OpenCode {self.options.version} does not run in this sandbox (exit {result.exit_code}): "
-                f"{(result.stderr or result.stdout).strip()[-1000:]}. The binary needs a glibc userland "
-                "(Debian, Ubuntu …); for musl images (Alpine) no build is shipped yet"
-            )
+        await must_succeed(sandbox, f"chmod 755 {binary} {shlex.quote(self._path('bin', 'rg'))}",
+                         "make OpenCode executable", error=OpenCodeSetupError)
+        await check_it_runs(sandbox, f"HOME=/tmp {binary} --version", agent="OpenCode", version=self.options.version,
+                            reads_right=lambda out: out.strip() == self.options.version, shown="opencode --version",
+                            crash=OpenCodeCrashError, error=OpenCodeSetupError,
+                            hint="The binary needs a glibc userland (Debian, Ubuntu …); for musl images (Alpine) no "
+                            "build is shipped yet")
 
     async def _seed_config_dir(self, sandbox: Sandbox) -> None:
         """Mark OpenCode's config dir as already holding its plugin SDK, so it does not npm-install it.
@@ -168,54 +142,28 @@ class OpenCodeHarness(Harness):
         await sandbox.write_file(self._path(*config_dir, "package-lock.json"),
                                  _json({"lockfileVersion": 3, "packages": {"": {"dependencies": deps}}}), timeout=60)
 
-    async def _must(self, sandbox: Sandbox, cmd: str, what: str, *, timeout: float) -> None:
-        result = await sandbox.exec(cmd, timeout=timeout)
-        if not result.ok:
-            raise OpenCodeSetupError(f"could not {what} in the sandbox (exit {result.exit_code}): "
-                                     f"{(result.stderr or result.stdout).strip()[-1000:]}")
-
     # -- run ---------------------------------------------------------------------------
     async def run(self, task: Task, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
         if policy is None:
             raise ConfigError("the opencode harness calls a model: set [policy] base_url (e.g. `tackroom model up`)")
         if self.install is None:
             raise RuntimeError("OpenCodeHarness.run called before setup")
-        timeout = task.config.agent.timeout_sec
-        deadline = time.monotonic() + timeout - min(self.options.timeout_margin_sec, timeout / 5)
+        deadline = self.options.deadline(task.config.agent.timeout_sec)
         context = self.options.context_length or await served_context_length(policy) or 32768
-        profile = self.options.profile
-        if profile == "auto":
-            profile = "compact" if context < self.options.compact_below_context else "full"
+        profile = self.options.profile_for(context)
         async with ModelRelay(policy.base_url, max_calls=self.options.max_turns, what="OpenCode") as relay:
             inside = await reach_relay(sandbox, relay, policy.base_url, "OpenCode")
             model, agent = self._settings(policy, f"{inside}/v1", context, profile)
             await sandbox.write_file(self._path("opencode.json"), _json(build_config(model, agent)), timeout=60)
             await check_reachable(sandbox, inside, policy.base_url, "OpenCode")
-            ended = await self._run_opencode(sandbox, task, policy, relay, deadline)
+            try:
+                ended = await run_watched(sandbox, self.control, relay, self.options, deadline,
+                                          start=lambda: self._start(sandbox, task, policy))
+            except AgentControlError as exc:
+                raise OpenCodeCrashError(str(exc)) from exc
         return await self._outcome(sandbox, task, policy, relay, ended, agent, profile, context)
 
-    async def _run_opencode(self, sandbox: Sandbox, task: Task, policy: Policy, relay: ModelRelay,
-                            deadline: float) -> str:
-        """Start OpenCode, watch it until it ends (how: see :meth:`_watch`), and stop everything it started."""
-        grace = self.options.kill_grace_sec
-        try:
-            await self._start(sandbox, task, policy)
-            ended = await self._watch(sandbox, relay, deadline)
-        except asyncio.CancelledError:
-            # The runtime's agent timeout: no time left for a grace period, and nothing may outlive the run.
-            stop = asyncio.ensure_future(self.control.stop(sandbox, grace=0))
-            try:
-                await asyncio.shield(stop)
-            except asyncio.CancelledError:
-                await stop
-            raise
-        except BaseException:
-            await self.control.stop(sandbox, grace)
-            raise
-        await self.control.stop(sandbox, grace)
-        return ended
-
-    async def _outcome(self, sandbox: Sandbox, task: Task, policy: Policy, relay: ModelRelay, ended: str,
+    async def _outcome(self, sandbox: Sandbox, task: Task, policy: Policy, relay: ModelRelay, ended: Ending,
                        agent: AgentSettings, profile: str, context: int) -> Trajectory:
         """The trajectory, or the classified error carrying it."""
         episode = parse_events(await self.control.read(sandbox, "stdout.log"))
@@ -234,7 +182,7 @@ class OpenCodeHarness(Harness):
         if ended == "hang":
             trajectory.stop_reason = "hang"
             raise _crash(f"OpenCode made no progress for {self.options.hang_timeout_sec:g}s and was stopped"
-                         + await self._logs(sandbox), _answered(episode, relay), trajectory)
+                         + await self._logs(sandbox), answered(relay, len(episode.steps)), trajectory)
         if ended == "model_errors":
             trajectory.stop_reason = "endpoint_failing"
             raise OpenCodeCrashError(
@@ -253,12 +201,10 @@ class OpenCodeHarness(Harness):
             raise OpenCodeCrashError(message + await self._logs(sandbox), trajectory)
         if ended == "died" or exit_code != "0":
             trajectory.stop_reason = "opencode_crashed"
-            how = describe_exit(exit_code)
-            if exit_signal(exit_code) == signal.SIGKILL:  # inside a sandbox, nearly always its memory limit
-                how += (f"; most likely the sandbox's memory limit of {sandbox.spec.memory_mb} MB, the task's "
-                        f"[environment] memory_mb; OpenCode needs at least {OPENCODE_MEMORY_MB} MB")
+            how = exit_described(exit_code, sandbox.spec.memory_mb, needs_mb=OPENCODE_MEMORY_MB, agent="OpenCode")
             when = f"after {len(episode.steps)} turns" if episode.steps else "before its first turn"
-            raise _crash(f"OpenCode {how} {when}" + await self._logs(sandbox), _answered(episode, relay), trajectory)
+            raise _crash(f"OpenCode {how} {when}" + await self._logs(sandbox), answered(relay, len(episode.steps)),
+                         trajectory)
         return trajectory
 
     def _settings(self, policy: Policy, base_url: str, context: int, profile: str) -> tuple[ModelSettings, AgentSettings]:
@@ -310,59 +256,13 @@ class OpenCodeHarness(Harness):
     async def _start(self, sandbox: Sandbox, task: Task, policy: Policy) -> None:
         argv = [self._path("bin", "opencode"), "run", "--format", "json", "--title", "tackroom trial",
                 "--model", f"{PROVIDER_ID}/{policy.model}"]
-        try:
-            # OpenCode reads the message verbatim from its standard input.
-            await self.control.start(sandbox, argv, env=self._env(), stdin=task.instruction,
-                                     prelude=f'export PATH={shlex.quote(self._path("bin"))}:"$PATH"; ')
-        except AgentControlError as exc:
-            raise OpenCodeCrashError(str(exc)) from exc
-
-    async def _watch(self, sandbox: Sandbox, relay: ModelRelay, deadline: float) -> str:
-        """Wait until OpenCode exits (``exited``), dies (``died``), is refused a call past the turn limit
-        (``max_turns``), keeps failing to reach the model (``model_errors``), makes no progress with no model
-        call in flight (``hang``), or the deadline passes (``timeout``)."""
-        last_sizes: tuple[int, ...] | None = None
-        last_progress = time.monotonic()
-        pause = 0.2
-        while True:
-            try:
-                state = await self.control.poll(sandbox)
-            except AgentControlError as exc:
-                raise OpenCodeCrashError(str(exc)) from exc
-            sizes = state.sizes
-            now = time.monotonic()
-            if state.exit_code is not None:
-                return "exited"
-            if not state.alive:
-                return "died"
-            if relay.limit_reached:
-                return "max_turns"
-            if relay.failures >= self.options.max_model_errors:
-                return "model_errors"
-            if sizes != last_sizes or relay.in_flight:
-                last_sizes, last_progress = sizes, now
-            if now >= deadline:
-                return "timeout"
-            if now - max(last_progress, relay.last_activity) >= self.options.hang_timeout_sec:
-                return "hang"
-            await asyncio.sleep(max(0.0, min(pause, deadline - now)))
-            pause = min(pause * 1.5, self.options.poll_interval_sec)
+        # OpenCode reads the message verbatim from its standard input.
+        await self.control.start(sandbox, argv, env=self._env(), stdin=task.instruction,
+                                 prelude=f'export PATH={shlex.quote(self._path("bin"))}:"$PATH"; ')
 
     async def _logs(self, sandbox: Sandbox) -> str:
         """The tails of OpenCode's stderr and of its own log, for an error message."""
-        n = self.options.log_tail_chars
-        if n == 0:
-            return ""
-        logs = shlex.quote(self._path("xdg", "data", "opencode", "log"))
-        stderr = shlex.quote(self._path("run", "stderr.log"))
-        try:
-            result = await sandbox.exec(
-                f"echo '--- opencode stderr (tail) ---'; tail -c {n} {stderr} 2>/dev/null; "
-                f"echo; echo '--- opencode log (tail) ---'; tail -c {n} \"$(ls -t {logs}/*.log 2>/dev/null | head -n1)\" "
-                "2>/dev/null", timeout=60)
-        except SandboxError:
-            return ""
-        return "\n" + result.stdout.strip()
+        return await self.control.tails(sandbox, self.options.log_tail_chars, "opencode")
 
     def _trajectory(self, instruction: str, episode: Episode, agent: AgentSettings, profile: str,
                     context: int) -> Trajectory:
@@ -392,18 +292,5 @@ def _json(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
-def _answered(episode: Episode, relay: ModelRelay) -> int:
-    """Model replies that reached OpenCode (a reply's tool calls run before its step is written)."""
-    return max(len(episode.steps), relay.calls - relay.failures - relay.refused)
-
-
-def _crash(message: str, answered: int, trajectory: Trajectory) -> OpenCodeCrashError | OpenCodeModelError:
-    """A crash or a hang: ``infra`` (retried) before the model's first reply reached OpenCode; after it, the model's
-    (reward 0, not retried): that reply's commands ran in the sandbox and may have sent the signal or stopped the
-    process, and a retry would let an episode the agent was failing escape its grade."""
-    if not answered:
-        return OpenCodeCrashError(message, trajectory)
-    first, _, rest = message.partition("\n")
-    return OpenCodeModelError(f"{first}, after {answered} model repl{'y' if answered == 1 else 'ies'} whose tool calls "
-                              "run in the sandbox: counted as the model's (reward 0, not retried), since an agent can "
-                              "kill or stop its own harness" + (f"\n{rest}" if rest else ""), trajectory)
+_crash = functools.partial(crash_or_model, crash=OpenCodeCrashError, model=OpenCodeModelError)
+"""A crash or a hang: infra before the model's first reply reached OpenCode, the model's after it."""

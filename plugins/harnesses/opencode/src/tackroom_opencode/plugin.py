@@ -6,7 +6,7 @@ from typing import Any
 
 from tackroom import hookimpl
 
-tackroom_contract = 2
+tackroom_contract = 3
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 
 

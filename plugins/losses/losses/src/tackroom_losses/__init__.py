@@ -43,7 +43,7 @@ old policy's logprobs (a forward pass before the update); ``rollout_logprobs`` â
 the rollout engine's logprobs instead, so the trainer may skip that pass."""
 
 
-tackroom_contract = 2
+tackroom_contract = 3
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 
 

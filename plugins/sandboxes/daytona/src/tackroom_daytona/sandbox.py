@@ -66,9 +66,6 @@ class DaytonaSandbox(RemoteSandbox):
 
     # -- lifecycle ------------------------------------------------------------------
     async def _ready(self) -> None:
-        if self.spec.network.mode == "allowlist":  # never silently more or less network than the task asked for
-            raise SandboxError(f"the daytona sandbox enforces network modes none and public, not allowlist "
-                               f"({self.spec.network.describe()}): give the task network_mode public or no-network")
         self._client = self.account.client()
 
     async def _prepare_create(self) -> Callable[[], Awaitable[Any]]:

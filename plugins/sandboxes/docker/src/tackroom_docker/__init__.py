@@ -13,7 +13,7 @@ from tackroom_docker.provider import DockerProvider
 __all__ = ["DockerProvider"]
 
 
-tackroom_contract = 2
+tackroom_contract = 3
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 
 

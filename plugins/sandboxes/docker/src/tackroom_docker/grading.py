@@ -27,9 +27,9 @@ from tackroom import (
     SandboxTimeoutError,
 )
 from tackroom_docker.engine import run_host
-from tackroom_docker.tools import tool_roots
+from tackroom_docker.tools import run_in_image, tool_roots
 from tackroom_docker.toolset import BIN, STAGE
-from tackroom_sandbox_kit import extract_tar
+from tackroom_sandbox_kit import PIP_CONFIG_FILES, UV_CONFIG_FILES, extract_tar, install_env
 
 if TYPE_CHECKING:
     from tackroom_docker.sandbox import DockerSandbox
@@ -37,14 +37,31 @@ if TYPE_CHECKING:
 ENTRY = Path(__file__).with_name("grader_entry.py")
 
 
-# Args: the network ("container" | "host" | "isolated"), the tmpfs size in MB, then the private folders.
-# Runs with full capabilities in the grader's own mount namespace, before anything of the agent runs again.
+# Args: the network ("container" | "host" | "isolated"), the tmpfs size in MB, how many graded paths, those, then
+# the private folders. Runs with full capabilities in the grader's own mount namespace, before anything of the agent
+# runs again.
 SETUP = r"""
-net=$1; size=$2; shift 2
+net=$1; size=$2; m=$3; shift 3
 mount -t tmpfs -o "size=${size}m,mode=0755" tackroom-grader %STAGE% || exit 10
 mkdir -m 0700 %STAGE%/home || exit 10
 # HOME starts as the image's skeleton (restored before grading): a login shell a test starts reads its .profile
 if [ -d /etc/skel ] && [ ! -L /etc/skel ]; then cp -a /etc/skel/. %STAGE%/home/ 2>/dev/null; fi
+# what the grader reads while kept services run: a copy taken while they are frozen, bound over the real folder
+# or file (resolved as the container sees it), so what they write there meanwhile is never graded
+j=0
+while [ "$j" -lt "$m" ]; do
+    p=$1; shift; j=$((j + 1))
+    r=$(readlink -f "$p") || continue
+    case $r in /|%STAGE%|%STAGE%/*) continue ;; esac
+    if [ -d "$r" ]; then
+        mkdir "%STAGE%/s$j" && cp -a "$r/." "%STAGE%/s$j/" || { echo "tackroom: $p does not fit in the grader's copy (${size} MB)" >&2; exit 3; }
+    elif [ -f "$r" ]; then
+        cp -a "$r" "%STAGE%/s$j" || { echo "tackroom: $p does not fit in the grader's copy (${size} MB)" >&2; exit 3; }
+    else
+        continue
+    fi
+    mount --bind "%STAGE%/s$j" "$r" || exit 12
+done
 i=0
 for p in "$@"; do
     cur=; rest=${p#/}
@@ -90,6 +107,40 @@ def clean_env(image_env: list[str], spec_env: dict[str, str], extra: dict[str, s
     return env
 
 
+# Prints the image's own package-manager configuration: each pip system file as "== path" then its text, and the
+# uv system file uv would read ("UV path"). Run in a container of the untouched image (tools.run_in_image).
+IMAGE_INSTALL_CONFIG = r"""
+for f in %PIP%; do [ -f "$f" ] && printf '== %s\n' "$f" && cat "$f" && echo; done
+for f in %UV%; do [ -f "$f" ] && echo "UV $f" && break; done
+exit 0
+""".replace("%PIP%", " ".join(PIP_CONFIG_FILES)).replace("%UV%", " ".join(reversed(UV_CONFIG_FILES)))
+_install_configs: dict[str, tuple[list[str], str | None]] = {}
+
+
+async def image_install_config(sb: DockerSandbox) -> tuple[list[str], str | None]:
+    """The image's own pip files (their text, lowest priority first) and uv system file (its path), read from the
+    untouched image once per image: what the agent wrote in the container is never read."""
+    image = sb.image
+    if image is None:
+        return [], None
+    key = str(image.record.get("Id") or image.ref)
+    if key not in _install_configs:
+        out = await run_in_image(sb, image.ref, IMAGE_INSTALL_CONFIG, stdin=b"")
+        if not out.ok:
+            raise SandboxError(f"could not read the package-manager configuration of {image.ref}: {out.describe()}")
+        texts: list[str] = []
+        uv: str | None = None
+        for line in out.out.splitlines(keepends=True):
+            if line.startswith("== /"):
+                texts.append("")
+            elif line.startswith("UV /"):
+                uv = line[3:].strip()
+            elif texts:
+                texts[-1] += line
+        _install_configs[key] = (texts, uv)
+    return _install_configs[key]
+
+
 def image_env(sb: DockerSandbox) -> list[str]:
     return (sb.image.record.get("Config") or {}).get("Env") or [] if sb.image is not None else []
 
@@ -132,10 +183,17 @@ async def exec_in_namespaces(sb: DockerSandbox, cmd: list[str], *, cwd: str, env
 
 def guarded_roots(sb: DockerSandbox) -> list[str]:
     """The folders kept services find read-only while the grader's command runs: the image's tool roots (as
-    restore sees them, less the working directory and ``grading_paths``) and the interpreters' config folders."""
+    restore sees them, less the working directory and ``grading_paths``), the interpreters' config folders and the
+    package managers' (apt's, uv's: the grader's installs read them while services run)."""
     path_env = next((e[5:] for e in image_env(sb) if e.startswith("PATH=")), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
     roots = [r for r in tool_roots(path_env, [sb.workdir, *sb._keep]) if not r.startswith("/etc/ld.so")]
-    return [*sorted(roots), "/etc/perl", "/etc/python*"]
+    return [*sorted(roots), "/etc/perl", "/etc/python*", "/etc/apt", "/etc/uv", "/etc/xdg"]
+
+
+def snapshot_args(sb: DockerSandbox, graded: list[str] | tuple[str, ...]) -> list[str]:
+    """SETUP's graded paths (how many, then each): none when no service is kept (nothing else runs beside the grader)."""
+    paths = [p for p in (sb._resolve(g) for g in graded) if p != "/"] if sb._kept else []
+    return [str(len(paths)), *paths]
 
 
 def cgroup_procs(pid: int) -> list[str]:
@@ -186,8 +244,10 @@ async def run_grader(
     cwd: str | None,
     env: dict[str, str] | None,
     timeout: float,
+    graded: list[str] | tuple[str, ...] = (),
 ) -> ExecResult:
-    """See :meth:`tackroom.Sandbox.run_grader` and the module docstring."""
+    """See :meth:`tackroom.Sandbox.run_grader` and the module docstring; ``graded`` is copied only while services
+    are kept (:data:`SETUP`)."""
     sb._require_started()
     folders = [sb._resolve(p) for p in private]
     collected = sb._resolve(collect)
@@ -195,12 +255,16 @@ async def run_grader(
         raise ValueError(f"collect={collect!r} must be one of private={private!r}")
     with tempfile.TemporaryDirectory(prefix="tackroom-grader-") as tmp:
         status_path, tar_path = Path(tmp) / "status.json", Path(tmp) / "collect.tar"
+        grader_env = clean_env(image_env(sb), {**sb.spec.env, **sb._egress_env}, None)  # an allowlist's proxy
+        pip_configs, uv_config = await image_install_config(sb)
+        # package managers read the image's configuration only (tackroom_sandbox_kit.install_config); env wins
+        grader_env.update({**install_env(grader_env, pip_configs=pip_configs, uv_config=uv_config), **(env or {})})
         cfg = entry_settings(sb, cmd, status_path, cwd=sb._resolve(cwd) if cwd is not None else sb.workdir,
-                             env=clean_env(image_env(sb), sb.spec.env, env))
+                             env=grader_env)
         cfg.update({
             "collect_tar": str(tar_path),
             "setup_script": SETUP,
-            "setup_args": [sb._grading_net, str(sb.spec.storage_mb or 2048), *folders],
+            "setup_args": [sb._grading_net, str(sb.spec.storage_mb or 2048), *snapshot_args(sb, graded), *folders],
             "kept": sb._kept,
             "readonly": guarded_roots(sb),
             "readonly_files": ["/etc/ld.so.preload"],

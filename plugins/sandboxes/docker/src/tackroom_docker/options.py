@@ -25,6 +25,11 @@ class DockerOptions(PluginOptions):
         default=None,
         description="Override the container network; default: 'none', or 'host' when the task allows internet",
     )
+    egress_hosts: dict[str, str] = Field(
+        default_factory=dict,
+        description="Names a network allowlist's proxy resolves from this table before DNS (name = IP address, like "
+        "--add-host; may point at the host's own addresses, e.g. a local mirror)",
+    )
     build_network: Literal["host", "none", "default"] = Field(
         default="host", description="Network for RUN steps of `docker build` ('host' lets apt-get reach a mirror)"
     )
@@ -62,6 +67,11 @@ class DockerOptions(PluginOptions):
         "helpers (kill, restore, transfer checks, grading set-up); default: busybox on PATH (Debian's busybox-static)",
     )
     cli_timeout_sec: float = Field(default=60.0, gt=0, description="Limit for short engine calls (inspect, rm, ps)")
+    settle_sec: float = Field(
+        default=10.0, ge=0, le=60,
+        description="At the end of the agent's turn, when the task keeps its services: how long busy processes get, "
+        "at most, to settle (a server still starting opens its socket) before those not listening are killed",
+    )
     cleanup_scope: Literal["orphans", "all"] = Field(
         default="orphans",
         description="cleanup() removes containers whose creating process is gone ('orphans') or every labelled one",

@@ -22,16 +22,41 @@ END { for (p in kept) print p, kept[p] }
 """
 
 # kill_processes(): args: "init" when PID 1 is docker-init (the keeper is then its oldest child), or "keeper";
-# the seconds to keep confirming; "1" to keep (frozen) every process that holds a listening socket.
+# the seconds to keep confirming; "1" to keep (frozen) every process that holds a listening socket; how many
+# hundredths of a second busy processes get, at most, to settle first (a server still starting opens its socket:
+# until no process that holds no listening socket and was there 0.1 s ago used CPU since or is in the kernel (D)).
 # Runs from the host in the container's pid, mount and network namespaces, outside its cgroup: an exhausted
 # pids limit cannot stop it. kill(-1) signals every process but PID 1 and the caller at once, also those in the
 # middle of a fork. Prints "kept PID COMM: SOCKET" for each process it keeps.
 KILL_ALL = r"""
-mode=$1; wait_cs=$(($2 * 100)); keep_listening=$3; me=$$; keeper=; kept=" "
+mode=$1; wait_cs=$(($2 * 100)); keep_listening=$3; settle_cs=${4:-0}; me=$$; keeper=; kept=" "
 now() {  # hundredths of a second since boot, without leading zeros (sh arithmetic reads those as octal)
     read -r u _ < /proc/uptime; now_cs=${u%.*}${u#*.}
     while [ "${#now_cs}" -gt 1 ] && [ "${now_cs#0}" != "$now_cs" ]; do now_cs=${now_cs#0}; done
 }
+if [ "$keep_listening" = 1 ] && [ "$settle_cs" -gt 0 ]; then
+    now; settle_start=$now_cs; last=
+    while :; do
+        lis=" $(ls -l /proc/[0-9]*/fd/ 2>/dev/null | awk '%AWK%' /proc/net/tcp /proc/net/tcp6 /proc/net/udp /proc/net/udp6 /proc/net/unix - 2>/dev/null | while read -r p _; do printf '%s ' "$p"; done)"
+        cur=" "; busy=
+        for d in /proc/[0-9]*; do
+            p=${d#/proc/}
+            case $p in 1|"$me") continue ;; esac
+            { read -r line < "$d/stat"; } 2>/dev/null || continue
+            set -- ${line##*) }
+            case $1 in Z|X|x) continue ;; esac
+            [ "$2" = "$me" ] && continue
+            t=$(( ${12} + ${13} )); cur="$cur$p:$t "
+            case $lis in *" $p "*) continue ;; esac
+            case $last in *" $p:$t "*) [ "$1" = D ] && busy="$busy $p" ;; *" $p:"*) busy="$busy $p" ;; esac
+        done
+        [ -n "$last" ] && [ -z "$busy" ] && break  # (the first pass only takes the measure)
+        now; [ $((now_cs - settle_start)) -ge "$settle_cs" ] && break
+        last=$cur
+        sleep 0.1
+    done
+    now; echo "settled $((now_cs - settle_start))$busy"
+fi
 if [ "$mode" = init ] || [ "$keep_listening" = 1 ]; then kill -STOP -1 2>/dev/null; fi
 if [ "$mode" = init ]; then
     best=
@@ -67,7 +92,13 @@ for d in /proc/[0-9]*; do
     before="$before$p "
 done
 if [ -n "$keeper" ] || [ "$keep_listening" = 1 ]; then
-    for p in $before; do kill -9 "$p" 2>/dev/null; done
+    for p in $before; do
+        if [ "$keep_listening" = 1 ] && { read -r comm < "/proc/$p/comm"; read -r line < "/proc/$p/stat"; } 2>/dev/null; then
+            set -- ${line##*) }  # the keeper's own sleep is no process of the agent's
+            [ "$2" = "${keeper:-1}" ] && [ "$comm" = sleep ] || echo "killed $p $comm"
+        fi
+        kill -9 "$p" 2>/dev/null
+    done
     [ -n "$keeper" ] && kill -CONT "$keeper" 2>/dev/null
 else
     kill -9 -1 2>/dev/null

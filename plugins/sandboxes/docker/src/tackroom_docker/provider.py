@@ -28,7 +28,7 @@ class DockerProvider(SandboxProvider):
 
     name = "docker"
     Options: ClassVar[type[DockerOptions]] = DockerOptions  # type: ignore[assignment]
-    capabilities = frozenset({"dockerfile", "network", "expose"})
+    capabilities = frozenset({"dockerfile", "network", "expose", "network_allowlist"})
     options: DockerOptions
 
     def __init__(self, options: DockerOptions | dict | None = None) -> None:

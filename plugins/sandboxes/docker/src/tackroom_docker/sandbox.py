@@ -36,6 +36,7 @@ from tackroom_docker.processes import FREEZE_ALL, KILL_ALL, KILL_MARKED
 from tackroom_docker.toolset import BIN, find_busybox, mount_args, run_in_container, toolset_dir
 from tackroom_sandbox_kit import (
     CHECK_TRANSFER_PATH,
+    NamespaceEgress,
     NamespaceForwards,
     transfer_check_error,
     transfer_check_stdin,
@@ -85,11 +86,6 @@ exec tar -cf - "$@" 2>/dev/null
 DOWNLOAD_LIMIT_MB = 10240
 """The most a download may hold (apparent size) for a task without ``storage_mb``."""
 
-NETWORK_MODES_ERROR = (
-    "the docker sandbox cannot enforce network mode {mode!r}: its engine offers 'none' (--network none, loopback "
-    "only) and 'public' (the host's network) and no per-host filter; declare network_mode 'none' or 'public'"
-)
-
 DAEMON_ERROR = re.compile(r"^(Error response from daemon|Error: No such container|Error: container)", re.IGNORECASE)
 
 
@@ -99,7 +95,7 @@ def container_name(spec: SandboxSpec) -> str:
     return f"tackroom-{slug}-{secrets.token_hex(3)}"
 
 
-class DockerSandbox(NamespaceForwards, Sandbox):
+class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
     """A Docker container for one trial; see :class:`~tackroom_docker.provider.DockerProvider`."""
 
     def __init__(self, spec: SandboxSpec, options: DockerOptions, cli: DockerCLI) -> None:
@@ -108,7 +104,9 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         self.cli = cli
         self.name = container_name(spec)
         self.image: ResolvedImage | None = None
-        self.network = options.network_mode or ("host" if spec.network.online else "none")
+        self.network = options.network_mode or ("host" if spec.network.mode == "public" else "none")
+        self._policy = spec.network
+        """The phase's network: an allowlist is a proxy served in the container's namespace (:meth:`_serve_policy`)."""
         self.timings: dict[str, float] = {}
         self.workdir = spec.workdir
         """The container's working directory (the Dockerfile's WORKDIR unless the spec sets one)."""
@@ -136,8 +134,6 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             return
         if self._stopped:
             raise SandboxError(f"sandbox {self.name} was stopped; create a new one")
-        if self.spec.network.mode == "allowlist" and self.options.network_mode is None:
-            raise SandboxError(NETWORK_MODES_ERROR.format(mode="allowlist"))
         t0 = time.monotonic()
         self.image = await ImageResolver(self.cli, self.options).resolve(self.spec)
         self.timings["image_s"] = time.monotonic() - t0
@@ -179,6 +175,7 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         if not pid.ok or not pid.out.strip().isdigit() or pid.out.strip() == "0":
             raise SandboxError(f"could not find the process of container {self.name}: {pid.describe()}")
         self._pid = int(pid.out.strip())
+        await self._serve_policy()
         if self._tmpfs_workdir:
             # The tmpfs volume hides what the image put in the working directory: copied in from the image.
             from tackroom_docker.tools import copy_from_image
@@ -256,6 +253,7 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         """Remove the container (``docker rm -f``: no grace period); idempotent and shielded from cancellation."""
         self._stopped = True
         await asyncio.shield(self._close_forwards())
+        await asyncio.shield(self._close_egress())
         if not self._run_attempted:
             return
         if self._stop_task is None or _failed(self._stop_task):
@@ -315,7 +313,7 @@ class DockerSandbox(NamespaceForwards, Sandbox):
             argv.append("-i")
         if cwd is not None:
             argv += ["-w", self._resolve(cwd)]
-        for key, value in (env or {}).items():
+        for key, value in {**self._egress_env, **(env or {})}.items():
             argv += ["-e", f"{key}={value}"]
         command = [self._shell, "-c", cmd] if isinstance(cmd, str) else list(cmd)
         data = stdin.encode() if isinstance(stdin, str) else stdin
@@ -403,7 +401,9 @@ class DockerSandbox(NamespaceForwards, Sandbox):
         await self._close_forwards()
         mode = "init" if self.options.init else "keeper"
         confirm_s = str(max(1, int(timeout) - 1))
-        result = await self._root_exec(KILL_ALL, mode, confirm_s, "1" if keep_listening else "0", timeout=timeout)
+        settle_cs = str(int(100 * min(self.options.settle_sec, max(0.0, timeout - 5)))) if keep_listening else "0"
+        result = await self._root_exec(KILL_ALL, mode, confirm_s, "1" if keep_listening else "0", settle_cs,
+                                       timeout=timeout)
         if result.returncode != 0:
             from tackroom_docker.grading import pids_exhausted
 
@@ -413,8 +413,22 @@ class DockerSandbox(NamespaceForwards, Sandbox):
                                             f"all be killed in {self.name} ({said}); graded 0")
             raise SandboxError(f"processes survived kill_processes() in {self.name}: {said}")
         kept = [line.removeprefix("kept ") for line in result.out.splitlines() if line.startswith("kept ")]
+        self._note_stop(result.out.splitlines())
         self._kept = [int(line.split()[0]) for line in kept]
         return [f"pid {line}" for line in kept]
+
+    def _note_stop(self, lines: list[str]) -> None:
+        """What kill_processes(keep_listening=True) waited for and killed, in the notes."""
+        for line in lines:
+            if line.startswith("settled ") and int((said := line.split())[1]) >= 20:
+                self.notes.append(f"the agent's turn ended with processes still busy; waited {int(said[1]) / 100:.1f}s "
+                                  "for them to settle (a service still starting opens its socket)"
+                                  + (f"; still busy after that: pids {', '.join(said[2:7])}" if said[2:] else ""))
+        killed = [" ".join(line.split()[1:3]) for line in lines if line.startswith("killed ")]
+        if killed:
+            self.notes.append(f"killed {len(killed)} process(es) of the agent's turn that held no listening socket (only "
+                              f"listening ones are kept into grading): pid {', pid '.join(killed[:8])}"
+                              + (" and more" if len(killed) > 8 else ""))
 
     async def _freeze_all(self) -> None:
         """Stop every process but PID 1 (after a grader command that did not end on its own)."""
@@ -425,24 +439,27 @@ class DockerSandbox(NamespaceForwards, Sandbox):
 
     async def run_grader(self, cmd: list[str], *, private: list[str], collect: str, dest: Path,
                          cwd: str | None = None, env: dict[str, str] | None = None,
-                         timeout: float = DEFAULT_EXEC_TIMEOUT) -> ExecResult:
+                         timeout: float = DEFAULT_EXEC_TIMEOUT, graded: list[str] | tuple[str, ...] = ()) -> ExecResult:
         """The grader's command in a private view kept services cannot steer (see :mod:`tackroom_docker.grading`)."""
         from tackroom_docker.grading import run_grader
 
-        return await run_grader(self, cmd, private=private, collect=collect, dest=dest, cwd=cwd, env=env, timeout=timeout)
+        return await run_grader(self, cmd, private=private, collect=collect, dest=dest, cwd=cwd, env=env, timeout=timeout,
+                                graded=graded)
 
     async def set_network(self, policy: NetworkPolicy, *, timeout: float = 60.0) -> None:
         """Grading's network: a container started offline grades online by running the grader's command in the
         host's network namespace (the container's own stays offline: kept services and other commands are not
         reachable from the network, and test.sh reaches kept services only through the host's ports); a
-        container on the host network grades offline in a fresh namespace with loopback only. Docker here
-        has networks "none" and "host" only, so "allowlist" cannot be enforced: SandboxError."""
+        container on the host network grades offline in a fresh namespace with loopback only. An allowlist is a
+        fresh proxy in the offline container's namespace (connections of the agent's phase end); from a container
+        on the host network, there is none to serve it in: grading runs with loopback only and the notes say so."""
         mode = policy.mode
-        if mode not in ("none", "public"):
-            raise SandboxError(NETWORK_MODES_ERROR.format(mode=mode))
         online = self.network == "host"
+        self._policy = policy
+        await self._close_egress()
         if (mode == "public") == online:
             self._grading_net = "container"
+            await self._serve_policy()
         elif mode == "public":
             self._grading_net = "host"
             self.notes.append("grading ran on the host's network (the agent's container was offline): the grader's "
@@ -450,7 +467,15 @@ class DockerSandbox(NamespaceForwards, Sandbox):
                               "the container's own network")
         else:
             self._grading_net = "isolated"
-            self.notes.append("grading ran with loopback only (the agent's container was on the host network)")
+            self.notes.append("grading ran with loopback only (the agent's container was on the host network)"
+                              + (f", not {policy.describe()}" if mode == "allowlist" else ""))
+
+    async def _serve_policy(self) -> None:
+        """The phase's allowlist proxy in the container's namespace (tackroom_sandbox_kit.egress); none otherwise."""
+        if self._policy.mode == "allowlist" and self.network != "none":
+            self.notes.append(f"[sandbox] network_mode = {self.network!r} overrides the task's allowlist")
+        elif self._pid:
+            await self._open_egress(self._pid, self._policy, enter_user=False, hosts=self.options.egress_hosts)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)

@@ -17,6 +17,8 @@ merged-/usr image (``/bin -> usr/bin``) ``/usr/bin/x`` and ``/bin/x`` are one fi
   ``sitecustomize.pl`` or a module in /etc/perl, ``/etc/ld.so.preload``, a shell start-up file in
   /etc/profile.d or the /etc/skel the grader's HOME is made from), wherever it lies. Other added files (a
   tool the agent installed) stay: tests may need them.
+- The configuration the grader's installs and test runner discover (:data:`INSTALL_CONFIGS`: pip's, uv's, apt's,
+  npm's system files, pytest's at ``/``) is the image's: added files are removed, changed or deleted ones come back.
 
 The image's files are read from a container of the image that the agent never touched, with the sandbox's
 toolset (:mod:`tackroom_docker.toolset`), and put back with one ``docker cp``. Paths under the task's
@@ -53,6 +55,19 @@ TOOL_NAMES = ("*.so", "*.so.*", "*.py", "*.pyc", "*.pm", "*.pl", "*.rb", "*.js",
 HOOKS = ("/etc/ld.so.preload", "*/sitecustomize.py", "*/usercustomize.py", "*/sitecustomize.pl", "*.pth",
          "*/python[0-9]*.zip", "/etc/perl/*.pm", "/etc/perl/*/*.pm", "/etc/profile.d/*", "/etc/skel/*")
 """Files an interpreter or the loader runs at start when they exist: removed wherever the agent added them."""
+INSTALL_CONFIGS = ("/etc/pip.conf", "/etc/xdg/pip/*", "/etc/uv/*", "/etc/xdg/uv/*", "/etc/apt/*", "/etc/npmrc",
+                   "*/etc/npmrc", "*/node_modules/npm/npmrc", "/pytest.ini", "/.pytest.ini", "/pyproject.toml",
+                   "/tox.ini", "/setup.cfg", "/setup.py", "/conftest.py", "/var/lib/apt/lists/*",
+                   "/var/cache/apt/archives/*.deb", "/.cargo/*", "*/cargo/config", "*/cargo/config.toml",
+                   "*/.cargo/config", "*/.cargo/config.toml", "/etc/conda/*", "*/.condarc", "*/condarc.d/*",
+                   "/etc/gemrc")
+"""Configuration the grader's package managers and test runner discover on their own (docs/threat-model.md,
+"The grader's installs"): pip's and uv's system files, apt's sources and settings, its package lists and
+downloaded packages (apt trusts a list already on disk and a cached ``.deb`` whose hash a list names, without
+checking a signature again), npm's global and built-in npmrc, cargo's (``$CARGO_HOME`` and ``/.cargo``, above the
+working directory), conda's and gem's system files, and pytest's ini files and conftest.py at ``/`` (the only
+folder above ``/tests``). As the image made them: what the agent added is removed, what it changed or deleted
+comes back from the image (an ``apt-get update`` in test.sh fetches signed lists afresh where it has a network)."""
 MODULE_SUFFIXES = (".pm", ".py", ".pyc", ".so")
 """Added files judged against the image's perl @INC and python sys.path (:data:`INTERPRETER_SHADOWS`)."""
 
@@ -95,7 +110,7 @@ for p in $added; do
     if [ -n "$bad" ]; then rm -f "$p" && echo "$p"; fi
 done
 exit 0
-""".replace("%LIBS%", " ".join(LIB_DIRS)).replace("%HOOKS%", "|".join(HOOKS))
+""".replace("%LIBS%", " ".join(LIB_DIRS)).replace("%HOOKS%", "|".join((*HOOKS, *INSTALL_CONFIGS)))
 
 # Stdin: paths, one a line. Removes each (a link, not its target) and prints it.
 REMOVE_LISTED = r"""
@@ -198,9 +213,12 @@ async def restore_image_tools(sandbox: DockerSandbox, keep: list[str]) -> list[s
     elsewhere: list[str] = []  # changed ("F") or deleted ("T") outside the tool roots: back when the image's is a tool
     for line in lines:
         kind, _, path = line.partition(" ")
-        if under(path, keep) or under(path, NEVER_RESTORED):
+        if under(path, keep):
             continue
-        if under(path, roots):
+        config = any(fnmatch.fnmatchcase(path, c) for c in INSTALL_CONFIGS)  # apt's lists too, though under /var
+        if not config and under(path, NEVER_RESTORED):
+            continue
+        if config or under(path, roots):
             {"C": changed, "D": deleted, "A": added}.get(kind, []).append(path)
         elif kind == "A" and any(fnmatch.fnmatchcase(path, h) for h in HOOKS):
             added.append(path)

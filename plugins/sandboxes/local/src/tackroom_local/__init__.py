@@ -11,7 +11,7 @@ from tackroom_local.sandbox import LocalSandbox, LocalSandboxOptions, LocalSandb
 __all__ = ["LocalSandbox", "LocalSandboxOptions", "LocalSandboxProvider"]
 
 
-tackroom_contract = 2
+tackroom_contract = 3
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import os
 import shlex
 import socket
@@ -43,8 +44,8 @@ from tackroom import (
     SandboxTimeoutError,
 )
 from tackroom_local.services import freeze, kill_all_but, resume
-from tackroom_local.view import DEFAULT_PATH, GRADER_DIR, Deadline, Walk
-from tackroom_sandbox_kit import drain_capped, kill_group
+from tackroom_local.view import DEFAULT_PATH, ETC_FILES, GRADER_DIR, Deadline, Walk
+from tackroom_sandbox_kit import PIP_CONFIG_FILES, UV_CONFIG_FILES, drain_capped, install_env, kill_group
 
 UNSAFE_ENV = frozenset({*GRADER_SCRUBBED_ENV, "PYTHONINSPECT", "PERL5DB", "GCONV_PATH", "PROMPT_COMMAND", "HOME"})
 """Variables that make an interpreter or the loader run code from a path (core's list and a few more): only
@@ -52,13 +53,31 @@ the grader's own ``env`` may set them; HOME is the grader's fresh one."""
 
 SETUP = r"""
 set -u
-uid=$1; gid=$2; n=$3; shift 3
+uid=$1; gid=$2; m=$3; shift 3
 G=@GRADER_DIR@
 @NET_UP@
 mount -t tmpfs -o mode=0755,nosuid,nodev tackroom-grader "$G" || exit 120
 mkdir -m 0700 "$G/home" && chown "$uid:$gid" "$G/home" || exit 120
 # the image's /etc/skel (read-only, not the agent's): a login shell a test starts reads .profile -> ~/.bashrc
 @AS_GRADER@ cp -a /etc/skel/. "$G/home/" 2>/dev/null
+# what the grader reads while kept services run: a copy taken while they are frozen, bound over the real
+# folder or file (resolved as the sandbox sees it), so what they write there meanwhile is never graded
+j=0
+while [ "$j" -lt "$m" ]; do
+    p=$1; shift; j=$((j + 1))
+    r=$(readlink -f -- "$p") || continue
+    case $r in /|"$G"|"$G"/*) continue ;; esac
+    if [ -d "$r" ]; then
+        mkdir -m 0755 "$G/s$j" && chown "$uid:$gid" "$G/s$j" || exit 120
+        @AS_GRADER@ cp -a -- "$r/." "$G/s$j/" 2>/dev/null
+    elif [ -f "$r" ]; then
+        @AS_GRADER@ cp -a -- "$r" "$G/s$j" 2>/dev/null || continue
+    else
+        continue
+    fi
+    mount --bind "$G/s$j" "$r" || exit 120
+done
+n=$1; shift
 i=0
 while [ "$i" -lt "$n" ]; do
     p=$1; shift
@@ -89,8 +108,19 @@ def clean_env(base: dict[str, str], env: dict[str, str] | None) -> dict[str, str
     """The grader's environment: the sandbox's without what makes interpreters load code, then ``env``."""
     out = {k: v for k, v in base.items() if k not in UNSAFE_ENV and not k.startswith(("LD_", "DYLD_"))}
     out.update({"PATH": out.get("PATH", DEFAULT_PATH), "HOME": f"{GRADER_DIR}/home", **GRADER_CLEAN_ENV})
+    # package managers read only the configuration the host's read-only /etc gives the sandbox (install_config)
+    uv = next((f for f in reversed(UV_CONFIG_FILES) if _bound_etc_file(f)), None)
+    out.update(install_env(out, pip_configs=[Path(f).read_text(errors="replace") for f in PIP_CONFIG_FILES
+                                             if _bound_etc_file(f)], uv_config=uv))
     out.update(env or {})
     return out
+
+
+def _bound_etc_file(path: str) -> bool:
+    """Whether the host file ``path`` (under /etc) is one the sandbox sees, read-only, through :data:`ETC_FILES`."""
+    rel = path.removeprefix("/etc/")
+    return os.path.isfile(path) and any(fnmatch.fnmatchcase(rel, pat) or rel.startswith(pat.rstrip("/") + "/")
+                                        for pat in ETC_FILES)
 
 
 class _Control:
@@ -118,7 +148,7 @@ class GraderRuns:
     """The grading half of :class:`~tackroom_local.sandbox.LocalSandbox`: ``run_grader`` and ``set_network``."""
 
     def _grader_argv(self, cmd: list[str] | str, private: list[str], cwd: str, env: dict[str, str],
-                     grader_gid: int | None) -> list[str]:
+                     grader_gid: int | None, graded: list[str] | None = None) -> list[str]:
         inside = self._inside
         root = self.uid is not None
         nsflags = ["-m", "-u", "-i", "-p", "-C", "-r", "-w"]
@@ -149,16 +179,19 @@ class GraderRuns:
                  .replace("@AS_GRADER@", " ".join(shlex.quote(a) for a in as_grader)))  # fmt: skip
         return [
             *self._prefix(), *enter, *unshare, "--", inside["env"], "-i", f"PATH={DEFAULT_PATH}",
-            inside["sh"], "-c", setup, "tackroom-grader", uid, gid, str(len(private)), *private, "--",
+            inside["sh"], "-c", setup, "tackroom-grader", uid, gid, str(len(graded or [])), *(graded or []),
+            str(len(private)),
+            *private, "--",
             *become, inside["env"], "-i", *[f"{k}={v}" for k, v in env.items()],
             inside["bash"], "--noprofile", "--norc", "-c", f"cd {shlex.quote(cwd)} || exit 1\n{script}",
         ]  # fmt: skip
 
     async def run_grader(self, cmd: list[str] | str, *, private: list[str], collect: str, dest: Path,
                          cwd: str | None = None, env: dict[str, str] | None = None,
-                         timeout: float = 600.0) -> ExecResult:
+                         timeout: float = 600.0, graded: list[str] | tuple[str, ...] = ()) -> ExecResult:
         """Run the grader's command with private copies of ``private``; copy ``collect``'s to ``dest``
-        (see the module docstring)."""
+        (see the module docstring). While services are kept, ``graded`` is read from a copy taken while they
+        were frozen (:data:`SETUP`)."""
         private = [self._plain(p) for p in private]
         collect = self._plain(collect)
         if collect not in private:
@@ -170,7 +203,9 @@ class GraderRuns:
         grader_gid = self._grader_gid()
         mine, theirs = socket.socketpair()
         mine.setblocking(False)
-        argv = self._grader_argv(cmd, private, cwd or self.workdir, clean_env(self.env, env), grader_gid)
+        base_env = {**self.env, **self._egress_env}  # an allowlist's proxy variables (tackroom_sandbox_kit.egress)
+        argv = self._grader_argv(cmd, private, cwd or self.workdir, clean_env(base_env, env), grader_gid,
+                                 [self._plain(p) for p in graded if self._parts(p)] if self._kept else [])
         started = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(

@@ -67,7 +67,11 @@ Grading
     of its own, in a user namespace of its own (run as root) that kept services cannot ptrace or reach
     through ``/proc/PID/root``, with a clean environment; kept services run only for its duration, and the
     reward folder is copied out of the private copy (:mod:`~tackroom_local.grading`). ``set_network``
-    switches between ``none`` and ``public``; ``allowlist`` is refused by name.
+    switches between ``none``, ``public`` and ``allowlist``.
+Network
+    ``public`` shares the host's network namespace; ``none`` and ``allowlist`` keep the sandbox's own, which
+    holds only ``lo``. An allowlist is an egress proxy in tackroom's process listening on one port of that
+    ``lo`` (:mod:`tackroom_sandbox_kit.egress`), named by the proxy variables of every command of the phase.
 Cleanup
     Each sandbox writes an owner marker (``<root>.owner.json``, beside the root, out of the agent's
     reach) holding the creating process's pid, start time and boot id, the bwrap's and the keeper's, the
@@ -97,6 +101,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Literal
@@ -129,10 +134,10 @@ from tackroom_local.markers import (
     unmount_disk,
     write_json,
 )
-from tackroom_local.services import describe, freeze, holders, kill_all_but, listening_sockets
+from tackroom_local.services import SETTLE_SEC, describe, freeze, holders, kill_all_but, listening_sockets, settle
 from tackroom_local.transfers import ViewTransfers
 from tackroom_local.view import DEFAULT_PATH, WRITABLE_ROOTS, Dir, build_view, inside_path, searchable_by_all
-from tackroom_sandbox_kit import NamespaceForwards, run_process
+from tackroom_sandbox_kit import NamespaceEgress, NamespaceForwards, run_process
 
 HOST_UID_BASE = 1_000_000_000
 
@@ -158,9 +163,20 @@ class LocalSandboxOptions(PluginOptions):
         description="Host uid that root inside the sandbox maps to when tackroom runs as root (default: a fresh "
                     f"unused-looking uid per sandbox from {HOST_UID_BASE}); run unprivileged, it is always your own uid",
     )  # fmt: skip
+    egress_hosts: dict[str, str] = Field(
+        default_factory=dict,
+        description="Names a network allowlist's proxy resolves from this table before DNS (name = IP address, like "
+                    "docker's --add-host; may point at the host's own addresses, e.g. a local mirror)",
+    )  # fmt: skip
+    settle_sec: float = Field(
+        default=SETTLE_SEC, ge=0, le=60,
+        description="At the end of the agent's turn, when the task keeps its services: how long busy processes get, "
+                    "at most, to settle (a server still starting opens its socket) before those not listening are killed",
+    )  # fmt: skip
 
 
-class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimits, NamespaceForwards, Sandbox):
+class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimits, NamespaceForwards,
+                   NamespaceEgress, Sandbox):
     """A bubblewrap sandbox; see the module docstring. Its jobs live beside it: launching bwrap and the keeper
     (:mod:`~tackroom_local.keeper`), limits (:mod:`~tackroom_local.limits`), the Dockerfile
     (:mod:`~tackroom_local.dockerfile`), transfers (:mod:`~tackroom_local.transfers`) and owner markers
@@ -197,6 +213,8 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
         self._lock = asyncio.Lock()
         self._online = bool(spec.allow_internet)
         """Whether the sandbox's namespaces share the host's network (the agent phase's policy, then set_network's)."""
+        self._policy = spec.network
+        """The phase's network: an allowlist is served in the sandbox's own namespace (:meth:`_serve_policy`)."""
         self._kept: set[int] = set()
         """Host pids of the services kill_processes(keep_listening=True) kept, frozen."""
         self._grader_net: Literal["sandbox", "host", "empty"] = "sandbox"
@@ -214,8 +232,6 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
             return
         if self._stopped:
             raise SandboxError("this sandbox was stopped; create a new one")
-        if self.spec.network.mode not in ENFORCED_NETWORK:
-            raise network_refused(self.spec.network)
         try:
             self._tools = {
                 "bwrap": tool(self.options.bwrap, "bubblewrap makes the namespaces"),
@@ -224,6 +240,7 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
             }
             await asyncio.to_thread(self._prepare)
             await self._launch(self.spec.start_timeout_sec)
+            await self._serve_policy()
             with contextlib.suppress(SandboxPathError):
                 await asyncio.to_thread(self._ensure_dir, self.workdir)
             await self._apply_dockerfile()
@@ -290,16 +307,28 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
                 self._ready.set()
 
     def _keep_services(self, deadline: float) -> list[str]:
-        """Freeze every process, kill those that hold no listening socket; [] when none holds one."""
+        """Let busy processes settle, freeze every process, kill those that hold no listening socket (the notes say
+        which and why); [] when none holds one."""
         assert self._child_pid is not None
         keeper = {self._child_pid}
+        waited, busy = settle(self._pidns, keeper, self._child_pid,
+                              min(self.options.settle_sec, max(0.0, deadline - time.monotonic() - 5)))
+        if waited >= 0.2:
+            self.notes.append(f"the agent's turn ended with processes still busy; waited {waited:.1f}s for them to settle "
+                              "(a service still starting opens its socket)"
+                              + (f"; still busy after that: {', '.join(busy[:5])}" if busy else ""))
         try:
             frozen = freeze(self._pidns, keeper, deadline)
             held = holders(frozen, listening_sockets(self._child_pid))
+            killed = [describe(pid, []).removesuffix(": ") for pid in sorted(frozen - set(held))]
             if held:
                 kill_all_but(self._pidns, keeper | set(held), deadline)
         except TimeoutError as exc:
             raise SandboxError(f"processes survived kill_processes(keep_listening=True): {exc}") from None
+        if killed:
+            shown = ", ".join(killed[:8])
+            self.notes.append(f"killed {len(killed)} process(es) of the agent's turn that held no listening socket (only "
+                              f"listening ones are kept into grading): {shown}{' and more' if len(killed) > 8 else ''}")
         self._kept = set(held)
         return [describe(pid, held[pid]) for pid in sorted(held)]
 
@@ -316,15 +345,22 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
                                    "alive in the sandbox")
             await asyncio.sleep(0.002)
         await self._launch(max(1.0, deadline - loop.time()))
+        await self._serve_policy()  # the namespace is new: so is the proxy in it
+
+    async def _serve_policy(self) -> None:
+        """The phase's allowlist proxy in the sandbox's namespace (none for ``none`` / ``public``)."""
+        assert self._child_pid is not None
+        policy = self._policy if not self._online else NetworkPolicy(mode="public")
+        await self._open_egress(self._child_pid, policy, enter_user=True, hosts=self.options.egress_hosts)
 
     async def set_network(self, policy: NetworkPolicy, *, timeout: float = 60.0) -> None:
-        """Between the agent's phase and grading: ``none`` or ``public`` from now on. With no service kept, the
-        (empty) namespaces restart with that network; with services kept, they keep theirs and the grader's
-        command gets the policy's (run as root: the host's network, or an empty one)."""
-        if policy.mode not in ENFORCED_NETWORK:
-            raise network_refused(policy)
+        """Between the agent's phase and grading: ``policy`` from now on. With no service kept, the (empty)
+        namespaces restart when it moves between the host's network and their own; with services kept, they keep
+        theirs and the grader's command gets the policy's (run as root: the host's network, or an empty one). An
+        allowlist is a fresh proxy in the sandbox's own namespace (connections of the agent's phase end)."""
         online = policy.mode == "public"
         self._alive()
+        self._policy = policy
         if not self._kept:
             if online != self._online:
                 await self._close_forwards()
@@ -335,9 +371,18 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
                         await self._restart(asyncio.get_running_loop().time() + timeout)
                     finally:
                         self._ready.set()
+            else:
+                await self._serve_policy()
             return
         if online == self._online:
             self._grader_net = "sandbox"
+            await self._serve_policy()
+            return
+        await self._close_egress()
+        if policy.mode == "allowlist":  # the services hold the host's network: no namespace of theirs to serve it in
+            self._grader_net = "empty"
+            self.notes.append(f"local sandbox: grading's allowlist ({policy.describe()}) could not be served while "
+                              "the services kept from the agent's phase held the host's network; grading ran offline")
             return
         self._grader_net = "host" if online else "empty"
         self.notes.append(
@@ -348,6 +393,7 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
     async def stop(self) -> None:
         self._stopped = True
         await asyncio.shield(self._close_forwards())
+        await asyncio.shield(self._close_egress())
         proc, self._proc = self._proc, None
         self._signal_keeper()
         if proc is not None and proc.returncode is None:
@@ -391,8 +437,7 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
     async def exec(self, cmd, *, cwd=None, env=None, timeout=600.0, stdin=None) -> ExecResult:
         await self._wait_ready(timeout)
         self._alive()
-        merged = dict(self.env)
-        merged.update(env or {})
+        merged = {**self.env, **self._egress_env, **(env or {})}
         # setpriv runs with every capability of the sandbox's user namespace until it drops them: by its
         # absolute path in read-only /usr and with an empty environment (no LD_* from the task's env).
         inside = self._inside
@@ -446,17 +491,6 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
 
 
 
-ENFORCED_NETWORK = ("none", "public")
-
-
-def network_refused(policy: NetworkPolicy) -> SandboxError:
-    return SandboxError(
-        f"the local sandbox enforces the network modes 'none' and 'public' only, not {policy.mode!r} (allowed_hosts "
-        f"{list(policy.allowed_hosts)}): it has no egress filter. Use a sandbox that enforces allowlists, or set the "
-        "task's network_mode to 'public' or 'no-network'"
-    )
-
-
 def _quote(s: str) -> str:
     import shlex
 
@@ -468,7 +502,7 @@ class LocalSandboxProvider(SandboxProvider):
 
     name = "local"
     Options = LocalSandboxOptions
-    capabilities = frozenset({"persistent_processes"})
+    capabilities = frozenset({"persistent_processes", "network_allowlist"})
 
     def create(self, spec: SandboxSpec) -> LocalSandbox:
         return LocalSandbox(spec, self.options)

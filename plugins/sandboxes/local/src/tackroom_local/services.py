@@ -82,6 +82,47 @@ def freeze(pidns: int | None, skip: set[int], deadline: float) -> set[int]:
         time.sleep(0.001)
 
 
+SETTLE_SEC = 10.0
+"""How long the end of the agent's turn waits, at most, for busy processes to settle (a server still importing its
+libraries when the turn ends has no listening socket yet; Harbor grades the live container later, so it would
+have one there)."""
+SETTLE_STEP_SEC = 0.1
+
+
+def cpu_ticks(pid: int) -> int | None:
+    """User + system CPU time of ``pid`` in clock ticks; None when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    return int(fields[11]) + int(fields[12]) if len(fields) > 12 else None
+
+
+def settle(pidns: int | None, skip: set[int], netns_pid: int, limit: float) -> tuple[float, list[str]]:
+    """Wait up to ``limit`` seconds until no process of the namespace that holds no listening socket (but ``skip``)
+    is busy: none that was there :data:`SETTLE_STEP_SEC` ago used CPU since or is in the kernel (state D). A
+    process just forked counts from the next step on, so a loop that forks ``sleep`` every 50 ms settles at once.
+
+    A server the agent's last command started (``setsid python server.py &``) is busy until it listens, then idles
+    in ``accept``; an idle shell or tmux server does not hold the turn's end up. Returns the seconds waited and,
+    when the limit ran out, the processes still busy (``pid 12 python3``)."""
+    t0 = time.monotonic()
+    last: dict[int, int | None] | None = None
+    while True:
+        pids = namespace_pids(pidns, skip=skip)
+        now = {pid: cpu_ticks(pid) for pid in pids}
+        listening = set(holders(pids, listening_sockets(netns_pid))) if pids else set()
+        busy = {pid for pid, ticks in now.items() if pid not in listening
+                and (last is None or (pid in last and (ticks != last[pid] or state(pid) == "D")))}
+        if not busy:
+            return time.monotonic() - t0, []
+        if time.monotonic() - t0 >= limit:
+            return time.monotonic() - t0, [describe(pid, []).removesuffix(": ") for pid in sorted(busy)]
+        last = now
+        time.sleep(SETTLE_STEP_SEC)
+
+
 def resume(pids: set[int]) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):

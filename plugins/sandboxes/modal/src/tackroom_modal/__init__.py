@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tackroom
 
-tackroom_contract = 2
+tackroom_contract = 3
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 
 

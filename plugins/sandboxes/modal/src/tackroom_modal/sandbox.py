@@ -39,9 +39,6 @@ class ModalSandbox(RemoteSandbox):
 
     # -- lifecycle ------------------------------------------------------------------
     async def _ready(self) -> None:
-        if self.spec.network.mode == "allowlist":  # never silently more or less network than the task asked for
-            raise SandboxError(f"the modal sandbox enforces network modes none and public, not allowlist "
-                               f"({self.spec.network.describe()}): give the task network_mode public or no-network")
         self.account.require_credentials()
 
     async def _prepare_create(self) -> Callable[[], Awaitable[Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,10 @@ def prompt_rows(tasks: list[str], include: list[str] | None = None, exclude: lis
     if not dataset.tasks:
         detail = "; ".join(f"{f.path}: {f.message}" for f in dataset.failures) or "no task directories found"
         raise ConfigError(f"tasks: no loadable task in {', '.join(tasks)} ({detail})")
+    for task in (t for t in dataset.tasks if t.config.verifier.grade_service_writes):  # docs/threat-model.md
+        logging.getLogger(__name__).warning("task %s sets [verifier] grade_service_writes = true: what the agent's kept "
+                                            "services write while test.sh runs is graded, so a policy can learn to steer "
+                                            "its reward that way", task.id)
     return [
         {"prompt": [{"role": "user", "content": task.instruction}], "env_class": ENV_CLASS,
          "task_id": task.id, "task_path": str(task.path)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tackroom
 from tackroom_file_diff.verifier import FileDiffVerifier
 
-tackroom_contract = 2
+tackroom_contract = 3
 """The plugin contract this distribution is written for (CHANGELOG.md)."""
 
 

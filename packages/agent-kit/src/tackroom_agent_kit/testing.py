@@ -1,4 +1,19 @@
-"""A scripted engine behind the real policy gateway, for driving the real codex binary in tests."""
+"""For the tests of a harness that runs a real agent: a scripted engine behind the real policy gateway.
+
+Why a double: such tests check how the harness drives its agent and turns what the agent did into a trajectory, so
+the model's replies must be chosen (a tool call, then a final answer; a delay; an HTTP failure); SmolLM2-135M answers
+with noise. Everything else stays real: the agent binary, the policy gateway (each dialect, chat template, tool
+parsing, streaming, token bookkeeping), the tokenizer and the sandbox. The same harness runs against the real engine
+in its ``engine`` tests.
+
+- :class:`ScriptedEngineForTests`: plays vLLM's ``/v1/completions`` (token-id prompts, SSE streaming) with scripted
+  replies: text (tool calls in Hermes markup, which the gateway parses), :class:`EngineFailureForTests`,
+  :class:`Later`.
+- :func:`scripted_gateway`: the real :class:`~tackroom_gateway.PolicyGateway` in front of one; :func:`serve` serves
+  any ASGI app in this event loop.
+- :class:`ScriptedGatewayForTests`: the conformance kit's ``model_server=`` (``tackroom.testing.harness_self_check``).
+- :func:`tool_call`, :func:`agent_processes`.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +24,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tackroom_gateway import PROBE_USER
+from tackroom import Sandbox
+from tackroom_agent_kit.control import RUN_MARK
+from tackroom_gateway import PROBE_USER, InLoopServer
 
 Reply = str | Callable[[str], str]
 """What the "model" says next: fixed text, or a function of the decoded prompt."""
@@ -24,6 +40,12 @@ Reply = str | Callable[[str], str]
 def tool_call(name: str, **arguments: Any) -> str:
     """The text a Hermes-style model writes to call a tool (what the gateway's parser reads)."""
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+async def agent_processes(sandbox: Sandbox) -> str:
+    """The ``/proc/<pid>/environ`` of every process in the sandbox that an agent run started (empty: none is left)."""
+    result = await sandbox.exec(f"grep -l {RUN_MARK} /proc/[0-9]*/environ 2>/dev/null | grep -v self", timeout=30)
+    return result.stdout.strip()
 
 
 @dataclass
@@ -44,16 +66,8 @@ class Later:
 
 @dataclass
 class ScriptedEngineForTests:
-    """Plays vLLM's ``/v1/completions`` (token-id prompts, SSE streaming) with scripted replies.
-
-    Why a double: these tests check how the harness drives Codex and turns its
-    events into a trajectory, so the model's replies must be chosen (a ``bash``
-    tool call, then a final answer); SmolLM2-135M answers with noise. Everything
-    else is real: the codex binary, the policy gateway (Responses dialect, chat template, tool
-    parsing, streaming, token bookkeeping), the SmolLM2 tokenizer and the
-    sandboxes. The same harness runs against the real vLLM in the ``engine``
-    tests.
-    """
+    """Plays vLLM's ``/v1/completions`` (token-id prompts, SSE streaming) with scripted replies (why a double: see
+    the module's docstring)."""
 
     tokenizer: Any
     replies: list[Reply | EngineFailureForTests | Later] = field(default_factory=list)
@@ -77,7 +91,8 @@ class ScriptedEngineForTests:
         ])
 
     async def _models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model", "max_model_len": self.max_model_len}]})
+        return JSONResponse({"object": "list", "data": [
+            {"id": self.model, "object": "model", "max_model_len": self.max_model_len}]})
 
     def _next(self, prompt: str) -> tuple[str | EngineFailureForTests | None, float]:
         reply = self.replies.pop(0) if self.replies else self.default
@@ -92,8 +107,8 @@ class ScriptedEngineForTests:
         if body.get("user") == PROBE_USER:  # the gateway asking whether the engine is alive: not a turn
             ids = body["prompt"][:1]
             return JSONResponse({"id": "cmpl-probe", "object": "text_completion", "model": self.model, "choices": [{
-                "index": 0, "text": self.tokenizer.decode(ids), "logprobs": self._logprobs(ids), "finish_reason": "length",
-                "token_ids": ids, "prompt_token_ids": body["prompt"]}]})
+                "index": 0, "text": self.tokenizer.decode(ids), "logprobs": self._logprobs(ids),
+                "finish_reason": "length", "token_ids": ids, "prompt_token_ids": body["prompt"]}]})
         prompt = self.tokenizer.decode(body["prompt"], skip_special_tokens=False)
         self.prompts.append(prompt)
         reply, delay_s = self._next(prompt)
@@ -106,11 +121,10 @@ class ScriptedEngineForTests:
             return JSONResponse({"error": {"message": reply.message, "type": "BadRequestError", "code": reply.status}},
                                 status_code=reply.status)
         ids = self.tokenizer.encode(reply, add_special_tokens=False) + [self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
         if not body.get("stream"):
             return JSONResponse({"id": "cmpl-scripted", "object": "text_completion", "model": self.model, "choices": [{
-                "index": 0, "text": text, "logprobs": self._logprobs(ids), "finish_reason": "stop",
-                "token_ids": ids, "prompt_token_ids": body["prompt"]}]})
+                "index": 0, "text": self.tokenizer.decode(ids, skip_special_tokens=True), "logprobs": self._logprobs(ids),
+                "finish_reason": "stop", "token_ids": ids, "prompt_token_ids": body["prompt"]}]})
         return StreamingResponse(self._events(body["prompt"], ids), media_type="text/event-stream")
 
     def _logprobs(self, ids: list[int]) -> dict[str, Any]:
@@ -127,26 +141,21 @@ class ScriptedEngineForTests:
             sent = upto
             if k == 0:
                 choice["prompt_token_ids"] = prompt
-            yield b"data: " + json.dumps({"id": "cmpl-scripted", "object": "text_completion", "choices": [choice]}).encode() + b"\n\n"
+            event = {"id": "cmpl-scripted", "object": "text_completion", "choices": [choice]}
+            yield b"data: " + json.dumps(event).encode() + b"\n\n"
             await asyncio.sleep(0)
         yield b"data: [DONE]\n\n"
 
 
 @contextlib.asynccontextmanager
 async def serve(app: Any) -> AsyncIterator[str]:
-    """Serve an ASGI app on a free loopback port; yields its ``/v1`` base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    for _ in range(1000):
-        if server.started:
-            break
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
+    """Serve an ASGI app on a free loopback port in this event loop; yields its ``/v1`` base URL."""
+    server = InLoopServer(app, what="the scripted engine", graceful_timeout_s=1)
+    port = await server.start()
     try:
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
+        await server.stop()
 
 
 @contextlib.asynccontextmanager
@@ -166,12 +175,11 @@ async def scripted_gateway(engine: ScriptedEngineForTests) -> AsyncIterator[Any]
 class ScriptedGatewayForTests:
     """The conformance kit's scripted model, served through the real policy gateway (``model_server=``).
 
-    Why: Codex streams OpenAI Responses and expects function calls; the kit's
-    own ScriptedChatServerForTests answers plain JSON text. Here each scripted
-    reply is the model's raw text (tool calls in Hermes markup), produced by
-    :class:`ScriptedEngineForTests` and turned into a streamed chat answer by the
-    real gateway, exactly as in a run. ``ScriptedReply`` errors become engine
-    errors (a 500, a context-length 400), which the gateway classifies.
+    Why: agents stream, and each speaks its vendor's dialect (OpenAI chat or Responses, Anthropic Messages, Gemini);
+    the kit's own ScriptedChatServerForTests answers plain OpenAI chat. Here each scripted reply is the model's raw
+    text (tool calls in Hermes markup), produced by :class:`ScriptedEngineForTests` and turned into the agent's
+    dialect by the real gateway, exactly as in a run. ``ScriptedReply`` errors become engine errors (a 500, a
+    context-length 400), which the gateway classifies and shapes for the agent.
     """
 
     def __init__(self, replies: list[Any], *, tokenizer: Any, then: str = "repeat_last",

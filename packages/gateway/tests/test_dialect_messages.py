@@ -29,10 +29,27 @@ SYSTEM = [{"type": "text", "text": "You answer briefly.", "cache_control": {"typ
 MODEL = "claude-sonnet-4-5"
 
 
+OPENED: list = []
+"""The vendor clients a test made: closed after it (left to the garbage collector, their HTTP pools close on a loop
+that has ended, and the error lands in whatever test runs next on the worker)."""
+
+
+def opened(client):
+    OPENED.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+async def _close_the_clients():
+    yield
+    while OPENED:
+        await OPENED.pop().close()
+
+
 def client(gw, sid: str) -> anthropic.AsyncAnthropic:
     """Anthropic's client on a session's root (``/sessions/{id}/{token}``): it appends ``/v1/messages`` itself."""
-    return anthropic.AsyncAnthropic(base_url=gw.session_base_url(sid).removesuffix("/v1"), api_key="any: the token is in the URL",
-                                    max_retries=0, timeout=30)
+    return opened(anthropic.AsyncAnthropic(base_url=gw.session_base_url(sid).removesuffix("/v1"),
+                                           api_key="any: the token is in the URL", max_retries=0, timeout=30))
 
 
 def call_text(name: str, args: dict) -> str:

@@ -41,8 +41,26 @@ def call_text(*calls: tuple[str, dict]) -> str:
     return "".join(f'<tool_call>\n{{"name": "{n}", "arguments": {json.dumps(a)}}}\n</tool_call>\n' for n, a in calls)
 
 
+OPENED: list = []
+"""The vendor clients a test made: closed after it (left to the garbage collector, their HTTP pools close on a loop
+that has ended, and the error lands in whatever test runs next on the worker)."""
+
+
+def opened(client):
+    OPENED.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+async def _close_the_clients():
+    yield
+    while OPENED:
+        client = OPENED.pop()
+        await client.close()
+
+
 def client(gw: PolicyGateway, sid: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=gw.session_base_url(sid), api_key="unused", max_retries=0)
+    return opened(openai.AsyncOpenAI(base_url=gw.session_base_url(sid), api_key="unused", max_retries=0))
 
 
 def sent_back(output) -> list[dict]:

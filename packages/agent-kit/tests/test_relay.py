@@ -3,6 +3,8 @@ are counted and limited, and the refusal speaks the caller's dialect."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -54,5 +56,25 @@ async def test_every_dialect_passes_and_the_turn_limit_answers_in_the_callers_sh
                 assert "turn limit (3 model calls)" in r.text
             assert relay.calls == 3 and relay.refused == 4 and relay.limit_reached
             assert (await client.get("/v1/models")).status_code == 200  # not a call: still passes
+    finally:
+        await upstream.stop()
+
+
+async def test_fill_changes_model_calls_only_and_never_a_body_that_is_not_json():
+    upstream = InLoopServer(Starlette(routes=[Route("/{path:path}", echo, methods=["GET", "POST"])]), what="upstream")
+    port = await upstream.start()
+
+    def fill(path: str, doc: dict) -> dict:
+        return {**doc, "filled_for": path}
+
+    try:
+        async with ModelRelay(f"http://127.0.0.1:{port}/v1", max_calls=None, fill=fill) as relay, \
+                httpx.AsyncClient(base_url=relay.root_url) as client:
+            r = await client.post("/v1/responses", json={"input": "hi"})
+            assert json.loads(r.json()["body"]) == {"input": "hi", "filled_for": "v1/responses"}
+            r = await client.post("/v1/messages/count_tokens", json={"x": 1})  # not a model call
+            assert json.loads(r.json()["body"]) == {"x": 1}
+            r = await client.post("/v1/chat/completions", content=b"not json")
+            assert r.json()["body"] == "not json"
     finally:
         await upstream.stop()

@@ -1,7 +1,8 @@
 """What a tackroom harness running a real agent inside the sandbox builds on.
 
 - :class:`ModelRelay`: a per-trial relay between the agent and the policy, for every API dialect the gateway
-  speaks; counts model calls, refuses past a turn limit, knows a call in flight from a hang.
+  speaks; counts model calls, refuses past a turn limit, knows a call in flight from a hang, and fills what an agent
+  cannot be told (the policy's sampling) into its calls.
 - :func:`ensure_npm_install`: a pinned npm package installed once into tackroom's cache (agents ship as npm packages).
 - :func:`reach_relay`, :func:`check_reachable`, :func:`served_context_length`: the policy from inside the sandbox.
 - :class:`AgentControl`: start, watch and stop the agent headless, with every process it starts.
@@ -28,7 +29,8 @@ _EXPORTS = tackroom.LazyExports(__name__, {
     "tackroom_agent_kit.outcome": ["answered", "crash_or_model", "exit_described"],
     "tackroom_agent_kit.reach": ["PolicyUnreachableError", "check_reachable", "reach_relay", "served_context_length"],
     "tackroom_agent_kit.sandbox_setup": ["check_it_runs", "must_succeed"],
-    "tackroom_agent_kit.relay": ["TURN_LIMIT_CODE", "ModelRelay", "is_model_call", "policy_root"],
+    "tackroom_agent_kit.relay": ["TURN_LIMIT_CODE", "BodyFill", "ModelRelay", "filled", "is_model_call", "missing_from",
+                                 "policy_root"],
     "tackroom_agent_kit.watch": ["Ending", "run_watched", "stopped_after", "watch_run"],
 })
 __getattr__, __dir__, __all__ = _EXPORTS.getattr, _EXPORTS.dir, _EXPORTS.names

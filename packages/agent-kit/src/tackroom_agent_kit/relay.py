@@ -12,7 +12,10 @@ behind it records the same tokens as without it.
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 from starlette.applications import Starlette
@@ -41,6 +44,29 @@ def is_model_call(method: str, path: str) -> bool:
     return method == "POST" and path.rstrip("/").endswith(MODEL_CALL_SUFFIXES)
 
 
+BodyFill = Callable[[str, dict[str, Any]], dict[str, Any]]
+"""(path, JSON body) -> the body to forward."""
+
+
+def filled(body: bytes, path: str, fill: BodyFill | None) -> bytes:
+    """``body`` through ``fill``; a body that is not a JSON object passes unchanged (the policy answers it)."""
+    if fill is None:
+        return body
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(doc, dict):
+        return body
+    out = fill(path, doc)
+    return body if out == doc else json.dumps(out, ensure_ascii=False).encode()
+
+
+def missing_from(doc: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with each of ``defaults`` it does not set itself."""
+    return {**doc, **{k: v for k, v in defaults.items() if doc.get(k) is None}}
+
+
 def turn_limit_body(path: str, message: str) -> dict:
     """The turn-limit refusal in the error shape of the dialect ``path`` belongs to (a 400, which no agent retries)."""
     if path.rstrip("/").endswith("/messages"):
@@ -56,8 +82,11 @@ class ModelRelay:
     OpenAI base URL, :attr:`root_url` its root (for agents that append ``/v1/...`` or ``/v1beta/...`` themselves)."""
 
     def __init__(self, upstream: str, *, max_calls: int | None, host: str = "127.0.0.1",
-                 read_timeout_s: float = 900.0, what: str = "the agent") -> None:
+                 read_timeout_s: float = 900.0, what: str = "the agent", fill: BodyFill | None = None) -> None:
         self.upstream = policy_root(upstream)
+        self.fill = fill
+        """Applied to each model call's JSON body before it is forwarded (the agent's path, the body): an agent that
+        cannot be told the policy's sampling settings gets them here."""
         self.max_calls = max_calls
         self.host = host
         self.calls = 0
@@ -125,7 +154,9 @@ class ModelRelay:
         self._pending += 1
         try:
             reply = await self._client.send(
-                self._client.build_request(request.method, upstream, headers=headers, content=await request.body()),
+                self._client.build_request(request.method, upstream, headers=headers,
+                                           content=filled(await request.body(), path, self.fill) if is_call else
+                                           await request.body()),
                 stream=True,
             )
         except httpx.HTTPError as exc:

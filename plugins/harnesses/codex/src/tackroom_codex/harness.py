@@ -46,7 +46,7 @@ from tackroom_codex.config import (
 from tackroom_codex.errors import CodexCrashError, CodexModelError, CodexSetupError, CodexTimeoutError
 from tackroom_codex.events import Episode, parse_events
 from tackroom_codex.install import DEFAULT_VERSION, CodexInstall, ensure_installed
-from tackroom_codex.sampling import ResponsesSamplingMiddleware, responses_sampling
+from tackroom_codex.sampling import fill_responses, responses_sampling
 from tackroom_worlds import mount_world_files
 
 AGENT = "Codex"
@@ -121,10 +121,9 @@ class CodexHarness(Harness):
         deadline = self.options.deadline(task.config.agent.timeout_sec)
         context = self.options.context_length or await served_context_length(policy) or 32768
         profile = self.options.profile_for(context)
-        relay = ModelRelay(policy.base_url, max_calls=self.options.max_turns, what=AGENT)
-        relay.app.add_middleware(ResponsesSamplingMiddleware,
-                                 defaults=responses_sampling(policy.sampling, self._max_output(profile, context)))
-        async with relay:
+        sampling = responses_sampling(policy.sampling, self._max_output(profile, context))
+        async with ModelRelay(policy.base_url, max_calls=self.options.max_turns, what=AGENT,
+                              fill=fill_responses(sampling)) as relay:
             inside = await reach_relay(sandbox, relay, policy.base_url, AGENT)
             settings = self._settings(policy, f"{inside}/v1", context, profile)
             await sandbox.write_file(self._path("home", "config.toml"), to_toml(build_config(settings)), timeout=60)

@@ -35,6 +35,7 @@ from tackroom_agent_kit import (
 )
 from tackroom_gemini_cli.errors import GeminiCliCrashError, GeminiCliModelError, GeminiCliTimeoutError
 from tackroom_gemini_cli.install import DEFAULT_VERSION, GeminiCliInstall, ensure_installed
+from tackroom_gemini_cli.sampling import fill_generation, generation_config
 from tackroom_gemini_cli.settings import COMPACT_PROMPT, COMPACT_TOOLS, FULL_TOOLS, build_settings
 
 
@@ -53,6 +54,9 @@ class GeminiCliOptions(AgentOptions):
     compact_below_context: int = Field(default=32768, gt=0, description="auto picks compact below this context length")
     tools: list[str] | None = Field(default=None, description="Built-in tools to register (default: the profile's)")
     sandbox_dir: str = Field(default="/opt/gemini-cli", description="Where the CLI, Node and its home live in the sandbox")
+    max_tokens_per_turn: int | None = Field(
+        default=None, gt=0,
+        description="Output limit per turn unless the policy's sampling sets max_tokens (default: 4096 full, 512 compact)")
 
 
 class GeminiCliHarness(Harness):
@@ -114,7 +118,10 @@ class GeminiCliHarness(Harness):
                                  timeout=60)
         if prompt is not None:
             await sandbox.write_file(self._path("system.md"), prompt, timeout=60)
-        async with ModelRelay(policy.base_url, max_calls=self.options.max_turns, what="the Gemini CLI") as relay:
+        wanted = self.options.max_tokens_per_turn or (512 if profile == "compact" else 4096)
+        sampling = generation_config(policy.sampling, max(16, min(wanted, context // 4)))
+        async with ModelRelay(policy.base_url, max_calls=self.options.max_turns, what="the Gemini CLI",
+                              fill=fill_generation(sampling)) as relay:
             inside = await reach_relay(sandbox, relay, policy.base_url, "the Gemini CLI")
             await check_reachable(sandbox, inside, policy.base_url, "the Gemini CLI")
             try:

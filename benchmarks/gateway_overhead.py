@@ -206,7 +206,7 @@ async def one(client: aiohttp.ClientSession, url: str, body: dict[str, Any], str
             obj = json.loads(raw[6:])
             tokens = completion_tokens(obj)
             if tokens is not None:  # the engine's chunks each carry their ids; a dialect's last event the total
-                n = n + tokens if obj.get("object") == "text_completion" else tokens
+                n = n + tokens if any("token_ids" in c for c in obj.get("choices") or []) else tokens
             if first is None and has_text(obj):
                 first = time.perf_counter() - start
     t = time.perf_counter() - start

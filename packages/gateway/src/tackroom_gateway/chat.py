@@ -133,8 +133,6 @@ class ChatHandler:
             await self.backend.prepare()
             assert self.backend.engine is not None and self.backend.parser is not None
             call = dialect.parse(await request.body(), session, {**request.query_params, **request.path_params})
-            if call.answer is not None:
-                return JSONResponse(call.answer)
             req = call.request
             try:
                 plan = session.plan(req.messages, tools=req.tools, template_kwargs=req.chat_template_kwargs)
@@ -143,6 +141,8 @@ class ChatHandler:
             except (TypeError, ValueError, AttributeError, KeyError) as exc:  # shapes only the client's messages hold
                 raise BadRequestError(f"the messages could not be read: {type(exc).__name__}: {exc}") from exc
             call.prompt_tokens = len(plan.prompt_ids)
+            if call.count is not None:
+                return JSONResponse(call.count(call.prompt_tokens))
             body = self._engine_body(req, plan)
             if req.stream:
                 chunks = await self._chat_stream(request, req, session, plan, body)

@@ -21,7 +21,7 @@ from starlette.routing import Route
 from tackroom_gateway.auth import check_admin, session_at
 from tackroom_gateway.backend import EngineBackend
 from tackroom_gateway.chat import ChatHandler
-from tackroom_gateway.dialects import CHAT, DIALECTS, MESSAGES, Dialect
+from tackroom_gateway.dialects import CHAT, DIALECTS, Dialect
 from tackroom_gateway.errors import BadRequestError, EngineRequestInterruptedError, GatewayError, GatewayInternalError
 from tackroom_gateway.sessions import SessionStore
 from tackroom_gateway.tito import TitoSession
@@ -53,7 +53,6 @@ class GatewayRoutes:
             Route("/sessions/{sid}/{token}/v1/models", g(self.session_models), methods=["GET"]),
             Route("/sessions/{sid}/{token}/trajectory", g(self.trajectory_own), methods=["GET"]),
             *self.dialect_routes(),
-            *self.count_tokens_routes(),
         ]
 
     def dialect_routes(self) -> list[Route]:
@@ -65,24 +64,6 @@ class GatewayRoutes:
                                     methods=["POST"]))
                 routes.append(Route(path, self.guarded(self._serve_default(dialect), dialect), methods=["POST"]))
         return routes
-
-    def count_tokens_routes(self) -> list[Route]:
-        """Anthropic's ``count_tokens``: not a turn (nothing sampled or recorded), answered in Messages' error shape."""
-        path = MESSAGES.count_tokens_path
-
-        async def in_session(request: Request) -> Response:
-            return await self._count_tokens(request, self.session_at(request))
-
-        async def in_default(request: Request) -> Response:
-            self.check_admin(request)
-            return await self._count_tokens(request, self.store.open("default"))
-
-        return [Route(f"/sessions/{{sid}}/{{token}}{path}", self.guarded(in_session, MESSAGES), methods=["POST"]),
-                Route(path, self.guarded(in_default, MESSAGES), methods=["POST"])]
-
-    @staticmethod
-    async def _count_tokens(request: Request, session: TitoSession) -> Response:
-        return JSONResponse(MESSAGES.count_tokens(await request.body(), session))
 
     def _serve_session(self, dialect: Dialect) -> Handler:
         async def serve(request: Request) -> Response:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +32,9 @@ class DialectCall:
     prompt_tokens: int | None = None
     """How many ids the turn's prompt has, set by the chat handler once it planned the turn (before any output:
     Anthropic's ``message_start`` reports it)."""
-    answer: dict[str, Any] | None = None
-    """The dialect's whole answer when the call samples nothing (Gemini's ``countTokens``): no turn is run."""
+    count: Callable[[int], dict[str, Any]] | None = None
+    """For a call that samples nothing (Messages' ``count_tokens``, Gemini's ``countTokens``): the dialect's answer
+    from the number of ids the turn's prompt would have; the turn is planned as any other, never run or recorded."""
 
 
 class Dialect(ABC):

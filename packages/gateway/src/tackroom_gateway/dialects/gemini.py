@@ -23,7 +23,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tackroom_gateway.chat_template import ChatTemplateError
 from tackroom_gateway.dialects.base import Dialect, DialectCall
 from tackroom_gateway.errors import BadRequestError, GatewayError
 from tackroom_gateway.protocol import ChatCompletionRequest
@@ -408,11 +407,7 @@ class GeminiDialect(Dialect):
                 raise _invalid(f"unknown field(s) {', '.join(unknown)} in a countTokens request "
                                "(send a generateContentRequest to count with tools and a system instruction)")
             req = self._request(body, stream=False)
-        try:
-            plan = session.plan(req.messages, tools=req.tools)
-        except ChatTemplateError as exc:
-            raise _invalid(str(exc)) from exc
-        return DialectCall(request=req, body=body, session=session, answer={"totalTokens": len(plan.prompt_ids)})
+        return DialectCall(request=req, body=body, session=session, count=lambda n: {"totalTokens": n})
 
     # -- answers ---------------------------------------------------------------------
     @staticmethod

@@ -32,7 +32,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import JSONResponse
 
-from tackroom_gateway.chat_template import ChatTemplateError
 from tackroom_gateway.dialects.base import Dialect, DialectCall
 from tackroom_gateway.errors import (
     BadRequestError,
@@ -394,24 +393,11 @@ class _Blocks:
 class MessagesDialect(Dialect):
     name = "anthropic messages"
     paths = ("/v1/messages",)
-    count_tokens_path = "/v1/messages/count_tokens"
 
     def parse(self, raw: bytes, session: TitoSession, path: dict[str, str]) -> DialectCall:
         req = MessagesRequest.parse(raw, needs_max_tokens=True)
         return DialectCall(request=chat_request(req), body=req.model_dump(exclude_unset=True), session=session,
                            state={"model": req.model, "stop_sequences": req.stop_sequences or []})
-
-    def count_tokens(self, raw: bytes, session: TitoSession) -> dict[str, int]:
-        """``{"input_tokens": N}``: the prompt a turn with this body would send now (rendered as the turn would,
-        extending the session's earlier turns), counted, and nothing recorded."""
-        req = chat_request(MessagesRequest.parse(raw, needs_max_tokens=False))
-        try:
-            plan = session.plan(req.messages, tools=req.tools, template_kwargs=req.chat_template_kwargs)
-        except ChatTemplateError as exc:
-            raise BadRequestError(str(exc)) from exc
-        except (TypeError, ValueError, AttributeError, KeyError) as exc:
-            raise BadRequestError(f"the messages could not be read: {type(exc).__name__}: {exc}") from exc
-        return {"input_tokens": len(plan.prompt_ids)}
 
     def respond(self, call: DialectCall, completion: dict[str, Any]) -> dict[str, Any]:
         choice = completion["choices"][0]
@@ -485,4 +471,18 @@ class MessagesDialect(Dialect):
         return JSONResponse(self.error_body(exc), status_code=error_status(exc), headers=exc.headers())
 
 
+class CountTokensDialect(MessagesDialect):
+    """``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``, the prompt a ``/v1/messages`` turn with this body
+    would send now (rendered as the turn would, extending the session's earlier turns), counted, nothing recorded."""
+
+    name = "anthropic count_tokens"
+    paths = ("/v1/messages/count_tokens",)
+
+    def parse(self, raw: bytes, session: TitoSession, path: dict[str, str]) -> DialectCall:
+        req = MessagesRequest.parse(raw, needs_max_tokens=False)
+        return DialectCall(request=chat_request(req), body=req.model_dump(exclude_unset=True), session=session,
+                           count=lambda n: {"input_tokens": n})
+
+
 MESSAGES = MessagesDialect()
+COUNT_TOKENS = CountTokensDialect()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -38,6 +39,19 @@ PASSTHROUGH = (
 )
 
 
+def body_json(raw: bytes, error: Callable[[str], Exception] = BadRequestError) -> Any:
+    """A request body's JSON, for every dialect; a body that is not JSON raises ``error`` saying so."""
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise error(f"request body is not JSON: {exc}") from exc
+
+
+def problems(exc: ValidationError) -> str:
+    """What a request model refused, one ``field.path: message`` per problem."""
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+
+
 class ChatCompletionRequest(BaseModel):
     """``POST /v1/chat/completions`` body (OpenAI's, plus vLLM's extensions the engine understands)."""
 
@@ -61,15 +75,11 @@ class ChatCompletionRequest(BaseModel):
 
     @classmethod
     def parse(cls, raw: bytes) -> ChatCompletionRequest:
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            raise BadRequestError(f"request body is not JSON: {exc}") from exc
+        data = body_json(raw)
         try:
             req = cls.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise BadRequestError(f"invalid chat completion request: {problems}") from exc
+            raise BadRequestError(f"invalid chat completion request: {problems(exc)}") from exc
         if not req.messages:
             raise BadRequestError("messages must not be empty")
         if req.n != 1:

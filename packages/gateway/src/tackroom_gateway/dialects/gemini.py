@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from tackroom_gateway.dialects.base import Dialect, DialectCall
 from tackroom_gateway.errors import BadRequestError, GatewayError
-from tackroom_gateway.protocol import ChatCompletionRequest
+from tackroom_gateway.protocol import ChatCompletionRequest, body_json, problems
 from tackroom_gateway.streaming import sse
 from tackroom_gateway.tito import TitoSession
 
@@ -355,10 +355,7 @@ class GeminiDialect(Dialect):
         if method not in METHODS or not model:
             raise GeminiMethodNotFound(f"models/{path.get('target', '')}: this gateway serves "
                                        f"models/MODEL:{{{', '.join(METHODS)}}}")
-        try:
-            body = json.loads(raw)
-        except ValueError as exc:
-            raise _invalid(f"request body is not JSON: {exc}") from exc
+        body = body_json(raw, _invalid)
         if not isinstance(body, dict):
             raise _invalid("request body must be a JSON object")
         if method == "countTokens":
@@ -391,8 +388,7 @@ class GeminiDialect(Dialect):
         try:
             return ChatCompletionRequest.model_validate(fields)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise _invalid(f"invalid generationConfig: {problems}") from exc
+            raise _invalid(f"invalid generationConfig: {problems(exc)}") from exc
 
     def _count(self, body: dict[str, Any], session: TitoSession) -> DialectCall:
         """``countTokens``: the prompt a generateContent with these contents would send, counted, not sampled."""

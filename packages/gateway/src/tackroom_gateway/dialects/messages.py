@@ -41,7 +41,7 @@ from tackroom_gateway.errors import (
     EngineUnavailableError,
     GatewayError,
 )
-from tackroom_gateway.protocol import ChatCompletionRequest
+from tackroom_gateway.protocol import ChatCompletionRequest, body_json, problems
 from tackroom_gateway.streaming import sse
 from tackroom_gateway.tito import TitoSession
 
@@ -83,16 +83,13 @@ class MessagesRequest(BaseModel):
 
     @classmethod
     def parse(cls, raw: bytes, *, needs_max_tokens: bool) -> MessagesRequest:
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            raise BadRequestError(f"request body is not JSON: {exc}") from exc
+        data = body_json(raw)
         if not isinstance(data, dict):
             raise BadRequestError("request body must be a JSON object")
         try:
             req = cls.model_validate(data)
         except ValidationError as exc:
-            raise BadRequestError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from exc
+            raise BadRequestError(problems(exc)) from exc
         if needs_max_tokens and req.max_tokens is None:
             raise BadRequestError("max_tokens: Field required")
         if req.mcp_servers:

@@ -39,7 +39,7 @@ from tackroom_gateway.errors import (
     EngineRateLimitedError,
     GatewayError,
 )
-from tackroom_gateway.protocol import ChatCompletionRequest
+from tackroom_gateway.protocol import ChatCompletionRequest, body_json, problems
 from tackroom_gateway.streaming import sse
 from tackroom_gateway.tito import TitoSession
 
@@ -121,16 +121,12 @@ class ResponsesRequest(BaseModel):
 
     @classmethod
     def parse(cls, raw: bytes) -> ResponsesRequest:
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            raise ResponsesRequestError(f"request body is not JSON: {exc}") from exc
+        data = body_json(raw, ResponsesRequestError)
         try:
             req = cls.model_validate(data)
         except ValidationError as exc:
             where = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else None
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ResponsesRequestError(f"invalid Responses request: {problems}", param=where) from exc
+            raise ResponsesRequestError(f"invalid Responses request: {problems(exc)}", param=where) from exc
         if req.background:
             raise ResponsesRequestError("background responses are not supported: the gateway answers while the "
                                         "client waits; drop `background`", param="background")

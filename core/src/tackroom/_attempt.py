@@ -207,11 +207,19 @@ def sandbox_spec(task: Task, name: str, deadlines: AttemptDeadlines | None = Non
     """The sandbox a trial of ``task`` gets (an ``agent_in_sandbox`` harness's too); ``network`` is the agent
     phase's (default: the task's declaration, else none)."""
     env = task.config.environment
-    return SandboxSpec(name=name, environment_dir=task.environment_dir if task.environment_dir.is_dir() else None,
-                       image=env.docker_image, force_build=force_build, cpus=env.cpus, memory_mb=env.memory_mb,
-                       network=network or phase_networks(task.config).agent, build_timeout_sec=env.build_timeout_sec,
-                       start_timeout_sec=(deadlines or AttemptDeadlines()).start_timeout_sec,
-                       storage_mb=env.storage_mb, labels={"tackroom._task": slug(task.id)})
+    return SandboxSpec(
+        name=name,
+        environment_dir=task.environment_dir if task.environment_dir.is_dir() else None,
+        image=env.docker_image,
+        force_build=force_build,
+        cpus=env.cpus,
+        memory_mb=env.memory_mb,
+        network=network or phase_networks(task.config).agent,
+        build_timeout_sec=env.build_timeout_sec,
+        start_timeout_sec=(deadlines or AttemptDeadlines()).start_timeout_sec,
+        storage_mb=env.storage_mb,
+        labels={"tackroom._task": slug(task.id)},
+    )
 
 
 def classify(error: BaseException, phase: str, manager: PluginManager) -> ErrorClass:
@@ -270,7 +278,8 @@ class Attempt:
         running out is reported as one: a TimeoutError from inside (a sandbox command's own) is raised as it is."""
         self.step = step
         t0 = time.monotonic()
-        cut, limit = self.deadline - t0 < limit, max(min(limit, self.deadline - t0), 0.001)
+        cut = self.deadline - t0 < limit  # the attempt's deadline comes first
+        limit = max(min(limit, self.deadline - t0), 0.001)
         try:
             async with asyncio.timeout(limit) as clock:
                 return await coro

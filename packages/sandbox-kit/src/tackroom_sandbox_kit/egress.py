@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from tackroom import NetworkPolicy, SandboxError
-from tackroom_sandbox_kit.host_forward import _pipe, listen_in_namespace
+from tackroom_sandbox_kit.host_forward import SandboxListener, listen_in_namespace, pipe
 
 HEAD_LIMIT = 64 * 1024
 """The most a request's head (request line and headers) may hold."""
@@ -153,31 +153,23 @@ def _split_authority(authority: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class EgressProxy:
+class EgressProxy(SandboxListener):
     """Serves the HTTP proxy on ``listener`` (a socket inside a sandbox) under ``rules``; :meth:`close` ends it and
     every connection made through it. :attr:`refused` keeps the destinations it refused, for the trial's notes."""
 
+    read_limit = HEAD_LIMIT
+
     def __init__(self, listener: socket.socket, rules: EgressRules) -> None:
-        self.listener, self.rules = listener, rules
-        self.port: int = listener.getsockname()[1]
-        """The port inside the sandbox (on its 127.0.0.1)."""
+        super().__init__(listener)
+        self.rules = rules
         self.refused: list[str] = []
-        self._server: asyncio.Server | None = None
-        self._conns: set[asyncio.Task[None]] = set()
 
     @property
     def env(self) -> dict[str, str]:
         """:func:`proxy_env` for this proxy's port."""
         return proxy_env(self.port)
 
-    async def start(self) -> EgressProxy:
-        self._server = await asyncio.start_server(self._serve, sock=self.listener, limit=HEAD_LIMIT)
-        return self
-
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._conns.add(task)
         upstream: asyncio.StreamWriter | None = None
         try:
             try:
@@ -200,12 +192,11 @@ class EgressProxy:
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
                 upstream.write(first)
-            await asyncio.gather(_pipe(reader, upstream), _pipe(up_reader, writer))
+            await asyncio.gather(pipe(reader, upstream), pipe(up_reader, writer))
         finally:
             for w in (writer, upstream):
                 if w is not None:
                     w.close()
-            self._conns.discard(task)
 
     async def _open(self, head: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes | None]:
         """Connect where the request asks, if allowed; the bytes to send upstream first (None for CONNECT)."""
@@ -238,19 +229,6 @@ class EgressProxy:
             except (OSError, TimeoutError) as exc:
                 last = exc
         raise EgressRefused(f"could not connect to {host}:{port}: {last}", 502)
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._conns):
-            task.cancel()
-        for task in list(self._conns):
-            with contextlib.suppress(BaseException):
-                await task
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
-        self.listener.close()
 
 
 async def serve_egress(pid: int, policy: NetworkPolicy, *, enter_user: bool,

@@ -19,6 +19,7 @@ import contextlib
 import socket
 import subprocess
 import sys
+from typing import Self
 
 from tackroom import SandboxError
 
@@ -79,7 +80,7 @@ def listen_in_namespace(pid: int, port: int = 0, *, enter_user: bool, timeout: f
             theirs.close()
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(65536):
             writer.write(data)
@@ -92,37 +93,35 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
                 writer.write_eof()
 
 
-class HostPortForward:
-    """Accepts on a socket inside a sandbox and pipes every connection to ``target_host:target_port`` on the host."""
+class SandboxListener:
+    """A server on ``listener`` (a socket inside a sandbox), tracking the connection each ``_serve`` handles so that
+    :meth:`close` ends the server and every one of them. Subclasses say what a connection does (:meth:`_serve`)."""
 
-    def __init__(self, listener: socket.socket, target_host: str, target_port: int) -> None:
+    read_limit = 2**16
+    """asyncio's buffer limit for each connection's reader."""
+
+    def __init__(self, listener: socket.socket) -> None:
         self.listener = listener
-        self.target = (target_host, target_port)
         self.port: int = listener.getsockname()[1]
         """The port inside the sandbox (on its 127.0.0.1)."""
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
 
-    async def start(self) -> HostPortForward:
-        self._server = await asyncio.start_server(self._serve, sock=self.listener)
+    async def start(self) -> Self:
+        self._server = await asyncio.start_server(self._handle, sock=self.listener, limit=self.read_limit)
         return self
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._conns.add(task)
         try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.close()
-            self._conns.discard(task)
-            return
-        try:
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            await self._serve(reader, writer)
         finally:
-            for w in (writer, up_writer):
-                w.close()
             self._conns.discard(task)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
 
     async def close(self) -> None:
         if self._server is not None:
@@ -136,6 +135,26 @@ class HostPortForward:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
         self.listener.close()
+
+
+class HostPortForward(SandboxListener):
+    """Accepts on a socket inside a sandbox and pipes every connection to ``target_host:target_port`` on the host."""
+
+    def __init__(self, listener: socket.socket, target_host: str, target_port: int) -> None:
+        super().__init__(listener)
+        self.target = (target_host, target_port)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        try:
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        finally:
+            for w in (writer, up_writer):
+                w.close()
 
 
 async def forward_into_namespace(pid: int, target_port: int, *, enter_user: bool, target_host: str = "127.0.0.1",

@@ -48,7 +48,7 @@ def engine_url() -> str:
 LONGEST_FIRST = (
     "trainer",
     "docker",
-    "plugins/trainers/skyrl/tests/test_gpu_jax_step.py",
+    "packages/train/tests/test_gpu_jax_step.py",
     "plugins/harnesses/opencode/tests/test_conformance.py",
     "packages/gateway/tests/test_engine_e2e.py",
     "packages/ray/tests/test_ray_executor.py",
@@ -60,12 +60,12 @@ LONGEST_FIRST = (
     "packages/matrix/tests/test_matrix_cmd.py",
 )
 EXCLUSIVE = {
-    "docker": ("core/tests/test_sandbox_cmd.py", "plugins/sandboxes/docker/"),
+    "docker": ("packages/app/tests/test_sandbox_cmd.py", "plugins/sandboxes/docker/"),
     # each starts a vLLM engine and/or SkyRL's JAX server (3-7 GB apiece): run together they filled the
     # 24 GB machine and Ray's memory monitor killed other tests' workers. Two of them share one Tinker server
     # (skyrl's conftest.py). The GPU-step smoke (a 2-layer model in JAX, ~1 GB) is not one of them: in this
     # group it made the group, the suite's longest, 7 minutes longer; it runs beside it on its own.
-    "trainer": tuple(f"plugins/trainers/skyrl/tests/test_{name}.py" for name in (
+    "trainer": tuple(f"packages/train/tests/test_{name}.py" for name in (
         "tinker_overfit", "tinker_policy", "engine_sampling", "policy_serving")),
 }
 

@@ -32,7 +32,7 @@ from statistics import mean
 from typing import Any
 
 import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom._builtins.oracle_harness import OracleHarness, OracleOptions
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._trial import Trial
@@ -97,8 +97,8 @@ def make_tasks(root: Path, n: int) -> list[tackroom.Task]:
 
 async def measure(executor: TimedExecutor, harness_cls: type, cpu_ms: float, sandbox: str,
                   tasks: list[tackroom.Task], concurrency: int, out: Path, tag: str) -> dict[str, Any]:
-    verifier = tackroom.app.instantiate("verifier", "test-script")
-    plugins = TrialPlugins(harness_cls, harness_cls.Options(cpu_ms=cpu_ms), tackroom.app.instantiate("sandbox", sandbox),
+    verifier = tackroom_app.instantiate("verifier", "test-script")
+    plugins = TrialPlugins(harness_cls, harness_cls.Options(cpu_ms=cpu_ms), tackroom_app.instantiate("sandbox", sandbox),
                            type(verifier), verifier.options)
     items = [(Trial(task_id=t.id, task_path=str(t.path), harness="busy-oracle", sandbox=sandbox,
                     verifier="test-script", pass_index=0), t, plugins) for t in tasks]

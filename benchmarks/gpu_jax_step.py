@@ -19,7 +19,7 @@ Runs where ``skyrl[jax]==0.4.0`` imports, e.g. the Tinker server's environment h
     $PY benchmarks/gpu_jax_step.py --stage-assets DIR   # configs + tokenizers for a machine without them
     python3 gpu_jax_step.py --device gpu --assets DIR --out results.jsonl       # on the GPU machine
 
-``plugins/trainers/skyrl/docs/gpu-step.md`` has the H200 numbers and the exact commands.
+``packages/train/docs/gpu-step.md`` has the H200 numbers and the exact commands.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ tinker==0.25.0 typing-extensions==4.16.0 typing-inspection==0.4.5 uvicorn==0.54.
 zstandard==0.25.0 jsonschema==4.25.1 referencing rpds-py jsonschema-specifications truststore pyqwest gguf
 cryptography==50.0.2 cffi==2.1.1 pycparser pyjwt""".split()
 PACKAGES = ["core", "packages/gateway", "packages/engine", "packages/sandbox-kit", "plugins/sandboxes/local",
-            "plugins/harnesses/archipelago", "plugins/trainers/skyrl", "plugins/losses/losses"]
+            "plugins/harnesses/archipelago", "packages/train", "plugins/losses/losses"]
 UV_SHIM = """#!/bin/bash
 # Stand-in for uv (benchmarks/gpu_train_e2e.py): `sync` is a no-op (the packages are installed), `run [flags] ARGS`
 # runs `python3 ARGS` as a child, so SkyRL's API server still finds `uv run ... -m skyrl.tinker.api` as its parent.

@@ -30,8 +30,8 @@ from datetime import datetime
 from pathlib import Path
 from statistics import mean
 
-from tackroom_skyrl.config import load_train_config
-from tackroom_skyrl.tinker.loop import run_tinker
+from tackroom_train.config import load_train_config
+from tackroom_train.tinker.loop import run_tinker
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -60,7 +60,7 @@ def task_dirs(root: Path, include: list[str]) -> list[Path]:
 
 def run_tackroom(tasks: list[Path], harness: str, out: Path, extra: list[str]) -> dict[str, dict]:
     """One ``tackroom run`` over ``tasks`` with ``harness``: per task its reward, error, notes and seconds."""
-    cmd = [sys.executable, "-m", "tackroom", "run", *map(str, tasks), "--harness", harness, "--sandbox", "docker",
+    cmd = [sys.executable, "-m", "tackroom_app", "run", *map(str, tasks), "--harness", harness, "--sandbox", "docker",
            "--concurrency", "1", "--attempts", "1", "--out", str(out), "--run-id", f"tackroom-{harness}", "--json",
            *extra]
     t0 = time.perf_counter()

@@ -21,7 +21,7 @@ from pathlib import Path
 from statistics import mean, median
 
 import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._trial import Trial
 
@@ -79,9 +79,9 @@ def make_tasks(root: Path, n: int) -> list[tackroom.Task]:
 
 async def measure(sandbox_name: str, tasks: list[tackroom.Task], concurrency: int, out: Path) -> dict:
     ledger: dict[str, float] = {}
-    provider = timed_provider(tackroom.app.instantiate("sandbox", sandbox_name), ledger)
-    oracle = tackroom.app.instantiate("harness", "oracle")
-    verifier = tackroom.app.instantiate("verifier", "test-script")
+    provider = timed_provider(tackroom_app.instantiate("sandbox", sandbox_name), ledger)
+    oracle = tackroom_app.instantiate("harness", "oracle")
+    verifier = tackroom_app.instantiate("verifier", "test-script")
     plugins = TrialPlugins.from_instances(oracle, provider, verifier)
     items = [(Trial(task_id=t.id, task_path=str(t.path), harness="oracle", sandbox=sandbox_name,
                     verifier="test-script"), t, plugins) for t in tasks]
@@ -111,7 +111,7 @@ def main() -> None:
     ap.add_argument("--harbor-seconds", type=float, help="Harbor job seconds per trial to compare against")
     args = ap.parse_args()
     sandboxes = args.sandbox or [s for s in ("local", "docker")
-                                 if s in [e.name for e in tackroom.app.get_plugin_manager().entries("sandbox")]]
+                                 if s in [e.name for e in tackroom_app.get_plugin_manager().entries("sandbox")]]
     concurrencies = args.concurrency or [1, 4, 20]
     work = Path(tempfile.mkdtemp(prefix="tackroom-bench-"))
     try:

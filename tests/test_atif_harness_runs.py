@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tackroom import Trajectory
-from tackroom.app import RunConfig, run_config
+from tackroom_app import RunConfig, run_config
 from tackroom_viewer.atif import from_atif, to_atif
 from tackroom_viewer.atif_models import AtifTrajectory
 

@@ -30,7 +30,7 @@ def test_every_first_party_cache_follows_tackroom_cache(monkeypatch, tmp_path):
         ("engine venv", "tackroom_engine", "venv_dir"),
         ("models", "tackroom_engine", "model_dir"),
         ("docker base images", "tackroom_docker.base_images", "cache_dir"),
-        ("tinker server", "tackroom_skyrl.tinker.server", "server_dir"),
+        ("tinker server", "tackroom_train.tinker.server", "server_dir"),
         ("opencode", "tackroom_opencode.install", "default_cache_dir"),
         ("terminus debs", "tackroom_terminus.tmux_install", "default_cache_dir"),
     ):

@@ -62,7 +62,7 @@ def test_third_party_example_keeps_its_own_install_line():
 
 
 def test_every_command_entry_names_the_distribution_that_adds_that_command():
-    from tackroom._cli.main import app, command_names, load_plugin_commands
+    from tackroom_app._cli.main import app, command_names, load_plugin_commands
 
     load_plugin_commands()  # the workspace installs every distribution
     commands = catalogue_commands()

@@ -13,7 +13,7 @@ CODE = f"""
 import runpy, sys
 sys.argv = ["tackroom", "--help"]
 try:
-    runpy.run_module("tackroom", run_name="__main__")
+    runpy.run_module("tackroom_app", run_name="__main__")
 except SystemExit as exc:
     assert exc.code in (0, None), exc.code
 loaded = sorted({{name.split(".")[0] for name in sys.modules}} & set({HEAVY!r}))

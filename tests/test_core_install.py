@@ -1,5 +1,6 @@
-"""``pip install ./core`` alone: a small venv holding the plugin contract, the runtime and the built-ins (no
-sandbox: the default, ``local``, is tackroom-local, and `tackroom run` says how to install it)."""
+"""``pip install ./core ./packages/app``: a small venv holding the plugin contract, the runtime and the built-ins
+(core) and the ``tackroom`` command (tackroom-app); no sandbox: the default, ``local``, is tackroom-local, and
+`tackroom run` says how to install it."""
 
 import json
 import shutil
@@ -22,26 +23,26 @@ def size_mb(path: Path) -> float:
 
 
 @pytest.mark.slow
-def test_core_alone_is_a_small_venv_that_lists_its_built_ins(tmp_path):
+def test_core_and_the_app_are_a_small_venv_that_lists_the_built_ins(tmp_path):
     uv = shutil.which("uv")
     assert uv, "uv is needed to build the fresh venv (pip install uv)"
     venv = tmp_path / "venv"
     assert run(uv, "venv", "--python", "3.12", str(venv)).returncode == 0
     py = str(venv / "bin" / "python")
-    installed = run(uv, "pip", "install", "--python", py, str(REPO / "core"))
+    installed = run(uv, "pip", "install", "--python", py, str(REPO / "core"), str(REPO / "packages" / "app"))
     assert installed.returncode == 0, installed.stderr
 
     listed = run(uv, "pip", "list", "--python", py, "--format", "json")
     names = {p["name"].lower() for p in json.loads(listed.stdout)}
     assert not names & set(HEAVY), f"core pulled in {sorted(names & set(HEAVY))}"
-    assert size_mb(venv) < MAX_VENV_MB, f"the core-only venv is {size_mb(venv):.0f} MB"
+    assert size_mb(venv) < MAX_VENV_MB, f"the core and app venv is {size_mb(venv):.0f} MB"
 
     plugins = run(str(venv / "bin" / "tackroom"), "plugins", "--json")
     assert plugins.returncode == 0, plugins.stderr
     assert {(r["kind"], r["name"]) for r in json.loads(plugins.stdout)} == {
         ("harness", "oracle"), ("harness", "nop"),
         ("verifier", "test-script"), ("executor", "asyncio")}
-    imported = run(py, "-c", "import sys, tackroom, tackroom.app, tackroom.executors, tackroom.testing\n"
+    imported = run(py, "-c", "import sys, tackroom, tackroom_app, tackroom.executors, tackroom.testing\n"
                               "print(sorted({m.split('.')[0] for m in sys.modules}))")
     assert imported.returncode == 0, imported.stderr
     loaded = set(json.loads(imported.stdout.replace("'", '"')))
@@ -63,13 +64,13 @@ def test_the_plugin_authors_wheels_install_core_and_the_default_sandbox(tmp_path
     uv = shutil.which("uv")
     assert uv, "uv is needed (pip install uv)"
     dist = tmp_path / "dist"
-    for package in ("tackroom", "tackroom-sandbox-kit", "tackroom-local"):
+    for package in ("tackroom", "tackroom-app", "tackroom-sandbox-kit", "tackroom-local"):
         built = run(uv, "build", "--directory", str(REPO), "--package", package, "--wheel", "-o", str(dist))
         assert built.returncode == 0, built.stderr
     venv = tmp_path / "venv"
     assert run(uv, "venv", "--python", "3.12", str(venv)).returncode == 0
     installed = run(uv, "pip", "install", "--python", str(venv / "bin" / "python"), "--find-links", str(dist),
-                    "tackroom", "tackroom-local")
+                    "tackroom", "tackroom-app", "tackroom-local")
     assert installed.returncode == 0, installed.stderr
     trial = subprocess.run([str(venv / "bin" / "tackroom"), "run", str(REPO / "examples/tasks/hello-file"),
                             "--out", str(tmp_path / "runs"), "--json"], capture_output=True, text=True, timeout=300,

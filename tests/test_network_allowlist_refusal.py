@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom import Trial
-from tackroom.app import RunConfig, TrialPlugins, TrialRuntime, run_config
+from tackroom_app import RunConfig, TrialPlugins, TrialRuntime, run_config
 
 pytest.importorskip("tackroom_modal")
 
@@ -47,7 +47,7 @@ async def test_tackroom_run_refuses_the_task_before_the_run_and_runs_the_rest(tm
 
 async def test_an_attempt_that_gets_one_anyway_is_a_task_error_at_once_never_retried(tmp_path):
     task = tackroom.load_task(write_task(tmp_path, "mirror", environment='allowed_hosts = ["pypi.org"]\n'))
-    manager = tackroom.app.PluginManager()
+    manager = tackroom_app.PluginManager()
     nop, verifier = manager.get("harness", "nop"), manager.get("verifier", "test-script")
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="nop", sandbox="modal", verifier="test-script")
     modal = manager.get("sandbox", "modal")

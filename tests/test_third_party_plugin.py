@@ -24,7 +24,8 @@ def test_hello_plugin_installs_lists_loads_and_uninstalls(tmp_path):
     assert made.returncode == 0, made.stderr
     py = str(venv / "bin" / "python")
     tackroom_cli = str(venv / "bin" / "tackroom")
-    installed = run(uv, "pip", "install", "--python", py, str(REPO / "core"), str(HELLO))
+    installed = run(uv, "pip", "install", "--python", py, str(REPO / "core"), str(REPO / "packages" / "app"),
+                    str(HELLO))
     assert installed.returncode == 0, installed.stderr
 
     listed = run(tackroom_cli, "plugins", "--json")
@@ -36,8 +37,8 @@ def test_hello_plugin_installs_lists_loads_and_uninstalls(tmp_path):
     config = tmp_path / "run.toml"
     config.write_text('[harness]\nname = "hello"\ngreeting = "hi there"\n')
     load = (
-        "import sys, tackroom.app; c = tackroom.app.load_run_config(sys.argv[1]); "
-        "h = tackroom.app.instantiate('harness', c.harness); print(type(h).__name__, h.options.greeting)"
+        "import sys, tackroom_app; c = tackroom_app.load_run_config(sys.argv[1]); "
+        "h = tackroom_app.instantiate('harness', c.harness); print(type(h).__name__, h.options.greeting)"
     )
     loaded = run(py, "-c", load, str(config))
     assert loaded.returncode == 0, loaded.stderr

@@ -16,9 +16,9 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# a module of the `docker` group (core's `sandbox` command tests: no Docker needed) and an ordinary module
-DOCKER_GROUP_MODULE = "core/tests/test_sandbox_cmd.py"
-PLAIN_MODULE = "plugins/trainers/skyrl/tests/test_mismatch_threshold.py"
+# a module of the `docker` group (the app's `sandbox` command tests: no Docker needed) and an ordinary module
+DOCKER_GROUP_MODULE = "packages/app/tests/test_sandbox_cmd.py"
+PLAIN_MODULE = "packages/train/tests/test_mismatch_threshold.py"
 
 
 def test_a_module_and_the_docker_group_each_run_on_one_worker() -> None:

@@ -1,10 +1,9 @@
 import pytest
 
-import tackroom
-import tackroom.app
+from tackroom._manager import PluginManager
 
 
 @pytest.fixture
-def manager() -> tackroom.app.PluginManager:
+def manager() -> PluginManager:
     """A plugin manager with no entry points loaded: register test plugins on it directly."""
-    return tackroom.app.PluginManager(load_entry_points=False)
+    return PluginManager(load_entry_points=False)

@@ -4,10 +4,10 @@ forwarded port (their policy), never through the host's network."""
 import asyncio
 
 import tackroom
-import tackroom.app
 import tackroom.testing
 from tackroom._attempt import sandbox_spec
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
+from tackroom._manager import PluginManager
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._trial import Trial
 from tackroom_local import LocalSandboxProvider
@@ -64,7 +64,7 @@ async def test_an_in_sandbox_agent_reaches_its_policy_port_and_nothing_else_of_t
     plugins = TrialPlugins(DialsHomeHarness, DialsHomeHarness.Options(), LocalSandboxProvider(),
                            TestScriptVerifier, TestScriptVerifier.Options())
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="dials-home", sandbox="local", verifier="test-script")
-    runtime = TrialRuntime(tmp_path / "run", progress=False, manager=tackroom.app.PluginManager())
+    runtime = TrialRuntime(tmp_path / "run", progress=False, manager=PluginManager())
     try:
         result, trajectory = await runtime.run_attempt(trial, task, plugins, 1)
     finally:

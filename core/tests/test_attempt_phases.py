@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 import tackroom
-import tackroom.app
 import tackroom.testing
 from tackroom import ExecResult, NetworkPolicy, Sandbox, SandboxError, SandboxExhaustedError, SandboxSpec
 from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom._config import NetworkDefaults
+from tackroom._manager import PluginManager
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._trial import Trial
 from tackroom_local import LocalSandboxProvider
@@ -29,7 +29,7 @@ def task_of(root: Path, test_sh: str = REWARD, solve_sh: str = "true", *, agent:
 
 
 async def run(tmp_path: Path, task: tackroom.Task, provider=None, **kw) -> tackroom.TrialResult:
-    rt = TrialRuntime(tmp_path / "run", progress=False, manager=tackroom.app.PluginManager(), attempts=1, **kw)
+    rt = TrialRuntime(tmp_path / "run", progress=False, manager=PluginManager(), attempts=1, **kw)
     plugins = TrialPlugins(OracleHarness, OracleHarness.Options(), provider or LocalSandboxProvider(),
                            TestScriptVerifier, TestScriptVerifier.Options())
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox="local", verifier="test-script")
@@ -217,7 +217,7 @@ def test_allow_internet_is_a_run_flag_and_a_changed_network_refuses_a_resume(tmp
     task = tackroom.testing.write_task(tmp_path / "tasks", "t", test_sh=REWARD, solve_sh="true")
 
     def tackroom_run(*flags):
-        return subprocess.run([sys.executable, "-m", "tackroom._cli.main", "run", str(task), "--out", str(tmp_path),
+        return subprocess.run([sys.executable, "-m", "tackroom_app._cli.main", "run", str(task), "--out", str(tmp_path),
                                "--run-id", "r", "--json", *flags], capture_output=True, text=True, timeout=300)
 
     online = tackroom_run("--allow-internet")
@@ -226,3 +226,60 @@ def test_allow_internet_is_a_run_flag_and_a_changed_network_refuses_a_resume(tmp
     assert trial["reward"] == 1.0 and not any("offline" in n for n in trial["notes"])
     offline = tackroom_run()
     assert offline.returncode == 2 and "network of tasks that declare none" in offline.stderr, offline.stderr
+
+
+class MountingOracle(OracleHarness):
+    """The oracle, with a host folder it asks to be bound (as a harness binds what it prepared once); its setup
+    reads it inside the sandbox."""
+
+    asked: list[str] = []
+    seen: list[str] = []
+    folder: Path = Path("/nonexistent")
+
+    async def mounts(self, task):
+        type(self).asked.append(task.id)
+        return {"/mnt/prepared": type(self).folder}
+
+    async def setup(self, sandbox, task):
+        type(self).seen.append((await sandbox.exec("cat /mnt/prepared/made-once.txt")).stdout)
+        await super().setup(sandbox, task)
+
+
+class BindsNothing(SeesItsSpec):
+    name = "binds-nothing"
+
+    def create(self, spec):
+        made = super().create(spec)
+        return type("NoMounts", (type(made),), {"binds_mounts": False})(spec, self.options)
+
+
+async def test_the_harness_mounts_reach_a_sandbox_that_binds_them_and_no_other(tmp_path):
+    folder = tmp_path / "prepared"
+    folder.mkdir()
+    (folder / "made-once.txt").write_text("shared\n")
+    for p in (tmp_path, folder):
+        p.chmod(0o755)
+    MountingOracle.folder, MountingOracle.asked, MountingOracle.seen = folder, [], []
+    SeesItsSpec.specs = []
+    task = task_of(tmp_path / "a")
+    rt = TrialRuntime(tmp_path / "run", progress=False, manager=PluginManager(), attempts=1)
+    for provider in (SeesItsSpec(), BindsNothing()):
+        plugins = TrialPlugins(MountingOracle, MountingOracle.Options(), provider, TestScriptVerifier,
+                               TestScriptVerifier.Options())
+        trial = Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox=provider.name,
+                      verifier="test-script")
+        result = await rt.run_trial(trial, task, plugins)
+        assert result.reward == 1.0, result.error
+    assert MountingOracle.asked == [task.id], "only the sandbox that binds mounts asks the harness"
+    assert [s.mounts for s in SeesItsSpec.specs] == [{}, {"/mnt/prepared": folder}, {}]
+    assert MountingOracle.seen == ["shared\n", ""]
+    assert [p.name for p in folder.iterdir()] == ["made-once.txt"]
+
+
+def test_a_mount_path_must_be_a_plain_absolute_sandbox_path():
+    for bad in ("relative/x", "/", "//x", "/a/../b", "/a/./b", "/a/"):
+        with pytest.raises(ValueError, match="normalised absolute"):
+            SandboxSpec(name="m", mounts={bad: Path("/tmp")})
+    with pytest.raises(ValueError, match="not an absolute path"):
+        SandboxSpec(name="m", mounts={"/mnt/x": Path("relative")})
+    assert SandboxSpec(name="m", mounts={"/mnt/x": Path("/tmp")}).mounts == {"/mnt/x": Path("/tmp")}

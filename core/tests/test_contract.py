@@ -7,9 +7,11 @@ from importlib.metadata import EntryPoint
 import pytest
 
 import tackroom
-import tackroom.app
 import tackroom.executors
+import tackroom_app
 from tackroom._contract import CHANGES, CONTRACT_VERSION, METHODS, declared_contract_problem, signature_problem
+from tackroom._errors import PluginIncompatibleError, PluginNotFoundError
+from tackroom._manager import PluginManager
 
 
 def plugin_module(name: str, contract=None, **hooks) -> types.ModuleType:
@@ -88,11 +90,11 @@ def test_a_harness_declaring_contract_1_is_listed_unusable_and_refused_on_get(ma
                      distribution="tackroom-new", version="0.3", contract=1)
     entry = manager.entry("harness", "new")
     assert entry.as_dict()["contract"] == 1 and entry.as_dict()["usable"] is False
-    with pytest.raises(tackroom.app.PluginIncompatibleError,
+    with pytest.raises(PluginIncompatibleError,
                        match=r"harness 'new' from tackroom-new 0.3 cannot run .*Harness.run"):
         manager.get("harness", "new")
-    with pytest.raises(tackroom.app.PluginIncompatibleError):
-        tackroom.app.instantiate("harness", "new", manager=manager)
+    with pytest.raises(PluginIncompatibleError):
+        tackroom_app.instantiate("harness", "new", manager=manager)
 
 
 def test_a_module_attribute_declares_the_contract(manager):
@@ -120,10 +122,10 @@ def test_a_lazy_reference_is_checked_when_it_is_first_loaded(manager, tmp_path, 
     manager.register(plugin_module("p", tackroom_harnesses=lambda register: register.add_harness(
         "lazy_old_harness:Lazy", name="lazy")))
     assert manager.entry("harness", "lazy").usable, "not imported yet: nothing known against it"
-    with pytest.raises(tackroom.app.PluginIncompatibleError, match=r"Lazy.run\(instruction, sandbox, policy\)"):
+    with pytest.raises(PluginIncompatibleError, match=r"Lazy.run\(instruction, sandbox, policy\)"):
         manager.get("harness", "lazy")
     assert not manager.entry("harness", "lazy").usable
-    with pytest.raises(tackroom.app.PluginIncompatibleError):  # and stays refused
+    with pytest.raises(PluginIncompatibleError):  # and stays refused
         manager.get("harness", "lazy")
 
 
@@ -139,13 +141,13 @@ def test_an_executor_with_another_run_signature_is_refused(manager):
     manager.register(plugin_module("p", tackroom_executors=lambda register: register.add_executor(Odd)))
     entry = manager.registrar.executors["odd"]
     assert entry.as_dict()["usable"] is False and "Odd.run(attempt, manager, on_started)" in entry.problem
-    with pytest.raises(tackroom.app.PluginIncompatibleError, match="executor 'odd'"):
+    with pytest.raises(PluginIncompatibleError, match="executor 'odd'"):
         entry.load()
 
 
-def entry_point_plugin(monkeypatch, module: types.ModuleType) -> tackroom.app.PluginManager:
+def entry_point_plugin(monkeypatch, module: types.ModuleType) -> PluginManager:
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    pm = tackroom.app.PluginManager(load_entry_points=False)
+    pm = PluginManager(load_entry_points=False)
     pm._load_entry_point(EntryPoint(name=module.__name__, value=module.__name__, group="tackroom"))
     return pm
 
@@ -165,5 +167,5 @@ def test_a_definition_error_in_an_installed_plugins_registrar_is_reported_not_fa
                                                        tackroom_harnesses=register_badly))
     assert pm.entries("harness") == [], "nothing it registered in the failing hook is kept"
     assert len(pm.broken) == 1 and "tackroom_harnesses" in pm.broken[0] and "no.colon.here" in pm.broken[0]
-    with pytest.raises(tackroom.app.PluginNotFoundError, match="failed to import|tackroom_bad_registrar"):
+    with pytest.raises(PluginNotFoundError, match="failed to import|tackroom_bad_registrar"):
         pm.get("harness", "new")

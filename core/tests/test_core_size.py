@@ -1,6 +1,8 @@
-"""Issue 29's cap on core: the ``.py`` lines under ``core/src/tackroom``, ``tackroom.testing`` left out (the
+"""The cap on core: the ``.py`` lines under ``core/src/tackroom``, ``tackroom.testing`` left out (the
 conformance kits are the contract's executable spec and stay whatever their size), docstrings and comments
-counted, at most :data:`CAP`. docs/architecture.md ("What core holds, in lines") gives the figures by part.
+counted, at most :data:`CAP`. The drivers (the CLI, run folders, policy routing, the driver API) are
+tackroom-app's (packages/app), not core's; the cap leaves core room to grow by a few hundred lines written
+plainly, not by compressing them. docs/architecture.md ("What core holds") names the cap.
 The install size of ``pip install ./core`` (< 60 MB, no heavy package) is tests/test_core_install.py's."""
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from pathlib import Path
 import tackroom
 
 CORE = Path(tackroom.__file__).resolve().parent
-CAP = 5_500
+CAP = 4_900
 
 
 def lines_of(root: Path, *, without: tuple[str, ...] = ("testing",)) -> int:
@@ -32,4 +34,4 @@ def test_the_count_leaves_out_testing_and_nothing_else(tmp_path):
 
 def test_core_without_testing_is_within_the_cap():
     count = lines_of(CORE)
-    assert count <= CAP, f"core without testing/ is {count:,} lines, {count - CAP:,} over issue 29's cap of {CAP:,}"
+    assert count <= CAP, f"core without testing/ is {count:,} lines, {count - CAP:,} over its cap of {CAP:,}"

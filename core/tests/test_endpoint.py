@@ -3,9 +3,10 @@
 import pytest
 
 import tackroom
+from tackroom._config import RunConfig
 from tackroom._endpoint import LITELLM_PROXY_ENV, Endpoint
-from tackroom.app import Endpoint as PublicEndpoint
-from tackroom.app import RunConfig, load_run_config
+from tackroom_app import Endpoint as PublicEndpoint
+from tackroom_app import load_run_config
 
 
 def test_the_endpoint_is_the_run_configs_policy_section(tmp_path):

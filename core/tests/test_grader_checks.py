@@ -48,9 +48,32 @@ class KeepsNothing(LocalSandboxProvider):
 
 
 async def test_every_family_is_in_the_kit():
-    assert set(GRADER_CHECKS) == {"added_tools_survive", "shadowed_shell", "startup_hooks", "reward_prefill",
-                                  "kept_services", "kept_service_write", "set_network", "install_config"}
+    assert set(GRADER_CHECKS) == {"added_tools_survive", "added_test_tooling", "shadowed_shell", "startup_hooks",
+                                  "reward_prefill", "kept_services", "kept_service_write", "set_network",
+                                  "install_config"}
     assert set(GRADER_CHECKS) <= set(ALL_CHECKS)
+
+
+class KeepsTheAgentsTooling(LocalSandboxProvider):
+    """Local sandboxes whose restore leaves the test tooling the agent installed."""
+
+    name = "keeps-the-agents-tooling"
+
+    def create(self, spec):
+        sandbox = super().create(spec)
+
+        async def restore_image_tools(keep=None):
+            return []
+
+        sandbox.restore_image_tools = restore_image_tools
+        return sandbox
+
+
+async def test_test_tooling_left_for_the_grader_is_caught_and_local_removes_it():
+    results = await only(KeepsTheAgentsTooling(), "added_test_tooling")
+    assert not results["added_test_tooling"].passed and not results["added_test_tooling"].skipped
+    assert "pytest-8.4.1.dist-info" in results["added_test_tooling"].message
+    assert (await only(LocalSandboxProvider(), "added_test_tooling"))["added_test_tooling"].passed
 
 
 async def test_a_grader_that_inherits_pythonpath_is_caught():

@@ -3,7 +3,7 @@
 import types
 
 import tackroom
-import tackroom.app
+from tackroom._manager import PluginManager
 
 
 def test_tackroom_classify_error_first_result_wins(manager):
@@ -61,9 +61,9 @@ def test_tackroom_commands_adds_a_sub_command(manager):
 
 
 def test_tackroom_commands_a_broken_plugin_does_not_take_the_cli_down(monkeypatch):
-    from tackroom._cli import main as cli_main
+    from tackroom_app._cli import main as cli_main
 
-    manager = tackroom.app.PluginManager(load_entry_points=False)
+    manager = PluginManager(load_entry_points=False)
 
     def broken(app):
         raise ImportError("no module named heavy_sdk")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 
 import tackroom
-import tackroom.app
 import tackroom.testing
 from tackroom import SandboxTimeoutError
 from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
+from tackroom._manager import PluginManager
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom._trial import Trial
 from tackroom_local import LocalSandboxProvider
@@ -23,7 +23,7 @@ def run(tmp_path, provider: LocalSandboxProvider, toml: str | None = None, **dea
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox="local", verifier="test-script")
     plugins = TrialPlugins(OracleHarness, OracleHarness.Options(), provider, TestScriptVerifier,
                            TestScriptVerifier.Options())
-    rt = TrialRuntime(tmp_path / "run", progress=False, manager=tackroom.app.PluginManager(), attempts=1,
+    rt = TrialRuntime(tmp_path / "run", progress=False, manager=PluginManager(), attempts=1,
                       retry_backoff_sec=0.01, **deadlines)
     return asyncio.run(rt.run_trial(trial, task, plugins))
 

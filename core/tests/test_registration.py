@@ -7,7 +7,8 @@ import pytest
 from pydantic import ConfigDict
 
 import tackroom
-import tackroom.app
+from tackroom._errors import PluginConflictError
+from tackroom._manager import PluginManager
 from tackroom.testing import check_plugin
 
 
@@ -113,7 +114,7 @@ def test_two_distributions_claiming_one_name_is_an_error_naming_both(manager):
                      distribution="tackroom-alpha")
     manager.register(plugin_module("b", tackroom_harnesses=lambda register: register.add_harness(EchoHarness)),
                      distribution="tackroom-beta")
-    with pytest.raises(tackroom.app.PluginConflictError, match="tackroom-alpha.*tackroom-beta"):
+    with pytest.raises(PluginConflictError, match="tackroom-alpha.*tackroom-beta"):
         manager.entries()
 
 
@@ -153,7 +154,7 @@ def test_wrong_base_class_and_abstract_classes_are_rejected(manager):
 
         name = "half"
 
-    other = tackroom.app.PluginManager(load_entry_points=False)
+    other = PluginManager(load_entry_points=False)
     other.register(plugin_module("p", tackroom_harnesses=lambda register: register.add_harness(Half)))
     with pytest.raises(tackroom.PluginDefinitionError, match="does not implement: run"):
         other.entries()
@@ -199,7 +200,7 @@ def test_an_entry_point_plugin_with_an_unknown_hook_is_reported_as_broken(monkey
     module.tackroom_trial_start = tackroom.hookimpl(lambda trial: None)
     monkeypatch.setitem(sys.modules, "tackroom_typo_plugin", module)
     ep = EntryPoint(name="typo", value="tackroom_typo_plugin", group="tackroom")
-    pm = tackroom.app.PluginManager(load_entry_points=False)
+    pm = PluginManager(load_entry_points=False)
     pm._load_entry_point(ep)
     assert len(pm.broken) == 1 and "tackroom_trial_start" in pm.broken[0] and "tackroom_trial_started" in pm.broken[0]
 
@@ -212,7 +213,7 @@ def test_capabilities_are_typed_and_a_wrong_name_lists_those_of_its_kind(manager
     assert all(type(c) is tackroom.Capability for c in manager.entry("harness", "chatty").capabilities)
 
     typo = type("Typo", (EchoHarness,), {"name": "typo", "capabilities": frozenset({"chatt"}), "__doc__": "x"})
-    other = tackroom.app.PluginManager(load_entry_points=False)
+    other = PluginManager(load_entry_points=False)
     other.register(plugin_module("p", tackroom_harnesses=lambda register: register.add_harness(typo)))
     with pytest.raises(tackroom.PluginDefinitionError,
                        match=r"'chatt' is not a capability; harness capabilities: needs_policy, chat, token_ids"):

@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom.services
 import tackroom.testing
 from tackroom._builtins.nop_harness import NopHarness
 from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
+from tackroom._manager import PluginManager
 from tackroom._runtime import TrialPlugins, TrialRuntime
+from tackroom._task import load_dataset
 from tackroom._trial import Trial
 from tackroom_local import LocalSandboxProvider
 
@@ -34,7 +36,7 @@ def plugins(harness_cls=OracleHarness, sandbox=None) -> TrialPlugins:
 
 def runtime(tmp_path, manager=None, **kw) -> TrialRuntime:
     kw.setdefault("retry_backoff_sec", 0.01)
-    return TrialRuntime(tmp_path / "run", progress=False, manager=manager or tackroom.app.PluginManager(), **kw)
+    return TrialRuntime(tmp_path / "run", progress=False, manager=manager or PluginManager(), **kw)
 
 
 def write_task(root: Path, name: str, test_sh: str, solve_sh: str = "true", toml: str | None = None) -> tackroom.Task:
@@ -44,7 +46,7 @@ def write_task(root: Path, name: str, test_sh: str, solve_sh: str = "true", toml
 
 
 async def test_oracle_scores_one_and_nop_zero_on_every_example(tmp_path):
-    tasks = tackroom.app.load_dataset(EXAMPLES).tasks
+    tasks = load_dataset(EXAMPLES).tasks
     rt = runtime(tmp_path, concurrency=5)
     oracle = await rt.run_all([(trial_for(t), t, plugins()) for t in tasks])
     assert {r.task: r.reward for r in oracle} == {t.id: 1.0 for t in tasks}
@@ -97,7 +99,7 @@ class KillsItsSandbox(tackroom.Harness):
     async def run(self, task, sandbox, policy):
         type(self).attempts += 1
         if type(self).attempts == 1:
-            os.killpg(sandbox._proc.pid, signal.SIGKILL)
+            os.killpg(sandbox.namespaces.proc.pid, signal.SIGKILL)
             await asyncio.sleep(0.2)
         await sandbox.exec("echo 1 > /app/done")
         return tackroom.Trajectory()
@@ -119,7 +121,7 @@ async def test_infra_failures_stop_after_the_configured_attempts(tmp_path):
         name = "always-dies"
 
         async def run(self, task, sandbox, policy):
-            os.killpg(sandbox._proc.pid, signal.SIGKILL)
+            os.killpg(sandbox.namespaces.proc.pid, signal.SIGKILL)
             await asyncio.sleep(0.1)
             await sandbox.exec("true")
 
@@ -137,7 +139,7 @@ async def test_tackroom_classify_error_plugin_answer_wins(tmp_path):
         async def run(self, task, sandbox, policy):
             raise ValueError("bad tool schema")
 
-    manager = tackroom.app.PluginManager()
+    manager = PluginManager()
     mod = types.ModuleType("policy_plugin")
     mod.tackroom_classify_error = tackroom.hookimpl(
         lambda error, phase: "task" if isinstance(error, ValueError) and phase == "harness_run" else None)
@@ -191,7 +193,7 @@ async def test_a_hanging_teardown_is_time_limited_and_noted(tmp_path):
 
 async def test_tackroom_trial_started_and_tackroom_trial_finished_hooks_and_resume(tmp_path):
     seen = []
-    manager = tackroom.app.PluginManager()
+    manager = PluginManager()
     mod = types.ModuleType("observer")
     mod.tackroom_trial_started = tackroom.hookimpl(lambda trial: seen.append(("start", trial.id)))
     mod.tackroom_trial_finished = tackroom.hookimpl(lambda trial, result: seen.append(("end", result.reward)))
@@ -237,7 +239,7 @@ async def test_outcomes_carry_the_written_trajectory_fresh_and_resumed(tmp_path)
         async def run(self, task, sandbox, policy):
             return tackroom.Trajectory(final_answer="sk-live-" + "x" * 24, stop_reason="completed")
 
-    tackroom.register_secret("sk-live-" + "x" * 24)
+    tackroom.services.register_secret("sk-live-" + "x" * 24)
     task = write_task(tmp_path, "t", "echo 1 > /logs/verifier/reward.txt")
     items = [(trial_for(task, "says"), task, plugins(Says))]
     rt = runtime(tmp_path)

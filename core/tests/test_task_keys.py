@@ -5,10 +5,9 @@ from pathlib import Path
 import pytest
 
 import tackroom
-import tackroom.app
 from tackroom import NetworkPolicy
 from tackroom._config import NetworkDefaults, RuntimeConfig, validate
-from tackroom._task import phase_networks
+from tackroom._task import load_dataset, phase_networks
 
 TB2_SAMPLE = Path(__file__).resolve().parents[3] / "shared" / "tb2-sample"
 
@@ -104,7 +103,7 @@ def test_a_bad_size_is_a_task_error_naming_the_key(tmp_path, size):
 def test_every_tb2_sample_task_gets_the_memory_it_asks_for():
     if not TB2_SAMPLE.is_dir():
         pytest.skip(f"{TB2_SAMPLE} is not here (the shared TB2 sample)")
-    dataset = tackroom.app.load_dataset(TB2_SAMPLE)
+    dataset = load_dataset(TB2_SAMPLE)
     assert not dataset.failures and len(dataset.tasks) == 4
     for task in dataset.tasks:
         env = task.config.environment
@@ -138,7 +137,7 @@ def test_a_link_out_of_the_task_folder_is_a_task_error_that_quotes_nothing(tmp_p
     with pytest.raises(tackroom.TaskError, match="points outside the task folder") as err:
         tackroom.load_task(task)
     assert "TOP-SECRET-CONTENT" not in str(err.value) and "host-secret" not in str(err.value)
-    dataset = tackroom.app.load_dataset(tmp_path / "t")
+    dataset = load_dataset(tmp_path / "t")
     assert not dataset.tasks and "points outside" in dataset.failures[0].message
 
 

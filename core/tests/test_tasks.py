@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import tackroom
-import tackroom.app
+from tackroom._task import load_dataset
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 
@@ -20,7 +20,7 @@ def make_task(root: Path, name: str, toml: str = "", instruction: str = "do it")
 
 
 def test_example_tasks_load_with_their_settings():
-    ds = tackroom.app.load_dataset(EXAMPLES)
+    ds = load_dataset(EXAMPLES)
     assert not ds.failures
     by_id = {t.id: t for t in ds.tasks}
     assert by_id["slow-agent"].config.agent.timeout_sec == 3
@@ -55,7 +55,7 @@ def test_one_bad_task_does_not_stop_the_others(tmp_path):
     make_task(tmp_path, "good")
     make_task(tmp_path, "bad", "[agent\n")
     make_task(tmp_path, "empty", instruction="   ")
-    ds = tackroom.app.load_dataset(tmp_path)
+    ds = load_dataset(tmp_path)
     assert [t.id for t in ds.tasks] == ["good"]
     assert sorted(f.path.name for f in ds.failures) == ["bad", "empty"]
 
@@ -63,10 +63,10 @@ def test_one_bad_task_does_not_stop_the_others(tmp_path):
 def test_include_exclude_filters_and_missing_source(tmp_path):
     for n in ("csv-a", "csv-b", "txt-a"):
         make_task(tmp_path, n)
-    assert [t.id for t in tackroom.app.load_dataset(tmp_path, include=["csv-*"], exclude=["*-b"]).tasks] == ["csv-a"]
-    assert [t.id for t in tackroom.app.load_dataset([tmp_path / "txt-a", tmp_path / "csv-b"]).tasks] == ["txt-a", "csv-b"]
+    assert [t.id for t in load_dataset(tmp_path, include=["csv-*"], exclude=["*-b"]).tasks] == ["csv-a"]
+    assert [t.id for t in load_dataset([tmp_path / "txt-a", tmp_path / "csv-b"]).tasks] == ["txt-a", "csv-b"]
     with pytest.raises(tackroom.TaskError, match="no such task or dataset directory"):
-        tackroom.app.load_dataset(tmp_path / "nope")
+        load_dataset(tmp_path / "nope")
 
 
 def test_world_reference_must_exist(tmp_path):

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 import tackroom
-import tackroom.app
 import tackroom.testing
+import tackroom_app
 from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
 from tackroom._runtime import TrialPlugins, TrialRuntime
@@ -184,7 +184,7 @@ async def run_trial(tmp_path: Path, sandbox: str, test_sh: str, solve_sh: str, u
         provider = DockerProvider()
     plugins = TrialPlugins(OracleHarness, OracleHarness.Options(), provider, TestScriptVerifier,
                            TestScriptVerifier.Options())
-    rt = TrialRuntime(tmp_path / f"run-{name}", progress=False, manager=tackroom.app.PluginManager(),
+    rt = TrialRuntime(tmp_path / f"run-{name}", progress=False, manager=tackroom_app.PluginManager(),
                       retry_backoff_sec=0.01, attempts=1)
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox=sandbox, verifier="test-script")
     return await rt.run_trial(trial, task, plugins)
@@ -278,3 +278,54 @@ async def test_the_real_pytest_from_the_tasks_own_wheels_still_grades(tmp_path, 
     result = await run_trial(tmp_path, sandbox_name, OWN_PYTEST, "echo 42 > /app/answer.txt\n", uv_binary,
                              extra=pytest_wheels)
     assert (result.error, result.reward) == (None, 1.0), result.reward_details
+
+
+# -- test tooling the agent installed ---------------------------------------------------------------------------
+
+PLUGIN_WHEEL = fake_wheel("pytest-passall", "1.0", {"passall.py": PASS_ALL})
+SYSTEM_PYTEST = "pip install -q --no-index --find-links /tests/wheels pytest==8.4.1 && " \
+                "pytest /tests/test_outputs.py -rA" + REWARD
+"""test.sh as headless-terminal's: pip install pytest==8.4.1 into the image's interpreter (offline: the task's
+wheels), then the pytest on PATH."""
+
+
+def with_entry_point(wheel: tuple[str, bytes], section: str) -> tuple[str, bytes]:
+    """``wheel`` with an ``entry_points.txt`` holding ``section`` (a pytest plugin's registration)."""
+    name, data = wheel
+    src, buf = zipfile.ZipFile(io.BytesIO(data)), io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as out:
+        for item in src.namelist():
+            out.writestr(item, src.read(item))
+        out.writestr(f"{name.split('-py3')[0]}.dist-info/entry_points.txt", section)
+    return name, buf.getvalue()
+
+
+TOOLING = {
+    # a fake pytest==8.4.1 in the image's site-packages: test.sh's own install finds it "already satisfied"
+    "a fake pytest in the image's interpreter": (
+        SYSTEM_PYTEST, "echo wrong > /app/answer.txt\npip install -q --no-deps /solution/pytest-8.4.1-py3-none-any.whl\n"),
+    # a pytest plugin of the agent's, loaded by whatever pytest test.sh installs (pytest11 entry point)
+    "a pytest plugin in the image's interpreter": (
+        SYSTEM_PYTEST, "echo wrong > /app/answer.txt\npip install -q --no-deps /solution/pytest_passall-1.0-py3-none-any.whl\n"),
+    # the virtualenv folder test.sh is about to create, made first with a fake pytest in it (venv keeps it)
+    "a fake pytest in the virtualenv test.sh creates": (
+        OWN_PYTEST, "echo wrong > /app/answer.txt\npython3 -m venv /tmp/grader-venv && "
+                    "/tmp/grader-venv/bin/pip install -q --no-deps /solution/pytest-8.4.1-py3-none-any.whl\n"),
+}
+
+
+@pytest.mark.parametrize("variant", list(TOOLING))
+async def test_test_tooling_the_agent_installed_is_not_what_grades(tmp_path, sandbox_name, variant, uv_binary,
+                                                                   pytest_wheels):
+    test_sh, solve_sh = TOOLING[variant]
+    plugin_name, plugin = with_entry_point(PLUGIN_WHEEL, "[pytest11]\npassall = passall\n")
+    extra = {**pytest_wheels, f"solution/{plugin_name}": plugin}
+    result = await run_trial(tmp_path, sandbox_name, test_sh, solve_sh, uv_binary, extra=extra)
+    assert result.reward == 0.0, f"{variant}: the agent's test tooling graded an unsolved task {result.reward_details}"
+    assert result.error is None or result.error.error_class == "model", result.error
+    if sandbox_name == "docker" or "virtualenv" in variant:  # on local the image's interpreter is read-only /usr
+        assert any("uninstalled test tooling the agent installed" in n for n in result.notes), result.notes
+    if "interpreter" in variant and sandbox_name == "local":
+        return  # test.sh's pip install into the host's read-only /usr cannot grade a solved task either
+    solved = await run_trial(tmp_path, sandbox_name, test_sh, "echo 42 > /app/answer.txt\n", uv_binary, extra=extra)
+    assert (solved.error, solved.reward) == (None, 1.0), solved.reward_details

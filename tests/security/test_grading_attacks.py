@@ -16,8 +16,8 @@ import uuid
 import pytest
 
 import tackroom
-import tackroom.app
 import tackroom.testing
+import tackroom_app
 from tackroom._builtins.nop_harness import NopHarness
 from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
@@ -60,7 +60,7 @@ async def trial(tmp_path, sandbox: str, *, test_sh: str = CHECK, solve_sh: str =
                                                           toml=toml, files=files))
     plugins = TrialPlugins(harness, harness.Options(), provider_for(sandbox, tmp_path),
                            TestScriptVerifier, TestScriptVerifier.Options())
-    rt = TrialRuntime(tmp_path / f"run-{name}", progress=False, manager=tackroom.app.PluginManager(), retry_backoff_sec=0.01,
+    rt = TrialRuntime(tmp_path / f"run-{name}", progress=False, manager=tackroom_app.PluginManager(), retry_backoff_sec=0.01,
                       attempts=1)
     t = Trial(task_id=task.id, task_path=str(task.path), harness=harness.name, sandbox=sandbox, verifier="test-script")
     return await rt.run_trial(t, task, plugins)

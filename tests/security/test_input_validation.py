@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tackroom import ConfigError, TaskError, load_task, testing
-from tackroom.app import RunConfig, claim_run_dir, load_dataset, load_run_config, run_config
+from tackroom_app import RunConfig, claim_run_dir, load_dataset, load_run_config, run_config
 from tackroom_matrix import load_matrix_config, parse_matrix_config, run_matrix
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
@@ -25,7 +25,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """`tackroom …` as a user runs it; a hang is a failure (TimeoutExpired), not a wait."""
-    return subprocess.run([sys.executable, "-m", "tackroom", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tackroom_app", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -22,14 +22,14 @@ import pytest
 from tackroom import ConfigError, TaskError, load_task, testing
 from tackroom._task import task_source_hash
 from tackroom._trial import Trial, label_part
-from tackroom.app import RunConfig, claim_run_dir, load_dataset, run_config
+from tackroom_app import RunConfig, claim_run_dir, load_dataset, run_config
 from tackroom_matrix import parse_matrix_config, run_matrix
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tackroom", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tackroom_app", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -144,7 +144,7 @@ def test_generated_run_folders_never_collide(tmp_path):
     dirs = {claim_run_dir(tmp_path, None) for _ in range(50)}  # all within the same second or two
     assert len(dirs) == 50 and all(d.is_dir() for d in dirs)
     # two real runs started together, neither naming its run
-    args = [sys.executable, "-m", "tackroom", "run", str(EXAMPLES / "hello-file"), "--harness", "nop",
+    args = [sys.executable, "-m", "tackroom_app", "run", str(EXAMPLES / "hello-file"), "--harness", "nop",
             "--out", str(tmp_path / "runs"), "--json"]
     procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]

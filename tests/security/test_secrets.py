@@ -115,7 +115,7 @@ def write_rubric_task(root: Path, name: str = "rubric-task") -> Path:
 async def tackroom(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """The real CLI in a subprocess, without blocking this loop (the scripted servers live in it)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tackroom", *args, stdout=asyncio.subprocess.PIPE,
+        sys.executable, "-m", "tackroom_app", *args, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env={**os.environ, "COLUMNS": "200", **(env or {})})
     out, err = await asyncio.wait_for(proc.communicate(), 300)
     return proc.returncode or 0, out.decode(), err.decode()
@@ -165,8 +165,8 @@ def test_redact_masks_secret_fields_and_registered_values_but_keeps_the_rest():
 
 
 def test_the_trainers_generator_sends_the_revealed_key():
-    from tackroom_skyrl.config import TrainConfig
-    from tackroom_skyrl.generator import TackroomGenerator
+    from tackroom_train.config import TrainConfig
+    from tackroom_train.generator import TackroomGenerator
 
     config = TrainConfig.model_validate({"tasks": ["x"], "harness": {"name": "answer"}, "sandbox": {"name": "local"},
                                          "policy": {"api_key": TRAIN_INLINE}, "model": {"path": "smollm2"}})

@@ -2,9 +2,11 @@
 
 This module is the plugin author's API: the plugin kinds and what they exchange, how a plugin registers, the
 errors that say who is to blame, and the helpers a plugin calls. The other public modules: ``tackroom.testing``
-(the conformance kits, for a plugin's tests), ``tackroom.executors`` (executor authors) and ``tackroom.app``
-(drivers that run trials). Everything else is private (``tackroom._…``). ``__all__`` below is grouped by what a
-name is for; tests/test_public_api.py holds it to a declared list.
+(the conformance kits, for a plugin's tests), ``tackroom.executors`` (executor authors), ``tackroom.services``
+(a service's error text, secrets kept off disk) and ``tackroom.grading`` (the grader's environment, for sandboxes); drivers that run
+trials use ``tackroom_app`` (the tackroom-app distribution, which also has the ``tackroom`` command). Everything
+else is private (``tackroom._…``). ``__all__`` below is grouped by what a name is for; tests/test_public_api.py
+holds it to a declared list.
 """
 
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
@@ -27,16 +29,13 @@ from tackroom._harness import Harness
 from tackroom._lazy_exports import LazyExports
 from tackroom._loss import AGGREGATIONS, Aggregation, LossSpec
 from tackroom._markers import hookimpl
-from tackroom._openai_errors import error_message as openai_error_message
 from tackroom._plugin import Plugin, PluginOptions, PluginSpec
-from tackroom._policy import Policy, redact, redact_url, register_secret, register_url_secrets
+from tackroom._policy import Policy
 from tackroom._policy_session import PolicySession
 from tackroom._registrar import Registrar
 from tackroom._reward import Reward
 from tackroom._sandbox import (
     DEFAULT_EXEC_TIMEOUT,
-    GRADER_CLEAN_ENV,
-    GRADER_SCRUBBED_ENV,
     ExecResult,
     GraderBrokenError,
     GradingSabotagedError,
@@ -85,8 +84,6 @@ __all__ = [
     "NetworkMode",
     "ExecResult",
     "DEFAULT_EXEC_TIMEOUT",
-    "GRADER_SCRUBBED_ENV",
-    "GRADER_CLEAN_ENV",
     "Trajectory",
     "TokenTurn",
     "Reward",
@@ -107,13 +104,8 @@ __all__ = [
     "SandboxExhaustedError",
     "GradingSabotagedError",
     "GraderBrokenError",
-    # Helpers a plugin calls: sandbox paths, service error text, secrets kept off disk, the cache, a task
+    # Helpers a plugin calls: sandbox paths, the cache, a task (services' errors and secrets: tackroom.services)
     "check_relative_inside",
-    "openai_error_message",
-    "redact",
-    "redact_url",
-    "register_secret",
-    "register_url_secrets",
     "cache_root",
     "load_task",
     "LazyExports",

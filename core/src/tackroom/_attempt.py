@@ -14,7 +14,6 @@ built-in rules), and :meth:`Attempt.decide` is the one place that picks the tria
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 import time
@@ -34,10 +33,14 @@ from tackroom._sandbox import (
     GraderBrokenError,
     GradingSabotagedError,
     NetworkPolicy,
+    NetworkSwitch,
+    ReadOnlyMounts,
     Sandbox,
     SandboxExhaustedError,
     SandboxProvider,
     SandboxSpec,
+    ServiceKeeper,
+    ToolRestorer,
 )
 from tackroom._task import Task, phase_networks
 from tackroom._trajectory import Trajectory
@@ -296,8 +299,15 @@ class Attempt:
 
     # -- the phases ------------------------------------------------------------------------------
     async def start(self) -> None:
-        if refused := self.networks.refused_by(self.plan.trial.sandbox, type(self.provider).capabilities):
-            raise TaskError(refused)  # tackroom run refuses it before the run (_run); train and matrix reach here
+        refused = (self.networks.refused_by(self.plan.trial.sandbox, type(self.provider).capabilities)
+                   or self.provider.refuses(self.task))
+        if refused:  # drivers refuse it before the run (sandbox_refusal); a driver that did not reaches here
+            raise TaskError(refused)
+        if isinstance(self.sandbox, ReadOnlyMounts):  # what the harness prepared once is bound, not uploaded
+            mounts = await self.timed("harness_mounts", self.harness.mounts(self.task), self.deadlines.setup_timeout_sec)
+            if mounts:
+                self.spec = self.spec.model_copy(update={"mounts": mounts})
+                self.sandbox = self.provider.create(self.spec)
         await self.timed("sandbox_start", self.sandbox.start(), self.spec.build_timeout_sec + self.spec.start_timeout_sec)
 
     async def setup(self) -> None:
@@ -336,10 +346,10 @@ class Attempt:
             await self.sandbox.kill_processes(timeout=KILL_TIMEOUT_SEC)
             return
         try:
-            if "keep_listening" not in inspect.signature(self.sandbox.kill_processes).parameters:
-                raise NotImplementedError("written for a contract without keep_listening")
+            if not isinstance(self.sandbox, ServiceKeeper):
+                raise NotImplementedError("not a ServiceKeeper")
             kept = await self.sandbox.kill_processes(timeout=KILL_TIMEOUT_SEC, keep_listening=True)
-        except NotImplementedError:
+        except NotImplementedError:  # cannot here and now (local, unprivileged)
             self.note(f"{self.plan.trial.sandbox}: cannot keep the agent's services into grading, so every process "
                       "it started was killed (tests that talk to a server it started fail here, not under Harbor)")
             await self.sandbox.kill_processes(timeout=KILL_TIMEOUT_SEC)
@@ -374,11 +384,14 @@ class Attempt:
                 await self.stop_other(grader)
         if self.networks.grading != self.networks.agent:
             try:
+                if not isinstance(self.sandbox, NetworkSwitch):
+                    raise NotImplementedError("not a NetworkSwitch")
                 await self.sandbox.set_network(self.networks.grading, timeout=60.0)
             except NotImplementedError:
                 self.note(f"{self.plan.trial.sandbox}: cannot change its network once started, so grading ran with "
                           f"the agent phase's ({self.networks.agent.describe()}), not {self.networks.grading.describe()}")
-        restored = await self.sandbox.restore_image_tools(keep=[workdir_of(self.sandbox), *config.grading_paths])
+        keep = [workdir_of(self.sandbox), *config.grading_paths]
+        restored = await self.sandbox.restore_image_tools(keep=keep) if isinstance(self.sandbox, ToolRestorer) else None
         if restored is None:
             self.note(f"{self.plan.trial.sandbox}: grading ran with the sandbox's executables as the agent left "
                       "them (this sandbox cannot restore the image's); grading = \"separate\" avoids that")

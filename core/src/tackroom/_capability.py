@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from enum import StrEnum
 
+from tackroom._contract import CAPABILITIES_CLOSED, CONTRACT_VERSION, UNDECLARED_CONTRACT
 from tackroom._errors import PluginDefinitionError
+
+log = logging.getLogger(__name__)
 
 
 class Capability(StrEnum):
@@ -41,8 +45,11 @@ class Capability(StrEnum):
     ROLLOUT_LOGPROBS = "rollout_logprobs", "loss", "uses the rollout engine's logprobs, so that pass may be skipped"
 
 
-def capabilities_of(kind: str, values: Iterable[object], where: str) -> frozenset[Capability]:
-    """``values`` as capabilities of a ``kind`` plugin; :class:`PluginDefinitionError` naming those there are."""
+def capabilities_of(kind: str, values: Iterable[object], where: str,
+                    contract: int | None = CONTRACT_VERSION) -> frozenset[Capability]:
+    """``values`` as capabilities of a ``kind`` plugin written for ``contract``: a name not listed for ``kind`` is a
+    :class:`PluginDefinitionError` naming those there are, or, under a contract before ``CAPABILITIES_CLOSED`` (or
+    one newer than this tackroom's, refused as such), dropped with a warning."""
     if isinstance(values, str):  # a bare string would be read letter by letter
         raise PluginDefinitionError(f"{where}: capabilities must be a set of names, not the string {values!r}")
     found: set[Capability] = set()
@@ -51,6 +58,12 @@ def capabilities_of(kind: str, values: Iterable[object], where: str) -> frozense
         if capability is None or capability.kind != kind:
             listed = ", ".join(c.value for c in Capability if c.kind == kind) or "(none)"
             why = f"is a {capability.kind} capability" if capability else "is not a capability"
-            raise PluginDefinitionError(f"{where}: {value!r} {why}; {kind} capabilities: {listed}")
+            closed = f"{kind} capabilities: {listed} (a closed list since plugin contract {CAPABILITIES_CLOSED})"
+            declared = UNDECLARED_CONTRACT if contract is None else contract
+            if isinstance(declared, int) and not CAPABILITIES_CLOSED <= declared <= CONTRACT_VERSION:
+                log.warning("tackroom plugin %s, written for contract %s: capability %r is ignored: it %s; %s",
+                            where, declared, value, why, closed)
+                continue
+            raise PluginDefinitionError(f"{where}: {value!r} {why}; {closed}")
         found.add(capability)  # type: ignore[arg-type]
     return frozenset(found)

@@ -203,7 +203,7 @@ class NetworkDefaults(BaseModel):
 
 class RuntimeConfig(BaseModel):
     """``[runtime]``: how trials are run. A ``[runtime.<executor>]`` table holds that executor's options, kept as
-    given here; :func:`tackroom._resolve.resolve_runtime` checks the names and validates each table."""
+    given here; ``tackroom_app.resolve_runtime`` checks the names and validates each table."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -295,7 +295,7 @@ def with_overrides(config: M, overrides: dict[str, Any], *, source: str = "",
 
 
 def parse_run_config(path: str | Path) -> RunConfig:
-    """Read and validate a run config, names not yet resolved (``tackroom.app.load_run_config`` does both);
+    """Read and validate a run config, names not yet resolved (``tackroom_app.load_run_config`` does both);
     relative task paths resolve against the file's folder."""
     p = Path(path)
     config = validate(RunConfig, read_toml(p), source=str(p))

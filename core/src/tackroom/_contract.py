@@ -5,6 +5,8 @@ A plugin distribution declares the contract it was written for in the module its
 newer than :data:`CONTRACT_VERSION`, or older than a change to the plugin's kind, is refused with that change
 and how to migrate; each class is checked when loaded: a method core calls that it overrides keeps today's
 parameters and stays ``async`` where core awaits it. Each :data:`CHANGES` row is a CHANGELOG.md entry.
+What a plugin declares besides methods is the contract too: CHANGELOG.md says per declaration whether one this
+tackroom does not know is ignored with a warning or refuses the whole distribution (never half of it).
 """
 
 from __future__ import annotations
@@ -13,13 +15,18 @@ import inspect
 from dataclasses import dataclass
 
 CONTRACT_VERSION = 3
-"""The contract this tackroom speaks. Bumped by any change to a method in :data:`METHODS`."""
+"""The contract this tackroom speaks. Bumped by any change to a method in :data:`METHODS` or to a declaration's rule."""
 
 CONTRACT_ATTRIBUTE = "tackroom_contract"
 """The module attribute (in the entry-point module) a plugin distribution declares its contract with."""
 
 UNDECLARED_CONTRACT = 1
 """What a distribution that declares nothing was written for: the contract before versioning."""
+
+CAPABILITIES_CLOSED = 3
+"""The first contract whose plugins name only :class:`~tackroom.Capability` members (the list closed during contract
+2): from a plugin declaring an older one (or a newer one than this tackroom's, refused as newer), a name not
+listed is ignored with a warning instead of refused."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,8 @@ class Change:
 
 METHODS: dict[str, tuple[Method, ...]] = {
     "harness": (Method("harness", "Harness", "run", ("task", "sandbox", "policy")),
-                Method("harness", "Harness", "setup", ("sandbox", "task"))),
+                Method("harness", "Harness", "setup", ("sandbox", "task")),
+                Method("harness", "Harness", "mounts", ("task",))),
     "sandbox": (Method("sandbox", "SandboxProvider", "create", ("spec",), is_async=False),
                 Method("sandbox", "SandboxProvider", "cleanup", ()),
                 Method("sandbox", "Sandbox", "run_grader",

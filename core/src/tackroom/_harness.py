@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from pathlib import Path
 from typing import ClassVar
 
 from tackroom._plugin import Plugin, PluginKind
@@ -24,6 +25,14 @@ class Harness(Plugin):
     """
 
     kind: ClassVar[PluginKind] = "harness"
+
+    async def mounts(self, task: Task) -> dict[str, Path]:
+        """Host folders to bind read-only into the sandbox of a trial of ``task``, by sandbox path
+        (:attr:`~tackroom.SandboxSpec.mounts`): what the harness prepares once and shares between trials (packages,
+        servers, binaries) instead of uploading it in every :meth:`setup`. Called before the sandbox starts, only for
+        a sandbox that binds mounts (:class:`~tackroom.sandbox_features.ReadOnlyMounts`); :meth:`setup` finds what
+        was bound in ``sandbox.spec.mounts`` and uploads the rest. Default: none."""
+        return {}
 
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
         """Prepare the sandbox for this harness (install tools, start servers). Default: nothing."""

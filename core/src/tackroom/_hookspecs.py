@@ -84,7 +84,7 @@ def tackroom_commands(app: Any) -> None:
 def tackroom_policy_gateway(base_url: str, model: str | None, api_key: str, tokenizer: str) -> Any:
     """Provide the policy gateway that chat-only harnesses reach their model through.
 
-    Called by :mod:`tackroom._policy_routing` (``tackroom run``, the matrix, the trainer) when a
+    Called by tackroom-app's policy routing (``tackroom run``, the matrix, the trainer) when a
     harness speaks only chat (capability ``chat``, or ``[policy] gateway = true``) and a policy
     endpoint is set: ``base_url`` is the engine's OpenAI base URL, ``model`` the served model
     (``None``: the engine's first), ``tokenizer`` a tokenizer folder or name that must match the

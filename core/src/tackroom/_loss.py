@@ -22,6 +22,7 @@ class LossSpec(BaseModel):
     ``fn`` is the callable or a ``"module:attr"`` reference imported on first use, so listing
     plugins never imports torch. Its signature follows SkyRL's policy-loss registry: ``fn(log_probs,
     old_log_probs, advantages, config, loss_mask, rollout_logprobs, ...) -> (loss, metrics)``.
+    ``mappings`` says how the loss runs on a trainer backend that needs more than ``fn``.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
@@ -33,6 +34,10 @@ class LossSpec(BaseModel):
     Options: type[PluginOptions] = PluginOptions
     capabilities: frozenset[Capability] = frozenset()
     """:class:`~tackroom.Capability` names of kind ``loss`` (``old_logprobs``, ``rollout_logprobs``)."""
+    mappings: dict[str, Callable[..., Any] | str] = {}
+    """By trainer backend name (``"tinker"``, ``"skyrl"``): a function of the loss's validated options, or a
+    ``"module:attr"`` reference to one, returning what that backend needs to run this loss (each trainer documents
+    its value). Core never calls them."""
     _loaded: Callable[..., Any] | None = PrivateAttr(default=None)
 
     @field_validator("name", "capabilities", mode="before")
@@ -46,11 +51,12 @@ class LossSpec(BaseModel):
         except PluginDefinitionError as exc:  # pydantic reports ValueErrors as validation errors
             raise ValueError(str(exc)) from None
 
-    @field_validator("fn")
+    @field_validator("fn", "mappings")
     @classmethod
-    def _ref(cls, v: Any) -> Any:
-        if isinstance(v, str) and ":" not in v:
-            raise ValueError(f"fn reference {v!r} must look like 'package.module:function'")
+    def _ref(cls, v: Any, info: ValidationInfo) -> Any:
+        for ref in v.values() if isinstance(v, dict) else [v]:
+            if isinstance(ref, str) and ":" not in ref:
+                raise ValueError(f"{info.field_name} reference {ref!r} must look like 'package.module:function'")
         return v
 
     def load(self) -> Callable[..., Any]:
@@ -60,3 +66,8 @@ class LossSpec(BaseModel):
         if self._loaded is None:
             self._loaded = import_ref(self.fn)
         return self._loaded
+
+    def mapping(self, backend: str) -> Callable[..., Any] | None:
+        """The mapping declared for ``backend`` (a ``"module:attr"`` reference is imported), or None."""
+        found = self.mappings.get(backend)
+        return import_ref(found) if isinstance(found, str) else found

@@ -6,6 +6,8 @@ Environment variables (read when the manager is created):
                             besides core's built-ins; set but empty loads no third-party plugin.
 ``TACKROOM_BLOCK_PLUGINS``  comma-separated blocklist (entry-point or distribution names); applies
                             to built-ins too.
+``TACKROOM_TRACE_PLUGINS``  set and not empty: every hook call is printed to stderr with the hook's name,
+                            the plugins called, a summary of the arguments and how long it took.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import reprlib
+import sys
+import time
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
@@ -31,6 +36,7 @@ ENTRY_POINT_GROUP = "tackroom"
 CORE_DISTRIBUTION = "tackroom"
 LOAD_ENV = "TACKROOM_LOAD_PLUGINS"
 BLOCK_ENV = "TACKROOM_BLOCK_PLUGINS"
+TRACE_ENV = "TACKROOM_TRACE_PLUGINS"
 
 REGISTRATION_HOOKS: dict[PluginKind, str] = {
     "harness": "tackroom_harnesses",
@@ -64,6 +70,11 @@ class PluginManager:
         self.skipped: list[str] = []
         self.broken: list[str] = []
         """Entry points whose module failed to import (reported, not fatal)."""
+        self.refused: set[str] = set()  # distributions refused whole (one broke a rule): nothing they register is kept
+        self.trace = bool(env.get(TRACE_ENV))
+        self._started: list[float] = []  # when each hook call in progress began (pluggy's calls nest, never overlap)
+        if self.trace:
+            self.pm.add_hookcall_monitoring(self._call_started, self._call_finished)
         self._registrar: Registrar | None = None
         if load_entry_points:
             for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -87,7 +98,8 @@ class PluginManager:
         except Exception as exc:  # a broken third-party plugin must not take every command down
             message = f"{dist}:{ep.name} failed to import ({ep.value}): {type(exc).__name__}: {exc}"
             self.broken.append(message)
-            log.warning("tackroom plugin %s; it is skipped", message)
+            self.refused.add(dist)
+            log.warning("tackroom plugin %s; nothing %s registers is kept", message, dist)
             return
         # Core's built-ins are written for core's own contract; a distribution that declares none predates
         # versioning (contract 1).
@@ -96,7 +108,8 @@ class PluginManager:
             self.register(plugin, name=f"{dist}:{ep.name}", distribution=dist, version=version, contract=contract)
         except PluginDefinitionError as exc:
             self.broken.append(str(exc))
-            log.warning("tackroom plugin %s; it is skipped", exc)
+            self.refused.add(dist)
+            log.warning("tackroom plugin %s; nothing %s registers is kept", exc, dist)
             return
         self._installed.add(id(plugin))
 
@@ -134,27 +147,34 @@ class PluginManager:
                 for impl in hook.get_hookimpls():  # registration order
                     registrar.source = self._sources.get(id(impl.plugin), ("<local>", ""))
                     registrar.contract = self._contracts.get(id(impl.plugin), CONTRACT_VERSION)
+                    if registrar.source[0] in self.refused:
+                        continue
+                    self._call_started(hook_name, [impl], {})  # called one by one: pluggy's monitor sees none
                     self._call_registration(registrar, hook_name, impl)
+                    self._call_finished(None, hook_name, [impl], {"register": registrar})
+            for key in [key for key, entry in registrar.entries.items() if entry.distribution in self.refused]:
+                del registrar.entries[key]
             registrar.source = ("<unknown>", "")
             self._registrar = registrar
         return self._registrar
 
     def _call_registration(self, registrar: Registrar, hook_name: str, impl: Any) -> None:
         """One plugin's registration hook. An installed plugin that breaks the rules there is reported in
-        :attr:`broken` with nothing it registered kept; one registered in-process raises (its author is here)."""
+        :attr:`broken` and its distribution :attr:`refused`; one registered in-process raises (its author is here)."""
         if id(impl.plugin) not in self._installed:
             impl.function(register=registrar)
             return
         before = set(registrar.entries)
         try:
             impl.function(register=registrar)
-        except PluginDefinitionError as exc:
+        except (PluginDefinitionError, ValueError) as exc:  # a spec's pydantic ValidationError is a ValueError
             for key in set(registrar.entries) - before:
                 del registrar.entries[key]
+            self.refused.add(registrar.source[0])
             message = f"{impl.plugin_name} failed in {hook_name}: {exc}"
             if message not in self.broken:
                 self.broken.append(message)
-            log.warning("tackroom plugin %s; what it registers there is skipped", message)
+            log.warning("tackroom plugin %s; nothing %s registers is kept", message, registrar.source[0])
 
     def entries(self, kind: PluginKind | None = None) -> list[PluginEntry]:
         """Registered plugins, sorted by kind then name."""
@@ -187,6 +207,17 @@ class PluginManager:
     def get(self, kind: PluginKind, name: str) -> Any:
         """The plugin class (or :class:`~tackroom.LossSpec` for losses) called ``name``."""
         return self.entry(kind, name).load()
+
+    def _call_started(self, hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+        self._started.append(time.perf_counter())
+
+    def _call_finished(self, outcome: Any, hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+        """With ``TACKROOM_TRACE_PLUGINS`` set, a line on stderr per hook call (datasette's DATASETTE_TRACE_PLUGINS)."""
+        took = (time.perf_counter() - self._started.pop()) * 1000
+        if self.trace:
+            args = ", ".join(f"{name}={reprlib.repr(value)}" for name, value in kwargs.items())
+            plugins = ", ".join(impl.plugin_name for impl in impls)
+            print(f"tackroom hook {hook_name}({args}) -> {plugins or 'no plugin'}: {took:.1f} ms", file=sys.stderr)
 
     @property
     def hook(self) -> Any:

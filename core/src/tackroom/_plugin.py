@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict
 
 from tackroom._capability import Capability, capabilities_of
+from tackroom._contract import CONTRACT_VERSION
 from tackroom._errors import PluginDefinitionError
 
 PluginKind = Literal["harness", "sandbox", "verifier", "loss", "executor"]
@@ -135,7 +136,7 @@ def check_options(options: object, where: str) -> type[BaseModel]:
     return options
 
 
-def check_plugin_class(cls: object, kind: PluginKind) -> type[Plugin]:
+def check_plugin_class(cls: object, kind: PluginKind, contract: int | None = CONTRACT_VERSION) -> type[Plugin]:
     """Validate a plugin class's shape at registration time: its kind, name, Options, capabilities."""
     where = getattr(cls, "__qualname__", repr(cls))
     if not (isinstance(cls, type) and issubclass(cls, Plugin) and getattr(cls, "kind", None) == kind):
@@ -144,7 +145,9 @@ def check_plugin_class(cls: object, kind: PluginKind) -> type[Plugin]:
     check_options(getattr(cls, "Options", None), f"{where}.Options")
     if not isinstance(cls.capabilities, frozenset):
         raise PluginDefinitionError(f"{where}.capabilities must be a frozenset of capability names")
-    capabilities_of(kind, cls.capabilities, where)
+    known = capabilities_of(kind, cls.capabilities, f"{cls.__module__}:{where}", contract)
+    if known != cls.capabilities:  # names its contract lets this tackroom ignore (it reads none of them): dropped
+        cls.capabilities = known
     if inspect.isabstract(cls):
         missing = ", ".join(sorted(cls.__abstractmethods__))
         raise PluginDefinitionError(f"{where} does not implement: {missing}")

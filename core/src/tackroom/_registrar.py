@@ -71,7 +71,7 @@ class PluginEntry:
                     f"{self.kind} {self.name!r} from {self.distribution} could not be imported "
                     f"({self.reference}): {exc}. Is the distribution installed with its dependencies?"
                 ) from exc
-            cls = check_plugin_class(obj, self.kind)
+            cls = check_plugin_class(obj, self.kind, self.contract)
             self._check_declared(cls)
             self.problem = signature_problem(cls, self.kind)
             if self.problem is not None:
@@ -157,7 +157,8 @@ class Registrar:
             if name is None:
                 raise PluginDefinitionError(f"lazy {kind} reference {plugin!r} needs name= (the class is not "
                                             "imported yet); better, declare a tackroom.PluginSpec the class takes")
-            plugin = PluginSpec(kind, name, plugin, summary, frozenset(capabilities), options)
+            plugin = PluginSpec(kind, name, plugin, summary, capabilities_of(kind, capabilities, plugin, self.contract),
+                                options)
         elif name is not None or summary or capabilities or options is not None:
             raise PluginDefinitionError(f"{getattr(plugin, '__qualname__', plugin)!r}: name=, summary=, "
                                         "capabilities= and options= go with a lazy reference; a class or a spec "
@@ -179,7 +180,7 @@ class Registrar:
             options = plugin.options or (NoOptions if kind == "executor" else None)
             return PluginEntry(kind, plugin.name, *self.source, plugin.summary, plugin.capabilities,
                                plugin.reference, options)
-        cls = check_plugin_class(plugin, kind)
+        cls = check_plugin_class(plugin, kind, self.contract)
         return PluginEntry(kind, cls.name, *self.source, cls.summary(), capabilities_of(kind, cls.capabilities, ""),
                            f"{cls.__module__}:{cls.__qualname__}", cls.Options, cls)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import inspect
 import ipaddress
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -136,6 +137,24 @@ class SandboxSpec(BaseModel):
     workdir: str = "/app"
     env: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
+    mounts: dict[str, Path] = Field(default_factory=dict)
+    """Host folders bound read-only at start, by sandbox path (absolute, outside the task's own folders: ``/mnt/...``):
+    what a harness prepared once for many trials (:meth:`~tackroom.Harness.mounts`). Only a
+    :class:`~tackroom.sandbox_features.ReadOnlyMounts` sandbox gets any; nothing inside it can change their files
+    or unmount them, and a link in them resolves inside the sandbox. Their files must be readable by every uid."""
+
+    @field_validator("mounts")
+    @classmethod
+    def _mount_paths(cls, v: dict[str, Path]) -> dict[str, Path]:
+        import posixpath
+
+        for path, host in v.items():
+            if not path.startswith("/") or path.startswith("//") or path == "/" or posixpath.normpath(path) != path \
+                    or "\x00" in path:
+                raise ValueError(f"mount path {path!r} is not a normalised absolute sandbox path below /")
+            if not host.is_absolute():
+                raise ValueError(f"mount {path!r}: the host folder {str(host)!r} is not an absolute path")
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -194,6 +213,8 @@ class Sandbox(abc.ABC):
     spec: SandboxSpec
     notes: list[str]
     """Things a user should know about this sandbox's fidelity (e.g. an ignored FROM line)."""
+    binds_mounts: ClassVar[bool] = False
+    """Whether :meth:`start` binds :attr:`SandboxSpec.mounts` (:class:`~tackroom.sandbox_features.ReadOnlyMounts`)."""
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
@@ -262,7 +283,7 @@ class Sandbox(abc.ABC):
         ``agent_in_sandbox`` capability). A sandbox without network gets that one port and nothing else of
         the host (no route, no other port, no internet); the forward ends with :meth:`kill_processes` (the end
         of the agent's turn) or :meth:`stop`. Sandboxes that cannot do it raise ``NotImplementedError`` (this
-        default); tackroom-sandbox-kit's ``NamespaceForwards`` implements it.
+        default); tackroom-sandbox-kit's ``NamespacePorts`` implements it.
         """
         raise NotImplementedError(f"{type(self).__name__} cannot forward a host port into the sandbox")
 
@@ -297,7 +318,9 @@ class Sandbox(abc.ABC):
         An implementation covers every executable, shared library and interpreter module the image holds,
         wherever it lies, without trusting a listing the agent could shorten; removes the interpreter start-up
         hooks the agent added (``sitecustomize``, ``*.pth``, a module earlier on ``sys.path`` or ``@INC``, ...)
-        and restores the shell start-up files in ``/etc`` (``profile``, ``profile.d``, ``bash.bashrc``, ``skel``).
+        and restores the shell start-up files in ``/etc`` (``profile``, ``profile.d``, ``bash.bashrc``, ``skel``);
+        and uninstalls the test tooling the agent installed (a fake ``pytest``, a ``pytest11`` plugin), under
+        ``keep`` too (the kit's ``added_test_tooling`` check; ``tackroom_sandbox_kit.remove_added_tooling``).
         """
         return None
 
@@ -415,6 +438,63 @@ class Sandbox(abc.ABC):
         await self.stop()
 
 
+class _Feature(abc.ABC):  # noqa: B024 (nothing to implement: isinstance goes through __subclasshook__)
+    """An optional sandbox feature, checked with ``isinstance``: a sandbox has it when its class implements the
+    feature's method or sets its flag (overrides :class:`Sandbox`'s default, which answers "cannot"). A sandbox that has a feature
+    in general but not right now (local keeps services only when tackroom runs as root) still raises
+    ``NotImplementedError`` from the method, and the runtime treats that as not having it."""
+
+    method: ClassVar[str] = ""
+
+    @classmethod
+    def __subclasshook__(cls, sub: type) -> bool:
+        if not issubclass(sub, Sandbox) or not cls.method:
+            return NotImplemented
+        own = getattr(sub, cls.method, None)
+        if own is None or own is getattr(Sandbox, cls.method):
+            return False
+        # kill_processes is every sandbox's; keeping services is overriding it with keep_listening (contract 3)
+        return cls.method != "kill_processes" or "keep_listening" in inspect.signature(own).parameters
+
+
+class NetworkSwitch(_Feature):
+    """Changes its network once started (:meth:`Sandbox.set_network`): grading on a network of its own."""
+
+    method = "set_network"
+
+
+class ServiceKeeper(_Feature):
+    """Keeps the agent's listening processes, frozen, into grading: its class overrides
+    :meth:`Sandbox.kill_processes` and takes ``keep_listening``."""
+
+    method = "kill_processes"
+
+
+class ToolRestorer(_Feature):
+    """Puts the image's tools back before grading (:meth:`Sandbox.restore_image_tools`)."""
+
+    method = "restore_image_tools"
+
+
+class PortForwarder(_Feature):
+    """Forwards one host port into the sandbox (:meth:`Sandbox.forward_host_port`), for agents inside it."""
+
+    method = "forward_host_port"
+
+
+class PortExposer(_Feature):
+    """Publishes a port of the sandbox to the host (:meth:`Sandbox.expose`)."""
+
+    method = "expose"
+
+
+class ReadOnlyMounts(_Feature):
+    """Binds :attr:`SandboxSpec.mounts` read-only at start (its class sets ``binds_mounts = True``); the runtime asks
+    the harness for mounts (:meth:`~tackroom.Harness.mounts`) only for such a sandbox."""
+
+    method = "binds_mounts"
+
+
 class SandboxProvider(Plugin):
     """A sandbox plugin: makes :class:`Sandbox` objects from a :class:`SandboxSpec`.
 
@@ -430,6 +510,12 @@ class SandboxProvider(Plugin):
     async def cleanup(self) -> int:
         """Remove leaked sandboxes this provider labelled; return how many were removed."""
         return 0
+
+    def refuses(self, task: Any) -> str | None:
+        """Why this provider cannot run ``task`` (a :class:`~tackroom.Task`) as it asks, beyond what its
+        capabilities say (an environment it cannot build), else ``None`` (this default). Asked once per task
+        before a run starts (``tackroom_app.sandbox_refusal``); a refused task is a task error named up front."""
+        return None
 
 
 def check_relative_inside(path: str, root: str = "/") -> str:

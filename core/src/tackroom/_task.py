@@ -32,7 +32,7 @@ from pydantic import (
 
 from tackroom._config import NetworkDefaults, finite_positive, format_validation_error
 from tackroom._errors import TaskError
-from tackroom._sandbox import NetworkPolicy
+from tackroom._sandbox import NetworkPolicy, SandboxProvider
 
 log = logging.getLogger("tackroom")
 MAX_TIMEOUT_SEC = 7 * 24 * 3600.0
@@ -293,11 +293,26 @@ class PhaseNetworks(BaseModel):
     grading_declared: bool
 
     def refused_by(self, sandbox: str, capabilities: frozenset[str]) -> str | None:
-        """Why ``sandbox`` cannot run these networks (an allowlist it does not enforce), else None: asked up front."""
-        if "network_allowlist" in capabilities or "allowlist" not in (self.agent.mode, self.grading.mode):
-            return None
-        return (f"the {sandbox!r} sandbox cannot enforce a network allowlist ({self.agent.describe()} for the agent, "
-                f"{self.grading.describe()} for grading): run it on a sandbox that can (local, docker)")
+        """Why ``sandbox`` cannot run these networks (an allowlist it does not enforce, the internet it cannot
+        grant), else None: asked up front (:func:`sandbox_refusal`)."""
+        modes = (self.agent.mode, self.grading.mode)
+        if "allowlist" in modes and "network_allowlist" not in capabilities:
+            return (f"the {sandbox!r} sandbox cannot enforce a network allowlist ({self.agent.describe()} for the "
+                    f"agent, {self.grading.describe()} for grading): run it on a sandbox that can (local, docker)")
+        if "public" in modes and "network" not in capabilities:
+            return (f"the {sandbox!r} sandbox cannot give a sandbox the internet ({self.agent.describe()} for the "
+                    f"agent, {self.grading.describe()} for grading): it lacks the 'network' capability")
+        return None
+
+
+def sandbox_refusal(provider: SandboxProvider, task: Task, defaults: NetworkDefaults | None = None) -> str | None:
+    """Why ``provider``'s sandboxes cannot run ``task`` as it asks, else None: what its capabilities say
+    (:meth:`PhaseNetworks.refused_by`), then what the provider itself says (:meth:`SandboxProvider.refuses`).
+    Drivers ask it once per task before they claim a run folder (``tackroom run``, ``tackroom matrix``,
+    ``tackroom train``), so such a task is a task error named before the run, never a retried ``infra``; the
+    attempt asks again as it starts, for drivers that did not."""
+    networks = phase_networks(task.config, defaults)
+    return networks.refused_by(provider.name, type(provider).capabilities) or provider.refuses(task)
 
 
 def phase_networks(config: TaskConfig, defaults: NetworkDefaults | None = None) -> PhaseNetworks:

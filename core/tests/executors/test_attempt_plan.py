@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import tackroom
-import tackroom.app
 import tackroom.testing
 from tackroom._builtins.oracle_harness import OracleHarness
 from tackroom._builtins.test_script_verifier import TestScriptVerifier
+from tackroom._manager import PluginManager
 from tackroom._runtime import TrialPlugins, TrialRuntime
 from tackroom.executors import AsyncioExecutor, AttemptPlan, Executor, run_attempt
 from tackroom_local import LocalSandboxProvider
@@ -70,7 +70,7 @@ def test_a_plan_made_in_this_process_keeps_its_live_objects_and_drops_them_when_
     plugins = TrialPlugins(Local, Local.Options(max_output_chars=5), LocalSandboxProvider(), TestScriptVerifier,
                            TestScriptVerifier.Options())
     plan = TrialRuntime(tmp_path / "run", progress=False).plan(trial_for(task), task, plugins, 3)
-    manager = tackroom.app.PluginManager(load_entry_points=False)
+    manager = PluginManager(load_entry_points=False)
     assert plan.harness.resolve(manager) == (Local, plugins.harness_options)
     assert plan.sandbox.provider(manager) is plugins.sandbox
     assert "<locals>" in plan.harness.reference
@@ -102,7 +102,7 @@ async def test_an_executor_gets_the_plan_and_the_runtime_fires_the_lifecycle_hoo
             self.plans.append(plan)
             return plan.blank_result(reward=0.5), tackroom.Trajectory(stop_reason="done")
 
-    manager = tackroom.app.PluginManager(load_entry_points=False)
+    manager = PluginManager(load_entry_points=False)
     manager.register(Recording())
     task = write_task(tmp_path, 2)
     runtime = TrialRuntime(tmp_path / "run", progress=False, manager=manager, executor=PlanOnly(),
@@ -123,5 +123,5 @@ async def test_run_attempt_never_raises_for_a_failed_attempt(tmp_path):
     task = write_task(tmp_path, 3)
     (task.path / "solution" / "solve.sh").write_text("exit 3\n")
     plan = TrialRuntime(tmp_path / "run", progress=False).plan(trial_for(task), task, oracle_plugins(tmp_path / "r"), 1)
-    result, trajectory = await run_attempt(plan, manager=tackroom.app.PluginManager(load_entry_points=False))
+    result, trajectory = await run_attempt(plan, manager=PluginManager(load_entry_points=False))
     assert result.reward == 0.0 and result.finished_at and "teardown" in result.timings

@@ -13,9 +13,10 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 import tackroom
-import tackroom.app
+from tackroom._config import RuntimeConfig
+from tackroom._errors import PluginConflictError
+from tackroom._manager import PluginManager
 from tackroom._runtime import TrialRuntime
-from tackroom.app import RuntimeConfig, load_run_config
 from tackroom.executors import (
     AsyncioExecutor,
     Executor,
@@ -23,6 +24,7 @@ from tackroom.executors import (
     NoOptions,
     make_executor,
 )
+from tackroom_app import load_run_config
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "tasks"
 
@@ -49,9 +51,9 @@ class CountingPlugin:
         register.add_executor(CountingExecutor)
 
 
-def core_only() -> tackroom.app.PluginManager:
+def core_only() -> PluginManager:
     """Core's built-ins only (asyncio), whatever else is installed."""
-    return tackroom.app.PluginManager(env={"TACKROOM_LOAD_PLUGINS": ""})
+    return PluginManager(env={"TACKROOM_LOAD_PLUGINS": ""})
 
 
 def test_core_registers_asyncio_through_tackroom_executors_like_any_plugin():
@@ -60,7 +62,7 @@ def test_core_registers_asyncio_through_tackroom_executors_like_any_plugin():
     assert entry.distribution == "tackroom" and entry.options is NoOptions
     assert entry.load() is AsyncioExecutor
     assert isinstance(TrialRuntime(".", manager=manager, progress=False).executor, AsyncioExecutor)
-    bare = tackroom.app.PluginManager(load_entry_points=False)
+    bare = PluginManager(load_entry_points=False)
     assert bare.registrar.executors == {}, "nothing is built in by hand: asyncio comes from core's entry point"
 
 
@@ -85,7 +87,7 @@ def test_lazy_executor_registration_is_imported_only_when_built():
         def tackroom_executors(self, register):
             register.add_executor("tackroom._executor:AsyncioExecutor", name="later", options=NoOptions)
 
-    manager = tackroom.app.PluginManager(load_entry_points=False)
+    manager = PluginManager(load_entry_points=False)
     manager.register(Lazy())
     entry = manager.registrar.executors["later"]
     assert entry._target is None and entry.reference == "tackroom._executor:AsyncioExecutor"
@@ -111,7 +113,7 @@ def test_bad_executor_registrations_are_refused():
     with pytest.raises(tackroom.PluginDefinitionError, match="needs|come with name="):
         register.add_executor("pkg.mod:Cls")
     register.add_executor(AsyncioExecutor)
-    with pytest.raises(tackroom.app.PluginConflictError, match="two plugins register the executor 'asyncio'"):
+    with pytest.raises(PluginConflictError, match="two plugins register the executor 'asyncio'"):
         register.add_executor(AsyncioExecutor)
 
 
@@ -142,7 +144,7 @@ def test_runtime_tables_are_validated_by_the_registered_options_model(tmp_path):
 
 
 def test_importing_tackroom_and_running_under_asyncio_never_imports_ray():
-    code = ("import sys, tackroom, tackroom._runtime, tackroom.executors, tackroom._cli.main\n"
+    code = ("import sys, tackroom, tackroom._runtime, tackroom.executors, tackroom_app._cli.main\n"
             "from tackroom.executors import make_executor\n"
             "make_executor('asyncio')\n"
             "assert 'ray' not in sys.modules, 'ray was imported'\n")
@@ -151,13 +153,13 @@ def test_importing_tackroom_and_running_under_asyncio_never_imports_ray():
 
 
 def test_tackroom_run_with_an_unknown_executor_names_the_ones_there_are(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "run", str(EXAMPLES / "hello-file"),
+    out = subprocess.run([sys.executable, "-m", "tackroom_app._cli.main", "run", str(EXAMPLES / "hello-file"),
                           "--executor", "dask", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     # the flag is checked like the config field it sets, before anything runs
     assert "--executor (runtime.executor): 'dask' is not an executor; available: asyncio" in out.stderr, out.stderr
     without_ray = {**os.environ, "TACKROOM_BLOCK_PLUGINS": "tackroom-ray"}  # as if it were not installed
-    out = subprocess.run([sys.executable, "-m", "tackroom._cli.main", "run", str(EXAMPLES / "hello-file"),
+    out = subprocess.run([sys.executable, "-m", "tackroom_app._cli.main", "run", str(EXAMPLES / "hello-file"),
                           "--executor", "ray", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120,
                          env=without_ray)
     assert out.returncode == 2, out.stderr
@@ -166,7 +168,7 @@ def test_tackroom_run_with_an_unknown_executor_names_the_ones_there_are(tmp_path
 
 
 def test_parsing_a_runtime_table_asks_no_registry_and_resolving_it_does():
-    from tackroom.app import resolve_runtime
+    from tackroom_app import resolve_runtime
 
     parsed = RuntimeConfig.model_validate({"executor": "dask", "bogus": {"x": 1}})  # shape only: no lookup
     assert parsed.executor == "dask"

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom_engine import engine, install
 
 
@@ -107,6 +107,22 @@ def model_folder(path):
     return path
 
 
+def test_status_to_a_pipe_prints_an_engine_on_one_whole_line(cache, tmp_path):
+    # printed to a pipe (or a file) a status line is not wrapped at 80 columns: one line an engine, for grep
+    policy = model_folder(tmp_path / "runs" / "a-run-named-long-enough-to-pass-eighty-columns" / "policy")
+    port = free_port()
+    proc, state = fake_engine(port, model=str(policy), name="r1")
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"TACKROOM_CACHE": str(cache)}
+        out = subprocess.run([sys.executable, "-m", "tackroom_app", "model", "status"], capture_output=True, text=True,
+                             env=env, stdin=subprocess.DEVNULL)
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait(timeout=5)
+    assert out.returncode == 0, out.stderr
+    assert f"port {port}: healthy: {state.base_url} model 'r1' ({policy}), pid {proc.pid}" in out.stdout.splitlines()
+
+
 def test_engines_side_by_side_status_and_down_per_port(cache, tmp_path):
     policy = model_folder(tmp_path / "runs" / "r1" / "policy")
     (policy / "chat_template.jinja").write_text("{{ messages }}")
@@ -128,7 +144,7 @@ def test_engines_side_by_side_status_and_down_per_port(cache, tmp_path):
         with pytest.raises(engine.EngineError, match="already serves smollm2"):
             engine.up(engine.EngineSettings(port=a, model=str(policy), served_name="r1"))
 
-        cli = [sys.executable, "-m", "tackroom", "model"]
+        cli = [sys.executable, "-m", "tackroom_app", "model"]
         env = {**os.environ, "TACKROOM_CACHE": str(cache), "COLUMNS": "300"}
         out = subprocess.run(cli + ["status"], capture_output=True, text=True, env=env)
         assert out.returncode == 0 and f"port {a}: healthy" in out.stdout and f"port {b}: healthy" in out.stdout
@@ -207,7 +223,7 @@ def test_the_real_engine_serves_token_ids(engine_url):
 
 
 def test_cli_status_json(cache):
-    cli = [sys.executable, "-m", "tackroom", "model", "status", "--json"]
+    cli = [sys.executable, "-m", "tackroom_app", "model", "status", "--json"]
     env = {**os.environ, "TACKROOM_CACHE": str(cache)}
     out = subprocess.run(cli + ["--port", "8011"], capture_output=True, text=True, env=env)
     assert json.loads(out.stdout) == {"running": False, "healthy": False} and out.returncode == 1
@@ -255,7 +271,7 @@ def test_the_engine_is_a_plugin_that_adds_the_model_commands():
 
     (ep,) = [ep for ep in entry_points(group="tackroom") if ep.dist is not None and ep.dist.name == "tackroom-engine"]
     assert ep.value == "tackroom_engine"
-    impls = tackroom.app.PluginManager(env={}).hook.tackroom_commands.get_hookimpls()
+    impls = tackroom_app.PluginManager(env={}).hook.tackroom_commands.get_hookimpls()
     assert "tackroom-engine:engine" in [impl.plugin_name for impl in impls]
     app = typer.Typer()
     tackroom_engine.tackroom_commands(app=app)
@@ -265,8 +281,8 @@ def test_the_engine_is_a_plugin_that_adds_the_model_commands():
 
 
 def test_core_carries_no_engine():
-    # Core's CLI module list no longer holds the engine: it comes only through the hook.
-    code = ("import sys, tackroom.__main__\n"
+    # The tackroom command's module list holds no engine: it comes only through the hook.
+    code = ("import sys, tackroom_app.__main__\n"
             "assert not [m for m in sys.modules if m.startswith('tackroom_engine')]\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

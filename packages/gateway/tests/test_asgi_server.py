@@ -78,7 +78,7 @@ SERVING_WHEN_INTERRUPTED = """
 import asyncio, logging, signal, sys
 from pathlib import Path
 import httpx
-from tackroom.app import run_to_completion
+from tackroom_app import run_to_completion
 from tackroom_gateway import asgi_server
 
 signal.signal(signal.SIGINT, signal.default_int_handler)  # not inherited as ignored from the test runner

@@ -24,9 +24,9 @@ import httpx
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom import ExecResult, InfraError, ModelError, Sandbox, SandboxProvider, Trial
-from tackroom.app import TrialPlugins, TrialRuntime
+from tackroom_app import TrialPlugins, TrialRuntime
 from tackroom_gateway import (
     ChatTemplate,
     EngineBadResponseError,
@@ -525,7 +525,7 @@ async def run_one_trial(tmp_path, gw: PolicyGateway, agent_timeout_s: float, har
     plugins = TrialPlugins(harness, harness.Options(), EmptySandboxes(), ZeroVerifier, ZeroVerifier.Options())
     plugins.policy_for = GatewaySessions(gw)
     trial = Trial(task_id=task.id, task_path=str(task.path), harness=harness.name, sandbox="empty", verifier="zero")
-    runtime = TrialRuntime(tmp_path / "run", attempts=1, progress=False, manager=tackroom.app.PluginManager())
+    runtime = TrialRuntime(tmp_path / "run", attempts=1, progress=False, manager=tackroom_app.PluginManager())
     return await runtime.run_trial(trial, task, plugins)
 
 

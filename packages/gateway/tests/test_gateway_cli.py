@@ -50,7 +50,7 @@ async def test_gateway_command_serves_until_signalled(smollm2_tokenizer, stop_si
     port = _free_port()
     async with serve_app(fake.app) as engine_url:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tackroom", "gateway", "--engine", engine_url, "--port", str(port),
+            sys.executable, "-m", "tackroom_app", "gateway", "--engine", engine_url, "--port", str(port),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=_gateway_env(),
         )
         try:
@@ -97,7 +97,7 @@ async def test_gateway_command_stops_cleanly_with_requests_cut_off_and_open():
     async with MisbehavingEngine([EngineReply.ok("late", delay_s=1.0)], then=EngineReply.hang(), model="smollm2") as engine:
         port = _free_port()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tackroom", "gateway", "--engine", engine.base_url, "--port", str(port),
+            sys.executable, "-m", "tackroom_app", "gateway", "--engine", engine.base_url, "--port", str(port),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=_gateway_env(),
         )
         try:
@@ -140,7 +140,7 @@ async def test_gateway_command_stops_cleanly_with_requests_cut_off_and_open():
 
 async def test_gateway_command_without_engine_says_so():
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tackroom", "gateway", "--engine", "http://127.0.0.1:9/v1", "--port", "0",
+        sys.executable, "-m", "tackroom_app", "gateway", "--engine", "http://127.0.0.1:9/v1", "--port", "0",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "COLUMNS": "200"},
     )
     out, err = await asyncio.wait_for(proc.communicate(), 120)

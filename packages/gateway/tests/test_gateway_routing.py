@@ -1,5 +1,6 @@
 """Chat-only harnesses are routed through tackroom-gateway's policy gateway (the ``tackroom_policy_gateway`` hook):
-one session per attempt, exact tokens recorded. Core's side of the routing is core/tests/test_policy_routing.py."""
+one session per attempt, exact tokens recorded. The driver's side of the routing is
+packages/app/tests/test_policy_routing.py."""
 
 import json
 import types
@@ -8,9 +9,9 @@ import httpx
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom_app
 import tackroom_gateway
-from tackroom.app import RunConfig, policy_gateway, run_config
+from tackroom_app import RunConfig, policy_gateway, run_config
 from tackroom_gateway import GatewaySessions, PolicyGateway
 
 
@@ -33,13 +34,13 @@ class OneChatHarness(tackroom.Harness):
 @pytest.fixture
 def manager_with_one_chat():
     """The process-wide manager (what ``run_config`` resolves names with), with one more harness registered."""
-    tackroom.app.reset_plugin_manager()
-    manager = tackroom.app.get_plugin_manager()
+    tackroom_app.reset_plugin_manager()
+    manager = tackroom_app.get_plugin_manager()
     mod = types.ModuleType("one_chat_plugin")
     mod.tackroom_harnesses = tackroom.hookimpl(lambda register: register.add_harness(OneChatHarness))
     manager.register(mod)
     yield manager
-    tackroom.app.reset_plugin_manager()
+    tackroom_app.reset_plugin_manager()
 
 
 def task_dir(tmp_path):
@@ -52,7 +53,7 @@ def task_dir(tmp_path):
 
 
 def test_the_installed_gateway_implements_tackroom_policy_gateway():
-    manager = tackroom.app.PluginManager(env={})
+    manager = tackroom_app.PluginManager(env={})
     impls = manager.hook.tackroom_policy_gateway.get_hookimpls()
     assert "tackroom-gateway:gateway" in [impl.plugin_name for impl in impls]
     gateway = policy_gateway(base_url="http://127.0.0.1:9/v1", model="default", api_key="k", tokenizer="smollm2",

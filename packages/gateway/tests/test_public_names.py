@@ -13,8 +13,8 @@ def test_every_public_name_resolves():
 
 
 def test_plugin_discovery_does_not_load_the_server_or_the_tokenizers():
-    code = ("import sys, tackroom.app\n"
-            "m = tackroom.app.PluginManager(env={'TACKROOM_LOAD_PLUGINS': 'tackroom-gateway'})\n"
+    code = ("import sys, tackroom_app\n"
+            "m = tackroom_app.PluginManager(env={'TACKROOM_LOAD_PLUGINS': 'tackroom-gateway'})\n"
             "assert 'tackroom-gateway:gateway' in [i.plugin_name for i in m.hook.tackroom_commands.get_hookimpls()]\n"
             "bad = [m for m in sys.modules if m.startswith(('transformers', 'starlette', 'uvicorn', 'tokenizers'))]\n"
             "assert not bad, bad\n")

@@ -14,11 +14,11 @@ import httpx
 import pytest
 
 import tackroom
-import tackroom.app
 import tackroom.testing
+import tackroom_app
 from tackroom import TrialResult
-from tackroom.app import TrialErrorInfo
 from tackroom.testing import skip_or_fail
+from tackroom_app import TrialErrorInfo
 from tackroom_matrix.config import MatrixConfig, ResolvedRow
 from tackroom_matrix.runner import MatrixOutcome
 from tackroom_matrix.stats import cell_stats
@@ -75,9 +75,9 @@ class ChatOncePlugin:
 
 
 @pytest.fixture
-def matrix_manager() -> tackroom.app.PluginManager:
+def matrix_manager() -> tackroom_app.PluginManager:
     """Installed plugins (built-ins included) plus the chat-once test harness."""
-    manager = tackroom.app.PluginManager()
+    manager = tackroom_app.PluginManager()
     manager.register(ChatOncePlugin(), name="test:chat-once")
     return manager
 
@@ -114,8 +114,8 @@ def sample_outcome(tmp_path: Path, *, with_transfer: bool = True) -> MatrixOutco
     })
     rows = [ResolvedRow(index=i, row=h, cls=cls, options=cls.Options(**h.options))
             for i, (h, cls) in enumerate(zip(config.harnesses, [
-                tackroom.app.get_plugin_manager().get("harness", "oracle"),
-                tackroom.app.get_plugin_manager().get("harness", "nop"), ChatOnceHarness, ChatOnceHarness], strict=True))]
+                tackroom_app.get_plugin_manager().get("harness", "oracle"),
+                tackroom_app.get_plugin_manager().get("harness", "nop"), ChatOnceHarness, ChatOnceHarness], strict=True))]
     domains = ["finance", "finance", "shell", "shell", "reporting", "reporting"]
     tasks = []
     for i, d in enumerate(domains):

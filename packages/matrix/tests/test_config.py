@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom import ConfigError
-from tackroom.app import Endpoint, PluginNotFoundError, load_run_config
+from tackroom_app import Endpoint, PluginNotFoundError, load_run_config
 from tackroom_matrix.config import load_matrix_config, resolve_plugins
 
 from .conftest import EXAMPLES
@@ -99,7 +99,7 @@ def test_if_installed_rows_are_skipped_with_a_notice(tmp_path, matrix_manager):
 def test_the_demo_config_is_valid():
     config = load_matrix_config(EXAMPLES / "matrix" / "demo.toml")
     assert config.models[0].label == "smollm2" and config.models[0].endpoint == "http://127.0.0.1:8011/v1"
-    rows, *_ = resolve_plugins(config, tackroom.app.PluginManager())
+    rows, *_ = resolve_plugins(config, tackroom_app.PluginManager())
     assert {"oracle", "nop"} <= {r.label for r in rows}
 
 
@@ -131,8 +131,8 @@ def test_a_harness_written_for_an_older_plugin_contract_is_refused_before_any_ce
         def tackroom_harnesses(self, register):
             register.add_harness(Greeter)
 
-    manager = tackroom.app.PluginManager()
+    manager = tackroom_app.PluginManager()
     manager.register(GreeterPlugin(), name="tackroom-greeter", distribution="tackroom-greeter")
     config = load_matrix_config(write(tmp_path, '[[harnesses]]\nname = "greeter"\n[[harnesses]]\nname = "oracle"\n'))
-    with pytest.raises(tackroom.app.PluginIncompatibleError, match=r"harness 'greeter' from tackroom-greeter .*Harness\.run"):
+    with pytest.raises(tackroom_app.PluginIncompatibleError, match=r"harness 'greeter' from tackroom-greeter .*Harness\.run"):
         resolve_plugins(config, manager)

@@ -11,7 +11,7 @@ from .conftest import EXAMPLES, closed_port, painted, screenshot
 
 
 def tackroom(*args, cwd=None, env=None):
-    return subprocess.run([sys.executable, "-m", "tackroom", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tackroom_app", *args], capture_output=True, text=True,
                           timeout=600, cwd=cwd, env={**os.environ, "COLUMNS": "160", **(env or {})})
 
 
@@ -19,7 +19,7 @@ def test_the_command_comes_from_the_package_not_from_core():
     assert tackroom("matrix", "--help").returncode == 0
     without = tackroom("matrix", "--help", env={"TACKROOM_BLOCK_PLUGINS": "tackroom-matrix"})
     assert without.returncode != 0 and "`tackroom matrix` is provided by tackroom-matrix, which is not installed" in without.stderr
-    assert "pip install ./packages/matrix" in without.stderr
+    assert "pip install ./packages/app ./packages/matrix" in without.stderr
 
 
 def test_the_demo_config_runs_and_writes_every_report(tmp_path, chromium):
@@ -47,6 +47,19 @@ def test_the_demo_config_runs_and_writes_every_report(tmp_path, chromium):
     _, _, rows = screenshot(chromium, run_dir / "report.html", tmp_path / "demo.png", tmp_path)
     colours, share = painted(rows)
     assert colours > 200 and share > 0.2, (colours, share)
+
+
+def test_the_table_to_a_pipe_keeps_a_long_row_label_whole(tmp_path):
+    # printed to a pipe (or a file) the table is not cut with "…", not even where COLUMNS is set narrower than a row
+    label = "oracle-" + "with-a-row-label-longer-than-a-window-is-wide-" * 3
+    cfg = tmp_path / "long.toml"
+    cfg.write_text(f'tasks = ["{EXAMPLES / "tasks"}"]\ninclude = ["hello-file"]\npasses = 1\nk = 1\n'
+                   f'[[harnesses]]\nname = "oracle"\nlabel = "{label}"\n[runtime]\nout = "{tmp_path / "runs"}"\n')
+    out = tackroom("matrix", str(cfg))
+    assert out.returncode == 0, out.stderr
+    assert "…" not in out.stdout
+    row = next((line for line in out.stdout.splitlines() if label in line), None)
+    assert row is not None and row.split()[-6:] == ["1.00", "1.00", "1/1", "0/0/0", "0.0%", "0"], out.stdout
 
 
 def test_table_output_resume_and_errors(tmp_path):

@@ -9,7 +9,7 @@ from math import isclose
 import pytest
 
 from tackroom import TrialResult
-from tackroom.app import TrialErrorInfo
+from tackroom_app import TrialErrorInfo
 from tackroom_matrix.stats import cell_stats, pass_at_k
 
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import tackroom
-import tackroom.app
+import tackroom_app
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # misbehaving_harnesses, importable by name here and in the workers
@@ -36,6 +35,6 @@ def ray_cluster():
 
 
 @pytest.fixture
-def manager() -> tackroom.app.PluginManager:
+def manager() -> tackroom_app.PluginManager:
     """A plugin manager with no entry points loaded: register test plugins on it directly."""
-    return tackroom.app.PluginManager(load_entry_points=False)
+    return tackroom_app.PluginManager(load_entry_points=False)

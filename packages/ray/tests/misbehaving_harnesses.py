@@ -15,8 +15,8 @@ from pathlib import Path
 from pydantic import Field
 
 from tackroom import Trajectory
-from tackroom.app import get_plugin_manager
 from tackroom.testing import run_harness_checks, run_sandbox_checks
+from tackroom_app import get_plugin_manager
 from tackroom_local import LocalSandboxProvider
 
 OracleHarness = get_plugin_manager().get("harness", "oracle")  # the built-in, by name

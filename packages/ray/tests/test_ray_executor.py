@@ -26,19 +26,19 @@ from misbehaving_harnesses import (
 )
 
 import tackroom
-import tackroom.app
 import tackroom.testing
+import tackroom_app
 from tackroom import Trial
-from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom.executors import ExecutorUnavailableError
+from tackroom_app import TrialPlugins, TrialRuntime
 from tackroom_local import LocalSandboxProvider
 from tackroom_ray import RayOptions
 
 pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "tasks"
-OracleHarness = tackroom.app.get_plugin_manager().get("harness", "oracle")  # built-ins, by name
-TestScriptVerifier = tackroom.app.get_plugin_manager().get("verifier", "test-script")
+OracleHarness = tackroom_app.get_plugin_manager().get("harness", "oracle")  # built-ins, by name
+TestScriptVerifier = tackroom_app.get_plugin_manager().get("verifier", "test-script")
 REWARD_SH = '[ "$(cat /app/out.txt)" = "{i}" ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n'
 
 
@@ -66,7 +66,7 @@ def roots_in(tmp_path: Path) -> LocalSandboxProvider:
 def ray_runtime(run_dir: Path, manager=None, attempts: int = 3, concurrency: int = 4, teardown_timeout_sec: float = 10,
                 **ray_options) -> TrialRuntime:
     return TrialRuntime(run_dir, attempts=attempts, concurrency=concurrency, retry_backoff_sec=0.01, progress=False,
-                        teardown_timeout_sec=teardown_timeout_sec, manager=manager or tackroom.app.PluginManager(),
+                        teardown_timeout_sec=teardown_timeout_sec, manager=manager or tackroom_app.PluginManager(),
                         executor="ray", executor_options=RayOptions(**ray_options))
 
 
@@ -113,7 +113,7 @@ def outcome(r) -> tuple:
 
 
 async def test_oracle_on_the_examples_gives_the_same_results_under_ray_and_asyncio(ray_cluster, tmp_path, writes):
-    tasks = tackroom.app.load_dataset(EXAMPLES).tasks
+    tasks = tackroom_app.load_dataset(EXAMPLES).tasks
     shared = plugins()
     items = [(trial_for(t), t, shared) for t in tasks]
     local = await TrialRuntime(tmp_path / "asyncio", concurrency=5, progress=False).run_all(items)
@@ -143,7 +143,7 @@ def test_tackroom_run_executor_ray_attaches_to_a_running_cluster(ray_cluster, tm
 
     def run(*extra, env=None):
         out = subprocess.run(
-            [sys.executable, "-m", "tackroom", "run", str(EXAMPLES / "hello-file"), str(EXAMPLES / "csv-totals"),
+            [sys.executable, "-m", "tackroom_app", "run", str(EXAMPLES / "hello-file"), str(EXAMPLES / "csv-totals"),
              "--out", str(tmp_path), "--json", *extra],
             capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
         assert out.returncode == 0, out.stderr[-3000:]
@@ -266,7 +266,7 @@ async def test_fifty_concurrent_oracle_trials_on_the_local_sandbox_with_zero_err
 
 async def test_resume_under_ray_reruns_only_missing_and_infra_trials_and_hooks_fire_in_the_driver(ray_cluster, tmp_path):
     seen: list[tuple[str, str]] = []
-    manager = tackroom.app.PluginManager()
+    manager = tackroom_app.PluginManager()
     observer = types.ModuleType("observer")
     observer.tackroom_trial_started = tackroom.hookimpl(lambda trial: seen.append(("start", trial.id)))
     observer.tackroom_trial_finished = tackroom.hookimpl(lambda trial, result: seen.append(("end", trial.id)))
@@ -367,7 +367,7 @@ async def test_a_plugin_missing_on_the_worker_node_is_an_infra_error_naming_the_
     only_here = tmp_path / "driver_only"
     only_here.mkdir()
     (only_here / "driver_only_harness.py").write_text(
-        "import tackroom.app\n\nOracleHarness = tackroom.app.get_plugin_manager().get('harness', 'oracle')\n\n"
+        "import tackroom_app\n\nOracleHarness = tackroom_app.get_plugin_manager().get('harness', 'oracle')\n\n"
         "class DriverOnly(OracleHarness):\n    '''Installed on the driver's machine only.'''\n\n    name = 'driver-only'\n")
     monkeypatch.syspath_prepend(str(only_here))
     from driver_only_harness import DriverOnly

@@ -7,20 +7,20 @@ import sys
 import pytest
 
 import tackroom
-import tackroom.app
-from tackroom.app import TrialPlugins, TrialRuntime, load_run_config
+import tackroom_app
 from tackroom.executors import AsyncioExecutor, ExecutorUnavailableError, PluginRef, make_executor
+from tackroom_app import TrialPlugins, TrialRuntime, load_run_config
 from tackroom_local import LocalSandboxProvider
 from tackroom_ray import PluginNotShippableError, RayOptions
 from tackroom_ray.executor import RayExecutor
 from tackroom_ray.shipping import check_shippable
 
-OracleHarness = tackroom.app.get_plugin_manager().get("harness", "oracle")  # built-ins, by name
-TestScriptVerifier = tackroom.app.get_plugin_manager().get("verifier", "test-script")
+OracleHarness = tackroom_app.get_plugin_manager().get("harness", "oracle")  # built-ins, by name
+TestScriptVerifier = tackroom_app.get_plugin_manager().get("verifier", "test-script")
 
 
 def test_tackroom_ray_registers_ray_lazily_through_tackroom_executors():
-    entry = tackroom.app.PluginManager().registrar.executors["ray"]
+    entry = tackroom_app.PluginManager().registrar.executors["ray"]
     assert (entry.distribution, entry.reference, entry.options) == (
         "tackroom-ray", "tackroom_ray.executor:RayExecutor", RayOptions)
     assert entry.load() is RayExecutor
@@ -62,7 +62,7 @@ def test_a_missing_ray_says_how_to_install_it(monkeypatch):
 
 
 def test_tackroom_never_imports_ray_unless_the_ray_executor_runs():
-    code = ("import sys, tackroom, tackroom.app, tackroom.executors, tackroom.__main__\n"
+    code = ("import sys, tackroom, tackroom_app, tackroom.executors, tackroom_app.__main__\n"
             "from tackroom.executors import make_executor\n"
             "make_executor('ray', {'num_cpus_per_trial': 1})\n"
             "assert 'ray' not in sys.modules, 'ray was imported'\n")
@@ -107,7 +107,7 @@ def test_built_in_plugins_ship_by_reference_and_come_back_equal(manager, tmp_pat
     assert (shipped.attempt, shipped.deadlines.setup_timeout_sec, shipped.deadlines.teardown_timeout_sec) == (2, 7, 9)
     assert shipped.harness.reference == f"{OracleHarness.__module__}:{OracleHarness.__qualname__}"
     assert shipped.sandbox.name == "local" and shipped.sandbox.options["output_limit_bytes"] == 4096
-    full = tackroom.app.PluginManager()
+    full = tackroom_app.PluginManager()
     for ref, cls, options in ((shipped.harness, OracleHarness, plugins.harness_options),
                               (shipped.sandbox, LocalSandboxProvider, provider.options),
                               (shipped.verifier, TestScriptVerifier, plugins.verifier_options)):

@@ -14,7 +14,7 @@ import socket
 import pytest
 
 from tackroom import NetworkPolicy, SandboxError
-from tackroom_sandbox_kit import EgressProxy, EgressRefused, EgressRules, NamespaceEgress, proxy_env
+from tackroom_sandbox_kit import EgressProxy, EgressRefused, EgressRules, NamespacePorts, proxy_env
 
 pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="the tests drive the proxy with curl")
 
@@ -158,28 +158,19 @@ def test_the_variables_send_every_scheme_through_the_proxy_and_keep_loopback_dir
     assert env["NO_PROXY"] == env["no_proxy"] == "localhost,127.0.0.1,::1"
 
 
-class Egress(NamespaceEgress):
-    """The mixin alone: what a sandbox class gets from it."""
-
-    notes: list[str]
-
-    def __init__(self) -> None:
-        self.notes = []
-
-
-async def test_the_mixin_serves_only_allowlists_and_notes_what_it_refused():
-    sandbox = Egress()
-    await sandbox._open_egress(os.getpid(), NetworkPolicy(mode="none"), enter_user=False)
-    assert sandbox._egress_env == {}
+async def test_the_part_serves_only_allowlists_and_notes_what_it_refused():
+    sandbox = NamespacePorts(NetworkPolicy(mode="none"), notes=[], enter_user=False)
+    await sandbox.serve(os.getpid())
+    assert sandbox.env == {}
     if os.geteuid() != 0:
         pytest.skip("entering a network namespace by pid needs root (CAP_SYS_ADMIN)")
-    await sandbox._open_egress(os.getpid(), NetworkPolicy(mode="allowlist", allowed_hosts=("pypi.org",)),
-                               enter_user=False)
-    port = int(sandbox._egress_env["HTTPS_PROXY"].rsplit(":", 1)[1])
+    sandbox.policy = NetworkPolicy(mode="allowlist", allowed_hosts=("pypi.org",))
+    await sandbox.serve(os.getpid())
+    port = int(sandbox.env["HTTPS_PROXY"].rsplit(":", 1)[1])
     code, _, err = await curl(port, "http://not-listed.invalid/", tunnel=True)
     assert code != 0 and "403" in err
-    await sandbox._close_egress()
-    assert sandbox._egress_env == {}
+    await sandbox.close_egress()
+    assert sandbox.env == {}
     assert sandbox.notes == ["the network allowlist refused 1 connection(s): host 'not-listed.invalid' is not in the "
                              "task's allowed_hosts"]
     with pytest.raises(OSError):
@@ -187,5 +178,4 @@ async def test_the_mixin_serves_only_allowlists_and_notes_what_it_refused():
     with pytest.raises(SandboxError, match="could not open a port inside the sandbox's network namespace"):
         gone = await asyncio.create_subprocess_exec("true")
         await gone.wait()
-        await sandbox._open_egress(gone.pid, NetworkPolicy(mode="allowlist", allowed_hosts=("pypi.org",)),
-                                   enter_user=False)
+        await sandbox.serve(gone.pid)

@@ -1,7 +1,7 @@
-"""NamespaceForwards: what local and docker mix into their sandboxes for ``forward_host_port``. End to end (an agent
-in a sandbox without network reaching that one port and nothing else) it is checked by core's
-tests/test_agent_in_sandbox.py on ``local`` and the docker attack suite; here, the mixin's own bookkeeping and its
-errors, on this process's own network namespace."""
+"""NamespacePorts' forwards: what local and docker hold for ``forward_host_port``. End to end (an agent in a sandbox
+without network reaching that one port and nothing else) it is checked by core's tests/test_agent_in_sandbox.py on
+``local`` and the docker attack suite; here, the part's own bookkeeping and its errors, on this process's own
+network namespace."""
 
 from __future__ import annotations
 
@@ -10,16 +10,17 @@ import os
 
 import pytest
 
-from tackroom import SandboxError
-from tackroom_sandbox_kit import NamespaceForwards
+from tackroom import NetworkPolicy, SandboxError
+from tackroom_sandbox_kit import NamespacePorts
 
 
-class Forwarding(NamespaceForwards):
-    """The mixin alone: what a sandbox class gets from it."""
+def Forwarding() -> NamespacePorts:
+    """The part alone, as a sandbox in this process's namespaces (no user namespace to enter) holds it."""
+    return NamespacePorts(NetworkPolicy(), notes=[], enter_user=False)
 
 
 async def test_closing_without_a_forward_is_a_no_op():
-    await Forwarding()._close_forwards()
+    await Forwarding().close_forwards()
 
 
 async def test_a_process_that_is_gone_is_a_sandbox_error_naming_it():
@@ -27,7 +28,7 @@ async def test_a_process_that_is_gone_is_a_sandbox_error_naming_it():
     await gone.wait()
     with pytest.raises(SandboxError, match=rf"could not open a port inside the sandbox's network namespace "
                                            rf"\(process {gone.pid}\)"):
-        await Forwarding()._open_forward(gone.pid, 9, enter_user=False)
+        await Forwarding().forward(gone.pid, 9)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="entering a network namespace by pid needs root (CAP_SYS_ADMIN)")
@@ -40,16 +41,16 @@ async def test_a_forward_reaches_the_host_port_until_it_is_closed():
     upstream = await asyncio.start_server(answer, "127.0.0.1", 0)
     sandbox = Forwarding()
     try:
-        url = await sandbox._open_forward(os.getpid(), upstream.sockets[0].getsockname()[1], enter_user=False)
+        url = await sandbox.forward(os.getpid(), upstream.sockets[0].getsockname()[1])
         assert url.startswith("http://127.0.0.1:")
         port = int(url.rsplit(":", 1)[1])
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         assert await asyncio.wait_for(reader.readline(), 10) == b"policy\n"
         writer.close()
-        await sandbox._close_forwards()
+        await sandbox.close_forwards()
         with pytest.raises(OSError):
             await asyncio.open_connection("127.0.0.1", port)
-        await sandbox._close_forwards()  # twice: nothing left to close
+        await sandbox.close_forwards()  # twice: nothing left to close
     finally:
-        await sandbox._close_forwards()
+        await sandbox.close_forwards()
         upstream.close()

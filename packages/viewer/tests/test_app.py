@@ -141,7 +141,7 @@ def test_filters_that_are_not_numbers_are_named(root):
 
 # -- the command -------------------------------------------------------------------------------------
 def tackroom(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tackroom", *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([sys.executable, "-m", "tackroom_app", *args], capture_output=True, text=True, timeout=60,
                           **kwargs)
 
 
@@ -158,7 +158,7 @@ def test_view_says_what_is_wrong(tmp_path):
 
 
 def test_view_serves_the_folder_it_is_given(root):
-    process = subprocess.Popen([sys.executable, "-m", "tackroom", "view", str(root), "--port", "0"],
+    process = subprocess.Popen([sys.executable, "-m", "tackroom_app", "view", str(root), "--port", "0"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = process.stdout.readline()

@@ -151,7 +151,7 @@ def test_what_is_not_atif_is_refused_with_what_is_wrong(document, says):
 
 # -- the commands -------------------------------------------------------------------------------------
 def tackroom(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tackroom", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "tackroom_app", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_export_then_import_gives_back_every_trial_of_every_run(runs_root, tmp_path):

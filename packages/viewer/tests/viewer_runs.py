@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tackroom.app import RunConfig, run_config
 from tackroom.testing import write_task
+from tackroom_app import RunConfig, run_config
 
 HOSTILE = ('blue <script>document.title = "pwned"; window.__pwned = 1</script>'
            '<img src=x onerror="window.__pwned = 2"></pre><b id="injected">bold</b>')
@@ -73,7 +73,7 @@ async def matrix_run(tasks: list[Path], out: Path, run_id: str, replies: dict[st
 
 def write_steps(train_dir: Path, rewards: list[float]) -> None:
     """steps.jsonl and trajectories.jsonl as the Tinker loop's RunLog writes them (its own record models)."""
-    from tackroom_skyrl.tinker.records import StepRecord, TrajectoryRecord
+    from tackroom_train.tinker.records import StepRecord, TrajectoryRecord
 
     with (train_dir / "steps.jsonl").open("w") as f:
         for step, reward in enumerate(rewards, start=1):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tackroom import TaskError, load_task
-from tackroom.app import sandbox_spec
+from tackroom_app import sandbox_spec
 from tackroom_local import LocalSandboxProvider
 from tackroom_worlds import mount_world_files, world_files
 

@@ -22,6 +22,10 @@ Each plays an agent that goes for grading rather than for its task (docs/threat-
 - ``set_network``: switching a started sandbox's network to ``public`` and back to ``none`` does what it
   says (interfaces besides loopback come and go), and ``allowlist`` works or is refused by name.
 
+- ``added_test_tooling``: a fake ``pytest`` distribution and a ``pytest11`` plugin the agent left in a virtualenv
+  folder (where ``test.sh`` is about to create one) are gone after :meth:`Sandbox.restore_image_tools`; a package
+  that is not test tooling stays.
+
 - ``install_config`` (:mod:`tackroom.testing.install_checks`): pip, uv, apt, npm and pytest configuration the
   agent planted where those tools discover it is not what they see inside :meth:`Sandbox.run_grader`.
 
@@ -37,7 +41,15 @@ import shlex
 from pathlib import Path
 
 from tackroom._grading import prepare_grading
-from tackroom._sandbox import GradingSabotagedError, NetworkPolicy, Sandbox, SandboxError
+from tackroom._sandbox import (
+    GradingSabotagedError,
+    NetworkPolicy,
+    NetworkSwitch,
+    Sandbox,
+    SandboxError,
+    ServiceKeeper,
+    ToolRestorer,
+)
 from tackroom.testing._context import CheckContext
 from tackroom.testing._report import SkipCheck
 from tackroom.testing.install_checks import check_install_config
@@ -48,6 +60,8 @@ SHADOWED = ("sh", "bash", "dash", "kill", "rm", "mkdir", "ls", "find", "tar", "c
 
 
 async def _restore(sb: Sandbox) -> list[str]:
+    if not isinstance(sb, ToolRestorer):
+        raise SkipCheck("the sandbox cannot restore the image's tools (it is no ToolRestorer)")
     restored = await sb.restore_image_tools()
     if restored is None:
         raise SkipCheck("the sandbox cannot restore the image's tools (restore_image_tools returned None)")
@@ -69,6 +83,25 @@ async def check_added_tools_survive(sb: Sandbox, ctx: CheckContext) -> None:
     await sb.exec(["rm", "-f", *placed], timeout=30)
     assert not gone, (f"restore_image_tools removed tools the agent installed: {gone}"
                       + (" (a merged-/usr image: compare real paths, /bin is usr/bin)" if merged else ""))
+
+
+async def check_added_test_tooling(sb: Sandbox, ctx: CheckContext) -> None:
+    """Test tooling the agent installed is uninstalled by ``restore_image_tools``; other packages stay."""
+    site = f"/tmp/grader-venv-{secrets.token_hex(3)}/lib/python3.13/site-packages"
+    script = "".join(
+        f"mkdir -p {site}/{pkg} {site}/{info} && : > {site}/{pkg}/__init__.py && printf '%s' {shlex.quote(ep)} > "
+        f"{site}/{info}/entry_points.txt && printf '%s,,\n' {pkg}/__init__.py {info}/RECORD > {site}/{info}/RECORD\n"
+        for pkg, info, ep in (("pytest", "pytest-8.4.1.dist-info", "[console_scripts]\npytest = pytest:main\n"),
+                              ("passall", "passall-1.0.dist-info", "[pytest11]\npassall = passall\n"),
+                              ("numpy", "numpy-2.3.0.dist-info", "")))
+    made = await sb.exec(script, timeout=30)
+    if not made.ok:
+        raise SkipCheck(f"could not plant packages in /tmp: {made.stderr[-200:]}")
+    await _restore(sb)
+    left = (await sb.exec(f"cd {site} && ls -d pytest* passall* numpy* 2>/dev/null", timeout=30)).stdout.split()
+    await sb.exec(["rm", "-rf", site.split("/lib/")[0]], timeout=30)
+    assert "numpy-2.3.0.dist-info" in left and "numpy" in left, f"a package that is not test tooling was removed: {left}"
+    assert not [n for n in left if not n.startswith("numpy")], f"the agent's test tooling stayed for the grader: {left}"
 
 
 async def check_shadowed_shell(sb: Sandbox, ctx: CheckContext) -> None:
@@ -239,6 +272,8 @@ async def check_kept_services(sb: Sandbox, ctx: CheckContext) -> None:
                              f"for i in $(seq 50); do [ -s {log} ] && exit 0; sleep 0.1; done; exit 1"], timeout=30)
     assert started.ok, "the service never started (the check itself is broken)"
     try:
+        if not isinstance(sb, ServiceKeeper):
+            raise NotImplementedError("it is no ServiceKeeper")
         kept = await sb.kill_processes(timeout=30, keep_listening=True)
     except NotImplementedError as exc:
         await sb.kill_processes(timeout=30)
@@ -346,6 +381,8 @@ async def check_set_network(sb: Sandbox, ctx: CheckContext) -> None:
     no traffic past the sandbox's proxy (the refused name is never resolved)."""
     if ctx.spec.network.online:
         raise SkipCheck("the spec starts online; this check starts from no network")
+    if not isinstance(sb, NetworkSwitch):
+        raise SkipCheck("the sandbox cannot change its network once started (it is no NetworkSwitch)")
     try:
         await sb.set_network(NetworkPolicy(mode="public"))
     except NotImplementedError as exc:
@@ -375,6 +412,7 @@ async def check_set_network(sb: Sandbox, ctx: CheckContext) -> None:
 
 GRADER_CHECKS = {
     "added_tools_survive": check_added_tools_survive,
+    "added_test_tooling": check_added_test_tooling,
     "shadowed_shell": check_shadowed_shell,
     "startup_hooks": check_startup_hooks,
     "reward_prefill": check_reward_prefill,

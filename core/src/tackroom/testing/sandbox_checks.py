@@ -23,11 +23,14 @@ Three checks treat the sandbox as an adversary would: ``kill_processes``
 all stop), ``planted_symlinks`` (links from inside the sandbox to host paths at
 every transfer destination change no host file and bring no host file back)
 and ``privileges`` (the sandbox cannot write a host file by its path nor any
-of its own read-only mounts, even after ``mount -o remount,rw`` or ``unshare``).
+of its own read-only mounts, even after ``mount -o remount,rw`` or ``unshare``); ``readonly_mounts`` (a
+sandbox that binds ``SandboxSpec.mounts``: the host folder is neither changed nor replaced from inside, its
+links reach no host file, and the next sandbox finds it as it was).
 The grading attacks (:mod:`tackroom.testing.grading_checks`) come next: ``planted_test_files``,
 ``fifo_at_read_path``, ``tampered_tools`` and ``disk_fill``; then the grader's isolation
-(:mod:`tackroom.testing.grader_checks`): ``added_tools_survive``, ``shadowed_shell``, ``startup_hooks``,
-``reward_prefill``, ``kept_services``, ``set_network`` and ``install_config`` (the grader's installs,
+(:mod:`tackroom.testing.grader_checks`): ``added_tools_survive``, ``added_test_tooling``, ``shadowed_shell``,
+``startup_hooks``, ``reward_prefill``, ``kept_services``, ``kept_service_write``, ``set_network`` and
+``install_config`` (the grader's installs,
 :mod:`tackroom.testing.install_checks`).
 """
 
@@ -45,7 +48,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tackroom._errors import SandboxError, SandboxPathError, SandboxTimeoutError
-from tackroom._sandbox import Sandbox, SandboxProvider, SandboxSpec
+from tackroom._sandbox import PortExposer, ReadOnlyMounts, Sandbox, SandboxProvider, SandboxSpec
 from tackroom.testing._context import CheckContext
 from tackroom.testing._report import CheckReport, CheckResult, SkipCheck, known_skips, timed_check
 from tackroom.testing.grader_checks import GRADER_CHECKS
@@ -552,6 +555,78 @@ async def check_privileges(sb: Sandbox, ctx: CheckContext) -> None:
     assert not wrote, "the sandbox modified read-only mounts: " + "; ".join(wrote)
 
 
+_ATTACK_MOUNT = r"""
+m=$1
+echo planted > "$m/new"; echo changed > "$m/file.txt"; touch "$m/sub/kept.txt"; chmod 777 "$m/file.txt"
+rm -rf "$m/sub"; rm -f "$m/file.txt"; mv "$m/file.txt" "$m/moved"; ln -s /etc/passwd "$m/link"
+mv "$m" "$m.old" && mkdir -p "$m" && echo replaced > "$m/file.txt"
+mount -o remount,rw,bind "$m"; umount -l "$m"; unshare -Urm sh -c "mount -o remount,rw,bind $m && echo x > $m/new"
+cat "$m/escape" "$m/climb" 2>/dev/null
+true
+"""
+
+
+def _mode_state(root: Path) -> dict[str, tuple[bytes | str, int]]:
+    return {rel: (v, (root / rel).lstat().st_mode) for rel, v in _tree_state(root).items()}
+
+
+async def check_readonly_mounts(sb: Sandbox, ctx: CheckContext) -> None:
+    """``SandboxSpec.mounts`` (a :class:`~tackroom.sandbox_features.ReadOnlyMounts` sandbox): a host folder bound at
+    start reads as it is; nothing inside changes, replaces or unmounts it, an upload into it is refused, a link in
+    it never reaches the host's files, and the next sandbox finds it exactly as before (pristine for the next trial)."""
+    if not isinstance(sb, ReadOnlyMounts) or ctx.provider is None:
+        raise SkipCheck("the sandbox binds no mounts (not a ReadOnlyMounts)")
+    secret = f"mount-secret-{secrets.token_hex(8)}".encode()
+    (ctx.local / "host-secret.txt").write_bytes(secret)
+    host = ctx.local / "mounted"
+    (host / "sub").mkdir(parents=True)
+    (host / "file.txt").write_bytes(b"pristine")
+    (host / "sub" / "kept.txt").write_bytes(b"kept")
+    (host / "escape").symlink_to(ctx.local / "host-secret.txt")  # absolute host path: resolves inside, to nothing
+    (host / "climb").symlink_to("../" * 12 + str(ctx.local / "host-secret.txt").lstrip("/"))
+    for path in (ctx.local, host, host / "sub"):
+        path.chmod(0o755)
+    before = _mode_state(host)
+    where = "/mnt/tackroom-check"
+    spec = ctx.spec.model_copy(update={"name": f"{ctx.spec.name}-mounts", "mounts": {where: host}})
+    for turn in ("first", "next"):
+        other = ctx.provider.create(spec)
+        try:
+            await other.start()
+            r = await other.exec(f"cat {where}/file.txt {where}/sub/kept.txt", timeout=30)
+            assert r.ok and r.stdout == "pristinekept", f"the {turn} sandbox read {r.stdout!r} from the mount ({r.stderr[-300:]})"
+            if turn == "first":
+                r = await other.exec(["bash", "-c", _ATTACK_MOUNT, "attack", where], timeout=60)
+                assert secret.decode() not in r.stdout, "a link in the mount reached the host's files"
+                try:
+                    await other.upload(ctx.local / "host-secret.txt", f"{where}/uploaded.txt", timeout=30)
+                except (SandboxError, PermissionError, OSError):
+                    pass
+                after = await other.exec(f"cat {where}/file.txt", timeout=30)
+                assert after.stdout == "pristine", f"the agent replaced the mount in place: it reads {after.stdout!r}"
+        finally:
+            await other.stop()
+        assert _mode_state(host) == before, f"the {turn} sandbox changed the mounted host folder {host}"
+
+
+async def check_declared_capabilities(sb: Sandbox, ctx: CheckContext) -> None:
+    """What the provider's capabilities promise, its sandboxes keep: ``expose``: they are
+    :class:`~tackroom.sandbox_features.PortExposer` s; ``persistent_processes``: a process started in the background
+    by one ``exec`` is still running at the next."""
+    if ctx.provider is None:
+        raise SkipCheck("no provider to read the capabilities of")
+    declared = type(ctx.provider).capabilities
+    if "expose" in declared:
+        assert isinstance(sb, PortExposer), f"{type(ctx.provider).__name__} declares 'expose' but its sandbox has no expose()"
+    if "persistent_processes" in declared:
+        started = await sb.exec("sleep 60 >/dev/null 2>&1 </dev/null & echo $!", timeout=30)
+        pid = started.stdout.strip()
+        assert started.ok and pid.isdigit(), f"could not start a background process: {started.stderr[-200:]}"
+        alive = await sb.exec(["kill", "-0", pid], timeout=30)
+        await sb.exec(["kill", pid], timeout=30)
+        assert alive.ok, "declares 'persistent_processes' but a background process did not outlive its exec call"
+
+
 CHECKS: dict[str, Check] = {
     "exec_basics": check_exec_basics,
     "exit_codes": check_exit_codes,
@@ -570,6 +645,8 @@ CHECKS: dict[str, Check] = {
     "privileges": check_privileges,
     "planted_symlinks": check_planted_symlinks,
     "kill_processes": check_kill_processes,
+    "declared_capabilities": check_declared_capabilities,
+    "readonly_mounts": check_readonly_mounts,
     **GRADING_CHECKS,
     **GRADER_CHECKS,
 }

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from tackroom import InfraError, Policy, Sandbox
+from tackroom.sandbox_features import PortForwarder
 from tackroom_agent_kit.relay import ModelRelay
 
 
@@ -35,6 +36,8 @@ async def reach_relay(sandbox: Sandbox, relay: ModelRelay, policy_url: str, agen
     host port, no host network."""
     assert relay.port is not None
     try:
+        if not isinstance(sandbox, PortForwarder):
+            raise NotImplementedError(f"{type(sandbox).__name__} is no PortForwarder")
         url = await sandbox.forward_host_port(relay.port)
     except NotImplementedError as exc:
         raise PolicyUnreachableError(

@@ -10,13 +10,25 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from tackroom_engine.settings import DEFAULT_PORT  # not .engine: every `tackroom` command builds this app
 
 model_app = typer.Typer(help="Local model engines (a real vLLM on loopback: SmolLM2-135M-Instruct, or a model folder "
                              "such as a trained policy, one engine per port).", no_args_is_help=True)
-console = Console()
-err_console = Console(stderr=True)
+
+
+def _command_console(stderr: bool = False) -> Console:
+    # tackroom_app.command_console's rule (this package does not depend on tackroom-app): to a file or a pipe, no width
+    # cap and no wrapping, so an engine's status line comes out whole instead of wrapped at 80 columns
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console.width, console.soft_wrap = 10_000, True
+    return console
+
+
+console = _command_console()
+err_console = _command_console(stderr=True)
 
 
 @model_app.command("up")
@@ -37,7 +49,6 @@ def model_up(
 ) -> None:
     """Set up (first time: engine venv + converted model) and start an engine; print its base URL."""
     from tackroom import TackroomError
-    from tackroom.app import print_error
     from tackroom_engine.engine import EngineSettings, up
 
     settings = EngineSettings(port=port, model=str(model) if model else None, served_name=name,
@@ -47,7 +58,8 @@ def model_up(
     try:
         state = up(settings, log=lambda m: err_console.print(m, style="dim", markup=False, highlight=False))
     except TackroomError as exc:
-        print_error(exc, err_console)
+        # printed as it is (text such as `[policy]` is not rich markup), as the tackroom command prints errors
+        err_console.print(Text("error: ", style="bold red") + Text(str(exc)), soft_wrap=True)
         raise typer.Exit(2) from None
     if as_json:
         typer.echo(state.model_dump_json(indent=2))

@@ -90,7 +90,7 @@ __all__ = [
     # what up recorded
     "engine_dir", "engines", "healthy", "legacy_state_file", "log_file", "model_dir", "read_state", "require_engine",
     "running_engine_url", "state_file", "status", "statuses", "venv_dir",
-    # process checks tackroom-skyrl's engine sampling reuses (a live pid is still the engine; a port is taken)
+    # process checks tackroom-train's engine sampling reuses (a live pid is still the engine; a port is taken)
     "_alive", "_port_in_use", "_proc_start",
 ]
 

@@ -4,7 +4,7 @@ token-in-token-out — with the tokenizers and chat templates it renders with, a
 Registered through the ``tackroom`` entry-point group like any plugin: it adds the
 ``gateway`` command (``tackroom_commands``) and starts the gateway that chat-only
 harnesses are routed through (``tackroom_policy_gateway``, asked by
-:func:`tackroom.app.policy_routing`). Importing this module is cheap: the names below load
+:func:`tackroom_app.policy_routing`). Importing this module is cheap: the names below load
 their module (starlette, uvicorn, transformers) on first use. Plugins import them from
 here, never from the sub-modules. See ``README.md`` in the package for the HTTP routes
 and the programmatic API.

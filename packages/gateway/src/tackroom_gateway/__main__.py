@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import typer
+from rich.console import Console
+from rich.text import Text
 
 from tackroom import TackroomError
-from tackroom.app import print_error
 from tackroom_gateway.cli import gateway
 
 
@@ -13,7 +14,8 @@ def main() -> None:
     try:
         typer.run(gateway)
     except TackroomError as exc:
-        print_error(exc)
+        # printed as it is (text such as `[policy]` is not rich markup), as the tackroom command prints errors
+        Console(stderr=True).print(Text("error: ", style="bold red") + Text(str(exc)), soft_wrap=True)
         raise SystemExit(2) from None
 
 

@@ -260,6 +260,27 @@ class ChatHandler:
             raise first
         return self._chunks(req, session, plan, queue, pump, entry, first, self._constrained(body))
 
+    def _closing_chunks(self, chunk: Any, owed: Any, parsed: Any, engine_reason: str | None,
+                        engine_stop: int | str | None, prompt_tokens: int, completion_tokens: int) -> list[dict[str, Any]]:
+        """A stream's last chunks: text the parser still owed, the parsed tool calls, the finish reason (with vLLM's
+        ``stop_reason``), then the usage chunk (``choices`` empty)."""
+        out: list[dict[str, Any]] = []
+        tail: dict[str, Any] = {}
+        if owed.reasoning:
+            tail["reasoning_content"] = owed.reasoning
+        if owed.content:
+            tail["content"] = owed.content
+        if tail:
+            out.append(chunk(tail))
+        if parsed.tool_calls:
+            out.append(chunk({"tool_calls": [c.openai(index=i) for i, c in enumerate(parsed.tool_calls)]}))
+        last = chunk({}, finish=self._finish_reason(engine_reason, parsed))
+        last["choices"][0]["stop_reason"] = engine_stop  # as in vLLM's chat chunks: the stop string that ended it
+        usage = {**chunk({}), "choices": [], "usage": {"prompt_tokens": prompt_tokens,
+                                                       "completion_tokens": completion_tokens,
+                                                       "total_tokens": prompt_tokens + completion_tokens}}
+        return [*out, last, usage]
+
     async def _chunks(
         self,
         req: ChatCompletionRequest,
@@ -319,32 +340,11 @@ class ChatHandler:
                     yield chunk(out, logprobs=lp)
                 piece = await queue.get()
             owed, parsed = incremental.finish()
-            tail: dict[str, Any] = {}
-            if owed.reasoning:
-                tail["reasoning_content"] = owed.reasoning
-            if owed.content:
-                tail["content"] = owed.content
-            if tail:
-                yield chunk(tail)
-            if parsed.tool_calls:
-                yield chunk({"tool_calls": [c.openai(index=i) for i, c in enumerate(parsed.tool_calls)]})
             self._record(session, plan, ids, logprobs if len(logprobs) == len(ids) else None, engine_reason, parsed,
                          constrained=constrained)
-            last = chunk({}, finish=self._finish_reason(engine_reason, parsed))
-            last["choices"][0]["stop_reason"] = engine_stop  # as in vLLM's chat chunks: the stop string that ended it
-            yield last
-            yield {
-                "id": stream_id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [],
-                "usage": {
-                    "prompt_tokens": len(plan.prompt_ids),
-                    "completion_tokens": len(ids),
-                    "total_tokens": len(plan.prompt_ids) + len(ids),
-                },
-            }
+            for closing in self._closing_chunks(chunk, owed, parsed, engine_reason, engine_stop, len(plan.prompt_ids),
+                                                len(ids)):
+                yield closing
         except GatewayError as exc:
             # Output may have reached the client already: the dialect answers with its own error event.
             if not isinstance(exc, EngineRequestInterruptedError):

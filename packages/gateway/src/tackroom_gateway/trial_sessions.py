@@ -77,7 +77,7 @@ class GatewayTrialSession(PolicySession):
 
 
 class GatewaySessions:
-    """``policy_for`` for :class:`tackroom.app.TrialPlugins`: a fresh gateway session per attempt."""
+    """``policy_for`` for :class:`tackroom_app.TrialPlugins`: a fresh gateway session per attempt."""
 
     def __init__(self, gateway: SessionHost, *, sampling: dict[str, Any] | None = None,
                  label: str | None = None) -> None:

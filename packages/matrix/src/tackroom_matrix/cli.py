@@ -24,15 +24,13 @@ def matrix(
                                      "task.toml names a docker_image."),
 ) -> None:
     """Run every (model, harness, task, pass) trial and write matrix.json, matrix.csv and report.html."""
-    from rich.console import Console
-
-    from tackroom.app import run_to_completion, with_overrides
+    from tackroom_app import command_console, run_to_completion, with_overrides
     from tackroom_matrix.config import load_matrix_config
     from tackroom_matrix.report import build_report, print_report
     from tackroom_matrix.report_files import write_reports
     from tackroom_matrix.runner import run_matrix
 
-    console, err_console = Console(), Console(stderr=True)
+    console, err_console = command_console(), command_console(stderr=True)
     config = load_matrix_config(config_file)
     overrides: dict[str, Any] = {}
     if require_models:

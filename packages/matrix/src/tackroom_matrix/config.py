@@ -47,8 +47,9 @@ from pydantic import (
     model_validator,
 )
 
-from tackroom import ConfigError, redact
-from tackroom.app import (
+from tackroom import ConfigError
+from tackroom.services import redact
+from tackroom_app import (
     Endpoint,
     FieldError,
     PluginNotFoundError,
@@ -81,7 +82,7 @@ def _host(url: str) -> str:
 
 
 ModelEntry = Annotated[Endpoint, AfterValidator(_model_endpoint)]
-"""``[[models]]``: one :class:`~tackroom.app.Endpoint`, with the label its column carries in every report."""
+"""``[[models]]``: one :class:`~tackroom_app.Endpoint`, with the label its column carries in every report."""
 
 
 class HarnessRow(BaseModel):
@@ -254,7 +255,7 @@ def resolve_plugins(config: MatrixConfig, manager: Any = None) -> tuple[list[Res
     Returns (rows, sandbox provider, verifier, notices); rows marked
     ``if_installed`` whose harness is missing are left out with a notice.
     """
-    from tackroom.app import get_plugin_manager, instantiate
+    from tackroom_app import get_plugin_manager, instantiate
 
     manager = manager or get_plugin_manager()
     rows: list[ResolvedRow] = []

@@ -8,7 +8,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from tackroom import ConfigError, InfraError
-from tackroom.app import Endpoint
+from tackroom_app import Endpoint
 
 
 class EndpointUnreachableError(InfraError):

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tackroom import redact
+from tackroom.services import redact
 from tackroom_matrix.stats import ERROR_CLASSES, CellStats
 
 

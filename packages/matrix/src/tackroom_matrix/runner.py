@@ -24,8 +24,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tackroom import ConfigError, Task, Trial, TrialResult, redact, redact_url
-from tackroom.app import (
+from tackroom import ConfigError, Task, Trial, TrialResult
+from tackroom.services import redact, redact_url
+from tackroom_app import (
     Endpoint,
     PluginManager,
     TaskLoadFailure,
@@ -81,7 +82,7 @@ class MatrixOutcome:
 
 def _identity(config: MatrixConfig, rows: list[ResolvedRow], tasks: list[Task] | None = None) -> dict[str, Any]:
     """The matrix's fingerprint: what each label means, sandbox, verifier and every task's content hash."""
-    from tackroom.app import tasks_fingerprint
+    from tackroom_app import tasks_fingerprint
 
     return {
         "sandbox": redact({"name": config.sandbox.name, "options": config.sandbox.options}),
@@ -111,7 +112,7 @@ def _read_identity(run_dir: Path) -> dict[str, Any] | None:
 def check_resumable(run_dir: Path, identity: dict[str, Any]) -> None:
     """Refuse to resume ``run_dir`` when a label that already has results now means something else,
     or a task's content changed since its results were made."""
-    from tackroom.app import has_results, task_changes
+    from tackroom_app import has_results, task_changes
 
     old = _read_identity(run_dir)
     if old is None:
@@ -274,7 +275,14 @@ async def run_matrix(
 
     ``force_new``: never resume; when the run folder already holds a run, use a new one beside it.
     """
-    from tackroom.app import claim_run_dir, resolve_runtime, unique_trials, validated_run_id, with_overrides
+    from tackroom_app import (
+        claim_run_dir,
+        refuse_unrunnable,
+        resolve_runtime,
+        unique_trials,
+        validated_run_id,
+        with_overrides,
+    )
 
     config = with_overrides(config, {}, source="matrix config")  # values set in code get the file's checks too
     if run_id is not None:
@@ -288,6 +296,7 @@ async def run_matrix(
     executor_args = _executor_args(config)
     rows, sandbox, verifier, notices = resolve_plugins(config, manager)
     dataset = load_dataset(config.tasks, include=config.include or None, exclude=config.exclude or None)
+    refuse_unrunnable(dataset, sandbox, config.runtime.network)  # named before the run folder is claimed
     if not dataset.tasks:
         detail = "; ".join(f.message for f in dataset.failures[:3])
         raise ConfigError(f"tasks: no task loaded from {', '.join(config.tasks)}" + (f" ({detail})" if detail else ""))

@@ -27,15 +27,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from tackroom import Trajectory, TrialResult
-from tackroom.app import TrialErrorInfo
 from tackroom.executors import AttemptPlan, Executor, ExecutorUnavailableError, run_attempt
+from tackroom_app import TrialErrorInfo
 from tackroom_ray import RAY
 from tackroom_ray.errors import AttemptDeadlineError, WorkerLostError
 from tackroom_ray.options import RayOptions
 from tackroom_ray.shipping import check_plans
 
 if TYPE_CHECKING:
-    from tackroom.app import PluginManager
+    from tackroom_app import PluginManager
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ anything runs, that a worker could import every class at all.
 
 from __future__ import annotations
 
-from tackroom.app import get_plugin_manager
 from tackroom.executors import AttemptPlan, PluginRef, import_ref
+from tackroom_app import get_plugin_manager
 from tackroom_ray.errors import PluginNotShippableError
 
 FIX = ("define it at module level in an importable module (a package, or a file on the workers' PYTHONPATH via "

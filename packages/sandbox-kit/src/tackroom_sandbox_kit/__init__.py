@@ -7,10 +7,12 @@ separate packages. Core (``tackroom``) holds the contract a sandbox implements (
 - transfers that never follow what the agent planted (:class:`TarTransfer` for providers that move whole
   files, :func:`extract_tar` for tar archives coming out of a sandbox, the sandbox-side
   :data:`CHECK_TRANSFER_PATH` script);
-- the grader's package managers reading only the image's configuration (:func:`install_env`);
-- one host port forwarded into a sandbox that has no network (:class:`NamespaceForwards`);
+- the grader's package managers reading only the image's configuration (:func:`install_env`), and the test
+  tooling the agent installed removed before grading (:func:`is_test_tooling`, :func:`remove_added_tooling`);
+- what a sandbox whose network namespace is a host process's serves into it, as a part it holds
+  (:class:`NamespacePorts`): one host port forwarded into a sandbox that has no network (:func:`forward_into_namespace`);
 - a network allowlist for such a sandbox: an egress proxy in tackroom's process on one port of its loopback
-  (:class:`NamespaceEgress`, :class:`EgressProxy`, :class:`EgressRules`);
+  (:class:`EgressProxy`, :class:`EgressRules`);
 - host subprocesses with a hard timeout and capped output (:func:`run_process`);
 - how a program ended, by itself or killed by a signal (:func:`describe_exit`, :func:`exit_signal`), for harnesses
   whose agent binary can crash;
@@ -27,12 +29,11 @@ from tackroom_sandbox_kit.egress import (
     EgressProxy,
     EgressRefused,
     EgressRules,
-    NamespaceEgress,
     proxy_env,
     serve_egress,
 )
 from tackroom_sandbox_kit.exit_status import CRASH_SIGNALS, describe_exit, exit_signal
-from tackroom_sandbox_kit.host_forward import HostPortForward, NamespaceForwards, forward_into_namespace
+from tackroom_sandbox_kit.host_forward import HostPortForward, forward_into_namespace
 from tackroom_sandbox_kit.install_config import (
     INSTALL_CLEAN_ENV,
     PIP_CONFIG_FILES,
@@ -40,6 +41,7 @@ from tackroom_sandbox_kit.install_config import (
     install_env,
     pip_env,
 )
+from tackroom_sandbox_kit.namespace_ports import NamespacePorts
 from tackroom_sandbox_kit.process import ProcessOutput, drain_capped, kill_group, run_process
 from tackroom_sandbox_kit.remote_calls import bounded as bounded_call
 from tackroom_sandbox_kit.remote_calls import retried as retried_call
@@ -55,6 +57,13 @@ from tackroom_sandbox_kit.tar_transfer import (
     upload_directories,
     write_file_safely,
 )
+from tackroom_sandbox_kit.test_tooling import (
+    TEST_TOOLING,
+    dist_folders,
+    dist_name,
+    is_test_tooling,
+    remove_added_tooling,
+)
 
 __all__ = [
     # The grader's package managers read only the image's configuration
@@ -63,6 +72,12 @@ __all__ = [
     "INSTALL_CLEAN_ENV",
     "PIP_CONFIG_FILES",
     "UV_CONFIG_FILES",
+    # Test tooling the agent installed is not what grades
+    "TEST_TOOLING",
+    "is_test_tooling",
+    "dist_name",
+    "dist_folders",
+    "remove_added_tooling",
     # Transfers that never follow what the agent planted
     "TarTransfer",
     "extract_tar",
@@ -73,11 +88,10 @@ __all__ = [
     "transfer_check_stdin",
     "CHECK_TRANSFER_PATH",
     # One host port forwarded into a sandbox without network
-    "NamespaceForwards",
+    "NamespacePorts",
     "HostPortForward",
     "forward_into_namespace",
     # A network allowlist: an egress proxy on one port inside a sandbox without network
-    "NamespaceEgress",
     "EgressProxy",
     "EgressRules",
     "EgressRefused",

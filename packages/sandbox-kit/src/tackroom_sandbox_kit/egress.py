@@ -35,7 +35,7 @@ import socket
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from tackroom import NetworkPolicy, SandboxError
+from tackroom import NetworkPolicy
 from tackroom_sandbox_kit.host_forward import SandboxListener, listen_in_namespace, pipe
 
 HEAD_LIMIT = 64 * 1024
@@ -238,39 +238,3 @@ async def serve_egress(pid: int, policy: NetworkPolicy, *, enter_user: bool,
     rules = EgressRules.for_policy(policy, hosts)
     listener = await asyncio.to_thread(listen_in_namespace, pid, 0, enter_user=enter_user)
     return await EgressProxy(listener, rules).start()
-
-
-class NamespaceEgress:
-    """Mix into a :class:`tackroom.Sandbox` (beside :class:`~tackroom_sandbox_kit.NamespaceForwards`) whose network
-    namespace is that of a host process: ``await self._open_egress(pid, policy, ...)`` serves the phase's allowlist
-    (no-op for ``none`` / ``public``), :attr:`_egress_env` is what its commands' environment gets for it, and
-    ``await self._close_egress()`` ends it (the destinations it refused go into the sandbox's notes)."""
-
-    async def _open_egress(self, pid: int, policy: NetworkPolicy, *, enter_user: bool,
-                           hosts: Mapping[str, str] | None = None) -> None:
-        """Close the proxy of the previous phase, then serve ``policy``'s allowlist inside ``pid``'s namespace."""
-        await self._close_egress()
-        if policy.mode == "allowlist":
-            try:
-                proxy = await serve_egress(pid, policy, enter_user=enter_user, hosts=hosts)
-            except ValueError as exc:
-                raise SandboxError(f"the egress proxy could not be set up: {exc}") from None
-            self.__dict__["_egress"] = proxy
-
-    @property
-    def _egress_env(self) -> dict[str, str]:
-        """The proxy variables while an allowlist is served, else nothing."""
-        proxy: EgressProxy | None = self.__dict__.get("_egress")
-        return proxy.env if proxy is not None else {}
-
-    async def _close_egress(self) -> None:
-        """End the proxy and every connection through it (none open: nothing to do)."""
-        proxy: EgressProxy | None = self.__dict__.pop("_egress", None)
-        if proxy is None:
-            return
-        await proxy.close()
-        notes = getattr(self, "notes", None)
-        if proxy.refused and isinstance(notes, list):
-            more = len(proxy.refused) - 5
-            shown = "; ".join(proxy.refused[:5]) + (f" and {more} more" if more > 0 else "")
-            notes.append(f"the network allowlist refused {len(proxy.refused)} connection(s): {shown}")

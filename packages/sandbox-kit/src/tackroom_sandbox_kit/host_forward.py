@@ -169,23 +169,3 @@ async def forward_into_namespace(pid: int, target_port: int, *, enter_user: bool
             raise
         listener = await asyncio.to_thread(listen_in_namespace, pid, 0, enter_user=enter_user)
     return await HostPortForward(listener, target_host, target_port).start()
-
-
-class NamespaceForwards:
-    """Mix into a :class:`tackroom.Sandbox` before it (``class MySandbox(NamespaceForwards, Sandbox)``) to give
-    a sandbox whose network namespace is that of a host process a ``forward_host_port``: the sandbox's
-    ``forward_host_port(port)`` returns ``await self._open_forward(pid, port, enter_user=...)``, and its
-    ``kill_processes``/``stop`` await ``self._close_forwards()``, which ends every forward opened so."""
-
-    async def _open_forward(self, pid: int, port: int, *, enter_user: bool) -> str:
-        """Forward the host's ``127.0.0.1:port`` into ``pid``'s network namespace (:func:`forward_into_namespace`);
-        returns the base URL the sandbox reaches it at."""
-        forward = await forward_into_namespace(pid, port, enter_user=enter_user)
-        self.__dict__.setdefault("_forwards", []).append(forward)
-        return f"http://127.0.0.1:{forward.port}"
-
-    async def _close_forwards(self) -> None:
-        """Close every forward :meth:`_open_forward` opened (none open: nothing to do)."""
-        forwards: list[HostPortForward] = self.__dict__.pop("_forwards", [])
-        for forward in forwards:
-            await forward.close()

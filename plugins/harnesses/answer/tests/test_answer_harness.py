@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom import SandboxSpec, Trial
-from tackroom.app import TrialPlugins, TrialRuntime, get_plugin_manager, instantiate
 from tackroom.testing import (
     HarnessScript,
     RequestForTests,
@@ -22,6 +21,7 @@ from tackroom.testing import (
     task_for_tests,
 )
 from tackroom_answer import AnswerEndpointError, AnswerHarness, AnswerModelError
+from tackroom_app import TrialPlugins, TrialRuntime, get_plugin_manager, instantiate
 from tackroom_local import LocalSandboxProvider
 
 SAY_BLUE = Path(__file__).resolve().parents[4] / "examples" / "train" / "overfit-tasks" / "say-blue"
@@ -68,23 +68,23 @@ class OddAnswers(ScriptedChatServerForTests):
 def test_answer_is_registered_and_speaks_only_chat():
     check_plugin(AnswerHarness)
     check_registered("harness", "answer", distribution="tackroom-answer")
-    entry = tackroom.app.PluginManager(env={}).entry("harness", "answer")
+    entry = tackroom_app.PluginManager(env={}).entry("harness", "answer")
     assert entry.reference == "tackroom_answer.harness:AnswerHarness"
     assert AnswerHarness.capabilities == {"needs_policy", "chat"}
     # registered by reference (loading the plugins imports no httpx): what the registration says is the class's
     assert (entry.summary, entry.capabilities, entry.load()) == (AnswerHarness.summary(), AnswerHarness.capabilities,
                                                                 AnswerHarness)
-    # chat-only: routed through the policy gateway where one is installed (tests/test_policy_routing.py)
+    # chat-only: routed through the policy gateway where one is installed (packages/app/tests/test_policy_routing.py)
 
 
 def test_a_wrong_option_name_lists_the_options():
     with pytest.raises(tackroom.ConfigError) as err:
-        instantiate("harness", tackroom.app.PluginSelection(name="answer", max_token=3))
+        instantiate("harness", tackroom_app.PluginSelection(name="answer", max_token=3))
     message = str(err.value)
     assert "harness.max_token: unknown field" in message
     for option in ("system", "max_tokens", "strip", "answer_path", "timeout_sec"):
         assert option in message
-    built = instantiate("harness", tackroom.app.PluginSelection(name="answer", system="Be brief.", strip=False))
+    built = instantiate("harness", tackroom_app.PluginSelection(name="answer", system="Be brief.", strip=False))
     assert isinstance(built, AnswerHarness) and built.options.system == "Be brief." and built.options.strip is False
 
 
@@ -250,7 +250,7 @@ async def test_without_the_gateway_tackroom_run_answer_chats_straight_to_the_end
     no_gateway = {**os.environ, "TACKROOM_LOAD_PLUGINS": "tackroom-local,tackroom-answer"}
     async with ScriptedChatServerForTests(["blue"]) as server:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tackroom", "run", str(SAY_BLUE), "--harness", "answer",
+            sys.executable, "-m", "tackroom_app", "run", str(SAY_BLUE), "--harness", "answer",
             "--base-url", server.base_url, "--model", "scripted", "--out", str(tmp_path / "runs"), "--json",
             env=no_gateway, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out, err = await asyncio.wait_for(proc.communicate(), 120)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tackroom import Task, load_task
-from tackroom.app import sandbox_spec
+from tackroom_app import sandbox_spec
 from tackroom_local import LocalSandboxProvider
 
 sys.path.insert(0, str(Path(__file__).parent))  # archipelago_scripted_engine, archipelago_paths

@@ -12,7 +12,7 @@ import pytest
 from archipelago_scripted_engine import ScriptedChatEngine, ScriptedEngine, call
 from mcp.types import ImageContent
 
-import tackroom.app
+import tackroom_app
 from tackroom import ConfigError, Policy
 from tackroom_archipelago import ArchipelagoHarness
 from tackroom_archipelago.images import read_image, sniff
@@ -59,7 +59,7 @@ async def test_a_vision_endpoint_gets_the_images_and_the_scripted_policy_solves_
     assert url.startswith("data:image/png;base64,")
     assert base64.b64decode(url.split(",", 1)[1]) == (FILES / "animals" / "fox.png").read_bytes()
     assert traj.metrics["images"] == 3.0
-    reward = await tackroom.app.instantiate("verifier", "test-script").verify(pictures_task, pictures_sandbox, traj)
+    reward = await tackroom_app.instantiate("verifier", "test-script").verify(pictures_task, pictures_sandbox, traj)
     assert reward.score == 1.0, reward.details
 
 

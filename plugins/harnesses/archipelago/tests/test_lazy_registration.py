@@ -6,14 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import tackroom
-import tackroom.app
+import tackroom_app
 
 
 def test_registration_matches_the_class() -> None:
     from tackroom_archipelago.harness import ArchipelagoHarness
 
-    entry = tackroom.app.PluginManager().entry("harness", "archipelago")
+    entry = tackroom_app.PluginManager().entry("harness", "archipelago")
     assert entry.reference == "tackroom_archipelago.harness:ArchipelagoHarness"
     assert entry.summary == ArchipelagoHarness.summary()
     assert entry.capabilities == ArchipelagoHarness.capabilities
@@ -21,8 +20,8 @@ def test_registration_matches_the_class() -> None:
 
 
 def test_loading_every_plugin_does_not_import_mcp() -> None:
-    code = ("import sys, tackroom.app\n"
-            "m = tackroom.app.PluginManager()\n"
+    code = ("import sys, tackroom_app\n"
+            "m = tackroom_app.PluginManager()\n"
             "assert 'archipelago' in {e.name for e in m.entries('harness')}\n"
             "print(sorted(n for n in sys.modules if n == 'mcp' or n.startswith(('mcp.', 'tackroom_archipelago.'))\n"
             "             and n != 'tackroom_archipelago.spec'))\n")  # the spec module is the declaration: no imports

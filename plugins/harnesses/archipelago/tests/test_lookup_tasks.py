@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from archipelago_scripted_engine import ScriptedEngine, call
 
-import tackroom.app
+import tackroom_app
 from tackroom import Policy, TaskError, load_task
-from tackroom.app import sandbox_spec
+from tackroom_app import sandbox_spec
 from tackroom_archipelago import ArchipelagoHarness
 from tackroom_local import LocalSandboxProvider
 
@@ -60,7 +60,7 @@ async def test_a_lookup_task_is_solved_through_the_stdio_server_with_its_own_too
     assert found.strip() == code
     assert traj.final_answer == code and traj.metrics["tool_calls"] == 3
     assert (await sandbox.exec("cat /app/answer.txt")).stdout.strip() == code
-    reward = await tackroom.app.instantiate("verifier", "test-script").verify(task, sandbox, traj)
+    reward = await tackroom_app.instantiate("verifier", "test-script").verify(task, sandbox, traj)
     assert reward.score == 1.0, reward.details
 
 

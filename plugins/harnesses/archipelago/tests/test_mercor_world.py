@@ -3,8 +3,9 @@
 Needs the Mercor checkout (``../shared/mercor-archipelago`` beside the repo, or
 ``$TACKROOM_MERCOR_ARCHIPELAGO``), a Docker engine and a ``python:3.13-slim-bookworm`` image (here
 ``../shared/tools/tb2-python-base.sh`` builds one offline); each is a skip locally and a failure under CI.
-Slow: the first run installs each server's packages (FastMCP, litellm, ...) on the host; every run uploads
-them and waits for the servers to list their tools.
+Slow: the first run installs each server's packages (FastMCP, litellm, ...) on the host into the world's build;
+a run binds the build read-only (the first test, as the runtime does) or uploads it (the others), and waits for
+the servers to list their tools.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from archipelago_scripted_engine import ScriptedChatEngine, ScriptedEngine, call
 from PIL import Image as PILImage
 from test_mercor_import import SAMPLE, mercor_checkout
 
-import tackroom.app
+import tackroom_app
 from tackroom import Policy, load_task
-from tackroom.app import sandbox_spec
 from tackroom.testing import skip_or_fail
+from tackroom_app import sandbox_spec
 from tackroom_archipelago import ArchipelagoHarness
 from tackroom_archipelago.mercor_import import import_tasks
 from tackroom_rubric_judge import RubricJudgeVerifier
@@ -51,11 +52,12 @@ def docker_with_python313() -> None:
                      "../shared/tools/tb2-python-base.sh")
 
 
-def docker_sandbox(task, **options):
+def docker_sandbox(task, mounts=None, **options):
     from tackroom_docker import DockerProvider
 
+    spec = sandbox_spec(task, "mercor-world").model_copy(update={"mounts": mounts or {}})
     # removing a container that holds the servers' sites (about 600 MB each) takes a while on a busy host
-    return DockerProvider({"cli_timeout_sec": 300, **options}).create(sandbox_spec(task, "mercor-world"))
+    return DockerProvider({"cli_timeout_sec": 300, **options}).create(spec)
 
 
 async def test_the_example_world_runs_mercors_filesystem_and_chat_servers(monkeypatch):
@@ -63,11 +65,12 @@ async def test_the_example_world_runs_mercors_filesystem_and_chat_servers(monkey
     docker_with_python313()
     monkeypatch.setenv("TACKROOM_MERCOR_ARCHIPELAGO", str(checkout))
     task = load_task(EXAMPLE_TASK)
-    box = docker_sandbox(task)
+    harness = ArchipelagoHarness({"max_steps": 4, "tools_include": ["filesystem_read_text_file", "chat_*"]})
+    box = docker_sandbox(task, await harness.mounts(task))  # as the runtime asks: the build bound, not uploaded
     await box.start()
     try:
-        harness = ArchipelagoHarness({"max_steps": 4, "tools_include": ["filesystem_read_text_file", "chat_*"]})
         await harness.setup(box, task)
+        assert harness.layout.mounted
         listing = harness.gateway.listing
         assert (listing["filesystem"].tools, listing["chat"].tools) == (6, 9), listing
         assert all(s.seconds > 0 for s in listing.values())
@@ -83,7 +86,7 @@ async def test_the_example_world_runs_mercors_filesystem_and_chat_servers(monkey
         read, posted = [m["content"] for m in traj.messages if m["role"] == "tool"]
         assert "West 372,435" in read, read
         assert traj.metrics["tool_call_success_rate"] == 1.0, posted
-        reward = await tackroom.app.instantiate("verifier", "test-script").verify(task, box, traj)
+        reward = await tackroom_app.instantiate("verifier", "test-script").verify(task, box, traj)
         assert reward.score == 1.0, reward.details
     finally:
         await box.stop()

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from archipelago_scripted_engine import FILL, ScriptedEngine, call
 
-import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom import Policy
 from tackroom_archipelago import ArchipelagoHarness
 from tackroom_archipelago.errors import ContextExhaustedError
@@ -37,7 +36,7 @@ async def test_scripted_policy_solves_a_world_task(world_task, sandbox):
         assert cur.prompt_ids[: len(prev.prompt_ids) + len(prev.completion_ids)] == prev.prompt_ids + prev.completion_ids
     assert sum(traj.loss_mask) == sum(len(t.completion_ids) for t in traj.turns)
     # The task's own deterministic check grades what the MCP tools wrote.
-    reward = await tackroom.app.instantiate("verifier", "test-script").verify(world_task, sandbox, traj)
+    reward = await tackroom_app.instantiate("verifier", "test-script").verify(world_task, sandbox, traj)
     assert reward.score == 1.0, reward.details
 
 

@@ -19,7 +19,7 @@ import pytest
 from archipelago_scripted_engine import ScriptedEngine, call
 
 from tackroom import Policy, load_task
-from tackroom.app import sandbox_spec
+from tackroom_app import sandbox_spec
 from tackroom_archipelago import ArchipelagoHarness
 from tackroom_archipelago.errors import McpGatewayError, WorldBuildError, WorldFormatError, WorldRuntimeError
 from tackroom_archipelago.projects import expand_path, python_candidates, read_project
@@ -179,9 +179,13 @@ async def test_a_project_server_runs_on_its_own_packages_beside_the_gateway(tmp_
         await harness.setup(box, task)
         assert harness.gateway.listing["hello"].tools == 1 and harness.gateway.listing["hello"].seconds > 0
         assert "hello: 1 tools in" in harness.setup_notes[0]
-        config = gateway_server_config(harness.world, harness.world.servers[0], "/opt/tackroom-world")
-        assert config["env"]["PYTHONPATH"] == "/opt/tackroom-world/projects/hello/site"
-        assert config["cwd"] == "/opt/tackroom-world/projects/hello/project/server"
+        # this sandbox binds no mounts (none were asked for): the world's build was uploaded beside the gateway
+        layout = harness.layout
+        assert not layout.mounted and layout.root == "/opt/tackroom-world/build"
+        part = f"/opt/tackroom-world/build/servers/hello/{layout.server_tags['hello']}"
+        config = gateway_server_config(harness.world, harness.world.servers[0], layout)
+        assert config["env"]["PYTHONPATH"] == f"{part}/site"
+        assert config["cwd"] == f"{part}/project/server" and "copy" not in config
         assert config["command"][0] == harness.world.interpreters["hello"].executable
         script = [call("hello_hello", who="Ada"), "Done."]
         async with ScriptedEngine(script) as engine:
@@ -189,7 +193,7 @@ async def test_a_project_server_runs_on_its_own_packages_beside_the_gateway(tmp_
         reply = next(m for m in traj.messages if m["role"] == "tool")["content"]
         assert reply.startswith("hello Ada from mcp 1.") and "root=/workspace" in reply, reply
         # the gateway's own site has mcp 2.x: the two environments never met
-        gateway_mcp = await box.exec(["sh", "-c", "ls /opt/tackroom-world/site | grep -E '^mcp-[0-9]'"], timeout=30)
+        gateway_mcp = await box.exec(["sh", "-c", f"ls {layout.gateway_dir}/site | grep -E '^mcp-[0-9]'"], timeout=30)
         assert gateway_mcp.stdout.startswith("mcp-2."), gateway_mcp.stdout
         # the project's site is cached on the host, keyed by its pyproject and vendored files
         cached = list((tmp_path / "cache").iterdir())

@@ -27,7 +27,7 @@ def test_run_on_the_real_engine_in_the_local_sandbox(tmp_path, engine_url, claud
     toml = task / "task.toml"
     toml.write_text(toml.read_text().replace("timeout_sec = 60", "timeout_sec = 300"))
     out = subprocess.run(
-        [sys.executable, "-m", "tackroom", "run", str(task), "--harness", "claude-code",
+        [sys.executable, "-m", "tackroom_app", "run", str(task), "--harness", "claude-code",
          "-O", "max_turns=3", "-O", "max_tokens_per_turn=96",
          "--sandbox", "local", "--base-url", engine_url, "--out", str(tmp_path / "runs"), "--run-id", "r", "--json"],
         capture_output=True, text=True, timeout=900,

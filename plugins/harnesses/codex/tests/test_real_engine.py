@@ -21,7 +21,7 @@ EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "tasks"
 @pytest.mark.engine
 def test_run_on_the_real_engine_in_the_local_sandbox(tmp_path, engine_url, codex_install):
     out = subprocess.run(
-        [sys.executable, "-m", "tackroom", "run", str(EXAMPLES / "hello-file"), "--harness", "codex",
+        [sys.executable, "-m", "tackroom_app", "run", str(EXAMPLES / "hello-file"), "--harness", "codex",
          "--sandbox", "local", "--base-url", engine_url, "--out", str(tmp_path), "--run-id", "r", "--json"],
         capture_output=True, text=True, timeout=900,
     )

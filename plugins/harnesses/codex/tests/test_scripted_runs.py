@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tackroom.app import RunConfig, run_config
 from tackroom_agent_kit.testing import ScriptedEngineForTests, serve, tool_call
+from tackroom_app import RunConfig, run_config
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "tasks"
 

@@ -19,7 +19,7 @@ from mini_swe_agent_fixtures import EXAMPLES
 @pytest.mark.engine
 def test_run_on_the_real_engine_through_the_gateway(tmp_path, engine_url):
     out = subprocess.run(
-        [sys.executable, "-m", "tackroom", "run", str(EXAMPLES / "hello-file"), "--harness", "mini-swe-agent",
+        [sys.executable, "-m", "tackroom_app", "run", str(EXAMPLES / "hello-file"), "--harness", "mini-swe-agent",
          "--sandbox", "local", "--base-url", engine_url, "--out", str(tmp_path), "--run-id", "r", "--json",
          "-O", "max_turns=3"],
         capture_output=True, text=True, timeout=900,

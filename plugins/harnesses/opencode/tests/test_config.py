@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tackroom import ConfigError
-from tackroom.app import PluginSelection, instantiate
 from tackroom.testing import check_plugin, check_registered
+from tackroom_app import PluginSelection, instantiate
 from tackroom_opencode.config import COMPACT_TOOLS, AgentSettings, McpServer, ModelSettings, build_config, permissions
 from tackroom_opencode.harness import OpenCodeHarness
 

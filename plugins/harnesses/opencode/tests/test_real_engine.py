@@ -17,7 +17,7 @@ from opencode_tasks import EXAMPLES
 
 def tackroom_run(tmp_path, engine_url: str, sandbox: str) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "tackroom", "run", str(EXAMPLES / "hello-file"), "--harness", "opencode",
+        [sys.executable, "-m", "tackroom_app", "run", str(EXAMPLES / "hello-file"), "--harness", "opencode",
          "--sandbox", sandbox, "--base-url", engine_url, "--out", str(tmp_path), "--run-id", "r", "--json"],
         capture_output=True, text=True, timeout=900,
     )

@@ -7,8 +7,8 @@ import json
 import pytest
 from opencode_tasks import EXAMPLES
 
-from tackroom.app import RunConfig, run_config
 from tackroom_agent_kit.testing import ScriptedEngineForTests, serve, tool_call
+from tackroom_app import RunConfig, run_config
 
 SOLVE_HELLO = tool_call("bash", command="printf 'Hello, tackroom!\\n' > /app/greeting.txt", description="write the greeting")
 

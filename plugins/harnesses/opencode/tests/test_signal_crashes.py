@@ -86,11 +86,11 @@ def test_a_binary_killed_by_a_signal_is_infra_retried_and_counted(tmp_path, monk
             f'tasks = ["{EXAMPLES / "hello-file"}"]\n[harness]\nname = "opencode"\n[sandbox]\nname = "local"\n'
             f'[policy]\nbase_url = "{url}"\ntokenizer = "smollm2"\n[policy.sampling]\ntemperature = 0.0\n'
             f'max_tokens = 256\n[runtime]\nout = "{tmp_path / "runs"}"\nattempts = 3\nretry_backoff_sec = 0.01\n')
-        # `python -m tackroom run`, in this process (the fake installs are patched in here)
+        # `python -m tackroom_app run`, in this process (the fake installs are patched in here)
         monkeypatch.setenv("COLUMNS", "250")
         monkeypatch.setattr(sys, "argv", ["tackroom", "run", "--config", str(config), "--run-id", "r"])
         with pytest.raises(SystemExit) as exited:
-            runpy.run_module("tackroom", run_name="__main__")
+            runpy.run_module("tackroom_app", run_name="__main__")
     output = capsys.readouterr().out
     assert exited.value.code in (0, None), output
     # `tackroom run` counts the retried attempts (the per-row "(attempt N: ...)" may be cut by the table's width

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tackroom import load_task
-from tackroom.app import sandbox_spec
+from tackroom_app import sandbox_spec
 from tackroom_local import LocalSandboxProvider
 from tackroom_opencode.harness import OpenCodeHarness
 

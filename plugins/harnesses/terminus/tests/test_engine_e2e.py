@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tackroom.app import RunConfig, run_config
+from tackroom_app import RunConfig, run_config
 from tackroom_terminus.protocol import parse_reply
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "tasks"
@@ -60,7 +60,7 @@ def test_tackroom_run_terminus_on_the_real_model_is_clean_and_token_exact(tmp_pa
     options = "\n".join(f"{k} = {json.dumps(v)}" for k, v in LEAN.items())
     config.write_text(f'[harness]\nname = "terminus"\n{options}\n')
     out = subprocess.run(
-        [sys.executable, "-m", "tackroom", "run", str(hello_file(tmp_path)), "--config", str(config),
+        [sys.executable, "-m", "tackroom_app", "run", str(hello_file(tmp_path)), "--config", str(config),
          "--base-url", engine_url, "--out", str(tmp_path / "runs"), "--run-id", "e2e", "--attempts", "1", "--json"],
         capture_output=True, text=True, timeout=550,
     )

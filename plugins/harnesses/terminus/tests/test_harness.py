@@ -8,8 +8,8 @@ import pytest
 
 import tackroom
 from tackroom import SandboxSpec, TaskError
-from tackroom.app import RunConfig, run_config
 from tackroom.testing import ScriptedChatServerForTests, ScriptedReply, write_kit_task
+from tackroom_app import RunConfig, run_config
 from tackroom_terminus import TerminusHarness
 from tackroom_terminus.chat_client import ContextExhaustedError
 

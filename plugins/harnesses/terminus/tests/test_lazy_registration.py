@@ -3,14 +3,13 @@ loads them), and what the registration says (name, summary, capabilities) is wha
 
 from __future__ import annotations
 
-import tackroom
-import tackroom.app
+import tackroom_app
 
 
 def test_registration_matches_the_class() -> None:
     from tackroom_terminus.harness import TerminusHarness
 
-    entry = tackroom.app.PluginManager(env={}).entry("harness", "terminus")
+    entry = tackroom_app.PluginManager(env={}).entry("harness", "terminus")
     assert entry.reference == "tackroom_terminus.harness:TerminusHarness"
     assert (entry.summary, entry.capabilities) == (TerminusHarness.summary(), TerminusHarness.capabilities)
     assert entry.load() is TerminusHarness

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom_app
 import tackroom_losses
 from tackroom.testing import check_registered
 
@@ -28,8 +28,8 @@ def test_conforms(name):
 
 def test_listing_the_losses_does_not_import_torch():
     code = (
-        "import sys, tackroom.app\n"
-        "m = tackroom.app.PluginManager(env={})\n"
+        "import sys, tackroom_app\n"
+        "m = tackroom_app.PluginManager(env={})\n"
         "names = sorted(e.name for e in m.entries('loss'))\n"
         "print(names, 'torch' in sys.modules)\n"
     )
@@ -39,7 +39,7 @@ def test_listing_the_losses_does_not_import_torch():
 
 
 def test_tackroom_plugins_lists_them_without_importing_torch():
-    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "tackroom", "plugins", "--json"],
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "tackroom_app", "plugins", "--json"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert '"glm5"' in out.stdout and '"tackroom-losses"' in out.stdout
@@ -49,7 +49,7 @@ def test_tackroom_plugins_lists_them_without_importing_torch():
 
 
 def test_selected_by_name_with_validated_options():
-    spec, options = tackroom.app.instantiate("loss", tackroom.app.PluginSelection(name="dppo", divergence="binary_kl",
+    spec, options = tackroom_app.instantiate("loss", tackroom_app.PluginSelection(name="dppo", divergence="binary_kl",
                                                                          delta_high=0.2, aggregation="prompt_mean"))
     assert spec.name == "dppo"
     assert isinstance(options, tackroom_losses.DppoOptions)
@@ -59,12 +59,12 @@ def test_selected_by_name_with_validated_options():
 
 def test_a_misspelt_option_names_its_path():
     with pytest.raises(tackroom.ConfigError, match="loss.delta_hgih: unknown field"):
-        tackroom.app.instantiate("loss", tackroom.app.PluginSelection(name="dppo", delta_hgih=0.2))
+        tackroom_app.instantiate("loss", tackroom_app.PluginSelection(name="dppo", delta_hgih=0.2))
 
 
 def test_a_misspelt_aggregation_is_refused():
     with pytest.raises(tackroom.ConfigError, match="loss.aggregation"):
-        tackroom.app.instantiate("loss", tackroom.app.PluginSelection(name="glm5", aggregation="prompt_means"))
+        tackroom_app.instantiate("loss", tackroom_app.PluginSelection(name="glm5", aggregation="prompt_means"))
 
 
 def test_catalogue_lists_every_loss_as_registered():
@@ -73,3 +73,19 @@ def test_catalogue_lists_every_loss_as_registered():
         entry = listed[spec.name]
         assert entry["distribution"] == "tackroom-losses" and entry["entry_point"] == "losses"
         assert entry["summary"] == spec.summary
+
+
+def test_each_loss_declares_how_it_runs_on_the_trainer_backends():
+    """``LossSpec.mappings``: SkyRL's AlgorithmConfig fields (read back by ``LossOptions.from_config``) and the Tinker
+    built-in each loss equals on-policy, as functions of the options; no torch imported."""
+    specs = {spec.name: spec for spec in tackroom_losses.SPECS}
+    dppo = tackroom_losses.DppoOptions(divergence="binary_kl", delta_low=0.1)
+    assert specs["dppo"].mapping("skyrl")(dppo) == {"dppo.dppo_type": "binary_kl", "dppo.delta_low": 0.1,
+                                                    "dppo.delta_high": 0.15}
+    assert specs["dppo"].mapping("tinker")(dppo) == ("importance_sampling", None)
+    assert specs["glm5"].mapping("tinker")(tackroom_losses.Glm5Options()) == ("importance_sampling", None)
+    ppo = tackroom_losses.PpoClipOptions(eps_clip_high=0.28)
+    assert specs["ppo_clip"].mapping("skyrl")(ppo) == {"eps_clip_low": 0.2, "eps_clip_high": 0.28}
+    assert specs["ppo_clip"].mapping("tinker")(ppo) == (
+        "ppo", {"clip_low_threshold": pytest.approx(0.8), "clip_high_threshold": pytest.approx(1.28)})
+    assert all(set(spec.mappings) == {"skyrl", "tinker"} for spec in specs.values())

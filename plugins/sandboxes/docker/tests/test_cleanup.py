@@ -52,7 +52,7 @@ async def test_cleanup_removes_leaked_containers_and_spares_live_sandboxes(provi
 def test_sandbox_cleanup_command_removes_a_leaked_container(base_image, containers):
     leaked = leak_container(base_image, dead_owner())
     out = subprocess.run(
-        [sys.executable, "-m", "tackroom", "sandbox", "cleanup", "--sandbox", "docker", "--json"],
+        [sys.executable, "-m", "tackroom_app", "sandbox", "cleanup", "--sandbox", "docker", "--json"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

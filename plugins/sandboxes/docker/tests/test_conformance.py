@@ -71,3 +71,15 @@ async def test_self_check_reports_a_timeout_that_leaves_the_command_running(base
     failed = {r.name: r.message for r in report.failures}
     assert set(failed) == {"exec_timeout"}, failed
     assert "still running" in failed["exec_timeout"]
+
+
+@pytest.mark.docker
+async def test_docker_binds_mounts_read_only(provider):
+    """``SandboxSpec.mounts`` are read-only binds (``ReadOnlyMounts``): the kit's attack changes nothing on the host."""
+    from tackroom.sandbox_features import ReadOnlyMounts
+    from tackroom.testing import SANDBOX_CHECKS
+
+    assert isinstance(provider.create(SandboxSpec(name="m")), ReadOnlyMounts)
+    report = await run_sandbox_checks(provider, skip=set(SANDBOX_CHECKS) - {"readonly_mounts"})
+    (result,) = [r for r in report.results if r.name == "readonly_mounts"]
+    assert result.passed and not result.skipped, result.message

@@ -48,7 +48,7 @@ async def sh(sb: DockerSandbox, cmd: str, timeout: float = 60) -> str:
 
 async def states(sb: DockerSandbox) -> dict[str, str]:
     """comm -> state letter of every process but PID 1, read through the toolset."""
-    out = await sb._root_exec('for d in /proc/[0-9]*; do [ "${d#/proc/}" = "$$" ] && continue; '
+    out = await sb.container.root_exec('for d in /proc/[0-9]*; do [ "${d#/proc/}" = "$$" ] && continue; '
                               'read -r l < "$d/stat" 2>/dev/null || continue; c=${l#*(}; c=${c%)*}; set -- ${l##*) }; '
                               'echo "${d#/proc/} $c $1"; done', timeout=30)
     return {line.split()[1]: line.split()[2] for line in out.out.splitlines() if line.split()[0] != "1"}
@@ -176,13 +176,13 @@ async def test_kill_processes_with_the_pids_limit_exhausted_keeps_the_service_an
         await sb.exec("(bomb() { bomb | bomb & }; setsid bash -c \"$(declare -f bomb); bomb\" &) >/dev/null 2>&1; sleep 3",
                       timeout=30)
         for _ in range(60):  # the evidence kill_processes() would give for the model's 0
-            if pids_exhausted(sb._pid):
+            if pids_exhausted(sb.container.pid):
                 break
             await asyncio.sleep(0.25)
         else:
             pytest.fail("the bomb never filled the pids limit")
         kept = await sb.kill_processes(keep_listening=True, timeout=20)
-        assert not pids_exhausted(sb._pid)
+        assert not pids_exhausted(sb.container.pid)
         assert [k.split(" ", 2)[2] for k in kept] == ["perl: tcp 0.0.0.0:8080"], kept
         code, files = await grade(sb, f"{READ_SERVICE} > /logs/verifier/got", tmp_path)
         assert files.get("got") == "served\n", files

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from tackroom import SandboxSpec
-from tackroom_docker.tools import tool_roots
+from tackroom_docker.tools import package_versions, tool_roots
 
 docker = pytest.mark.docker
 
@@ -134,3 +134,22 @@ async def test_grader_tools_the_image_put_outside_path_come_back_and_config_stay
         assert await out(sb, "/opt/grader/check") == "real"
     finally:
         await sb.stop()
+
+
+def test_package_versions_read_installed_stanzas_only():
+    status = ("Package: grep\nStatus: install ok installed\nVersion: 3.8-5\nDescription: x\n y\n\n"
+              "Package: gone\nStatus: deinstall ok config-files\nVersion: 1\n\n"
+              "Package: sed\nStatus: install ok installed\nVersion: 4.9-1\n")
+    assert package_versions(status) == {"grep": "3.8-5", "sed": "4.9-1"}
+
+
+@docker
+async def test_files_of_a_package_the_agent_upgraded_in_place_come_back_and_the_notes_say_so(sandbox):
+    # what an `apt-get install --only-upgrade grep` leaves: grep's files changed and dpkg's database naming the upgrade
+    await sandbox.exec("cp /bin/true /usr/bin/grep && "
+                       "sed -i '/^Package: grep$/,/^$/s/^Version: .*/Version: 99.0-agent/' /var/lib/dpkg/status")
+    restored = await sandbox.restore_image_tools()
+    assert "/usr/bin/grep" in restored
+    note = next((n for n in sandbox.notes if "upgraded packages" in n), None)
+    assert note is not None and "grep " in note and "-> 99.0-agent" in note, sandbox.notes
+    assert "put back" in note and (await sandbox.exec("echo abc | grep -q zzz")).exit_code == 1

@@ -1,6 +1,6 @@
 """Harbor-format tasks on the docker sandbox score what they score under Harbor: what the solution installed in
 /usr/bin of a merged-/usr image stays, and a server it started answers test.sh. Run the public way
-(``python -m tackroom run``), under the oracle and the nop harness."""
+(``python -m tackroom_app run``), under the oracle and the nop harness."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ SERVICE = ("(setsid perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(Local
 
 
 def run(tasks: Path, out: Path, harness: str) -> dict[str, dict]:
-    done = subprocess.run([sys.executable, "-m", "tackroom", "run", str(tasks), "--sandbox", "docker", "--harness", harness,
+    done = subprocess.run([sys.executable, "-m", "tackroom_app", "run", str(tasks), "--sandbox", "docker", "--harness", harness,
                            "--out", str(out), "--json"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout[done.stdout.index("{"):])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -13,7 +14,7 @@ from tackroom_docker.base_images import bootstrap, slim_rootfs
 
 
 def tackroom(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tackroom", *args], capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "tackroom_app", *args], capture_output=True, text=True, timeout=600)
 
 
 def test_tackroom_commands_hook_adds_the_images_group():
@@ -53,6 +54,20 @@ def test_images_list_shows_the_base_image(base_image):
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert any(r["image"] == base_image and r["kind"] == "base" for r in rows)
+
+
+@pytest.mark.docker
+def test_images_list_to_a_pipe_keeps_a_long_image_name_whole(base_image):
+    # printed to a pipe (or a file) the table is not cut at 80 columns; a second tag of the base image keeps its label
+    long_name = f"tackroom-test-an-image-name-long-enough-to-be-cut:{uuid.uuid4().hex}"
+    subprocess.run(["docker", "tag", base_image, long_name], check=True, capture_output=True, timeout=60)
+    try:
+        out = tackroom("images", "list")
+    finally:
+        subprocess.run(["docker", "rmi", long_name], capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "…" not in out.stdout
+    assert any(long_name in line and "base" in line for line in out.stdout.splitlines()), out.stdout
 
 
 async def test_bootstrap_refuses_an_image_it_has_no_recipe_for():

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom import Trial
-from tackroom.app import TrialPlugins, TrialRuntime
+from tackroom_app import TrialPlugins, TrialRuntime
 from tackroom_local import LocalSandbox, LocalSandboxProvider
 from tackroom_local import limits as local_limits
 from tackroom_local import sandbox as local_sandbox
@@ -91,7 +91,7 @@ def ns_pids(sb: LocalSandbox) -> list[int]:
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                if os.readlink(f"/proc/{entry.name}/ns/pid") == f"pid:[{sb._pidns}]":
+                if os.readlink(f"/proc/{entry.name}/ns/pid") == f"pid:[{sb.namespaces.pidns}]":
                     found.append(int(entry.name))
             except OSError:
                 pass
@@ -212,7 +212,7 @@ async def test_the_keeper_survives_signals_ptrace_and_kill_minus_one(make):
     assert "READ-MEM" not in r.stdout and "READ-FD" not in r.stdout, r.stdout
     assert "ptrace -1 1" in r.stdout, f"PTRACE_ATTACH to the keeper must fail with EPERM: {r.stdout!r}"
     await asyncio.sleep(0.2)
-    assert sb._proc is not None and sb._proc.returncode is None, "the agent killed its sandbox's keeper"
+    assert sb.namespaces.proc is not None and sb.namespaces.proc.returncode is None, "the agent killed its sandbox's keeper"
     assert (await sb.exec("echo alive")).stdout == "alive\n"
 
 
@@ -399,9 +399,9 @@ async def test_kill_processes_kills_every_kind_of_agent_process_fast(make, tmp_p
     assert (await sb.exec("wc -c < /app/log")).stdout == size, "something still writes after kill_processes()"
     r = await sb.exec("cat /app/kept.txt; tmux ls 2>&1")
     assert r.stdout.splitlines()[0] == "kept" and "no server" in r.stdout, r.stdout
-    assert ns_pids(sb) == [sb._child_pid], "only the fresh keeper may run"
-    if sb._cgroups is not None:
-        assert sb._cgroups.pids() == {sb._proc.pid, sb._child_pid}, "the cgroup holds more than bwrap and its keeper"
+    assert ns_pids(sb) == [sb.namespaces.keeper_pid], "only the fresh keeper may run"
+    if sb.namespaces.cgroups is not None:
+        assert sb.namespaces.cgroups.pids() == {sb.namespaces.proc.pid, sb.namespaces.keeper_pid}, "the cgroup holds more than bwrap and its keeper"
     times = []
     for _ in range(20):
         await sb.exec("sleep 1000 >/dev/null 2>&1 & setsid sleep 1000 >/dev/null 2>&1 &")
@@ -416,8 +416,8 @@ async def test_kill_processes_kills_every_kind_of_agent_process_fast(make, tmp_p
 
 async def test_a_fork_bomb_stays_bounded_and_the_sandbox_stoppable(make):
     sb = await make(pids_limit=64)
-    assert sb._cgroups is not None, "this host has writable cgroups; the bomb must be bounded by one"
-    host_pids = next(d for d in sb._cgroups.dirs if (d / "pids.max").exists())
+    assert sb.namespaces.cgroups is not None, "this host has writable cgroups; the bomb must be bounded by one"
+    host_pids = next(d for d in sb.namespaces.cgroups.dirs if (d / "pids.max").exists())
     assert (host_pids / "pids.max").read_text().strip() == "64"
     # `ulimit -u` is a second fence in case the cgroup did not hold; the assertions check the cgroup did.
     await sb.exec("ulimit -u 400; (bomb() { bomb | bomb & }; bomb) >/dev/null 2>&1 </dev/null & exit 0", timeout=30)
@@ -430,7 +430,7 @@ async def test_a_fork_bomb_stays_bounded_and_the_sandbox_stoppable(make):
     await sb.kill_processes(timeout=10)
     assert time.monotonic() - started < 5
     assert (await sb.exec("echo usable")).stdout == "usable\n"
-    bwrap = sb._proc.pid
+    bwrap = sb.namespaces.proc.pid
     await sb.stop()
     assert not os.path.exists(f"/proc/{bwrap}") and not sb.root.exists()
 
@@ -446,7 +446,7 @@ async def test_memory_beyond_memory_mb_cannot_be_allocated(make):
 
 async def test_without_cgroups_rlimits_enforce_the_limits_and_the_notes_say_so(make):
     sb = await make(spec={"memory_mb": 128}, pids_limit=24, limits="rlimit")
-    assert sb._cgroups is None and any("RLIMIT_AS" in n and "not enforced" in n for n in sb.notes), sb.notes
+    assert sb.namespaces.cgroups is None and any("RLIMIT_AS" in n and "not enforced" in n for n in sb.notes), sb.notes
     r = await sb.exec("for i in $(seq 1 40); do sleep 30 & echo -n .; done 2>/dev/null")
     assert 0 < len(r.stdout) < 24, f"{len(r.stdout)} of 40 processes started under pids_limit=24"
     big = await sb.exec("python3 -c 'b = bytearray(400 * 2**20); print(\"got it\")'")
@@ -476,8 +476,8 @@ async def main():
     sb = LocalSandboxProvider({"root_dir": sys.argv[1]}).create(tackroom.SandboxSpec(name="leaky"))
     await sb.start()
     await sb.exec("sleep 1000 >/dev/null 2>&1 &")
-    cgroups = [str(d) for d in sb._cgroups.dirs] if sb._cgroups else []
-    print(json.dumps({"root": str(sb.root), "marker": str(sb.marker), "bwrap": sb._proc.pid, "cgroups": cgroups}),
+    cgroups = [str(d) for d in sb.namespaces.cgroups.dirs] if sb.namespaces.cgroups else []
+    print(json.dumps({"root": str(sb.root), "marker": str(sb.marker), "bwrap": sb.namespaces.proc.pid, "cgroups": cgroups}),
           flush=True)
     await asyncio.sleep(600)
 
@@ -486,7 +486,7 @@ asyncio.run(main())
 
 
 def cleanup_cli(roots: Path) -> dict:
-    out = subprocess.run([sys.executable, "-m", "tackroom", "sandbox", "cleanup", "--sandbox", "local",
+    out = subprocess.run([sys.executable, "-m", "tackroom_app", "sandbox", "cleanup", "--sandbox", "local",
                           "--option", f"root_dir={roots}", "--json"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -540,7 +540,7 @@ async def test_cleanup_kills_a_bwrap_that_outlived_its_owner(make, tmp_path):
     data = json.loads(sb.marker.read_text())
     data.update(pid=dead.pid, start_time=1)  # the process that made it is gone
     sb.marker.write_text(json.dumps(data))
-    bwrap, keeper = sb._proc, sb._child_pid
+    bwrap, keeper = sb.namespaces.proc, sb.namespaces.keeper_pid
     assert await LocalSandboxProvider({"root_dir": str(tmp_path / "roots")}).cleanup() == 1
     await asyncio.wait_for(bwrap.wait(), 10)
     for _ in range(50):  # dead, then reaped by the host's init
@@ -550,8 +550,8 @@ async def test_cleanup_kills_a_bwrap_that_outlived_its_owner(make, tmp_path):
     else:
         pytest.fail("the keeper of the leaked sandbox still runs")
     assert not sb.root.exists() and not sb.marker.exists()
-    if sb._cgroups is not None:
-        assert not [d for d in sb._cgroups.dirs if d.exists()]
+    if sb.namespaces.cgroups is not None:
+        assert not [d for d in sb.namespaces.cgroups.dirs if d.exists()]
     with pytest.raises(tackroom.SandboxError):
         await sb.exec("true")
 
@@ -587,7 +587,7 @@ async def test_a_real_trial_whose_agent_plants_links_forks_writers_and_remounts_
         exit 0
         """))
     task = tackroom.load_task(task_dir)
-    manager = tackroom.app.PluginManager()
+    manager = tackroom_app.PluginManager()
     OracleHarness, TestScriptVerifier = manager.get("harness", "oracle"), manager.get("verifier", "test-script")
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox="local", verifier="test-script")
     plugins = TrialPlugins(OracleHarness, OracleHarness.Options(), LocalSandboxProvider({"root_dir": str(tmp_path / "roots")}),

@@ -18,6 +18,8 @@ from tackroom.testing import SANDBOX_CHECKS, run_sandbox_checks
 from tackroom_local import LocalSandbox, LocalSandboxProvider
 from tackroom_local import sandbox as local_sandbox
 from tackroom_local import view as local_view
+from tackroom_local.keeper import NamespaceKeeper
+from tackroom_local.transfers import ViewTransfers, sandbox_parts
 from tackroom_sandbox_kit import run_process
 
 ONLY = {"privileges", "planted_symlinks", "kill_processes", "host_port_forward"}
@@ -48,27 +50,28 @@ class DefaultKill(LocalSandbox):
     kill_processes = tackroom.Sandbox.kill_processes
 
 
-class OldTransfers(LocalSandbox):
+class OldViewTransfers(ViewTransfers):
     """Transfers as the local sandbox did them before issue 18: a realpath check of the destination, then
     shutil on the host, which follows whatever links sit inside the destination."""
 
-    def _host(self, path: str) -> Path:
-        parts = self._parts(path)
-        host = self.root.joinpath(*parts)
-        if not os.path.realpath(host).startswith(str(self.root / parts[0])):
+    def _host(self, path: str, workdir: str) -> Path:
+        parts = sandbox_parts(path, workdir)
+        root = self.ns.root
+        host = root.joinpath(*parts)
+        if not os.path.realpath(host).startswith(str(root / parts[0])):
             raise tackroom.SandboxPathError(f"{path!r} resolves outside the sandbox")
         return host
 
-    def _upload(self, source: Path, dest: str, timeout: float) -> None:
-        host = self._host(dest)
+    def put(self, source: Path, dest: str, workdir: str, timeout: float) -> None:
+        host = self._host(dest, workdir)
         if source.is_dir():
             shutil.copytree(source, host, dirs_exist_ok=True, symlinks=True)
         else:
             host.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, host)
 
-    def _download(self, source: str, dest: Path, timeout: float) -> None:
-        host = self._host(source)
+    def get(self, source: str, dest: Path, workdir: str, timeout: float) -> None:
+        host = self._host(source, workdir)
         if not host.exists():
             raise FileNotFoundError(source)
         if host.is_dir():
@@ -78,11 +81,25 @@ class OldTransfers(LocalSandbox):
             shutil.copyfile(host, dest)
 
 
+class OldTransfers(LocalSandbox):
+    """The local sandbox with :class:`OldViewTransfers`."""
+
+    def __init__(self, spec: tackroom.SandboxSpec, options) -> None:
+        super().__init__(spec, options)
+        self.transfers = OldViewTransfers(self.namespaces, spec.storage_mb)
+
+
+class HostNetworkKeeper(NamespaceKeeper):
+    def isolation_flags(self) -> list[str]:
+        return [*super().isolation_flags(), "--share-net"]
+
+
 class SharesHostNetwork(LocalSandbox):
     """How agent_in_sandbox harnesses reached the policy before: the sandbox shares the host's network."""
 
-    def _isolation_flags(self) -> list[str]:
-        return [*super()._isolation_flags(), "--share-net"]
+    def __init__(self, spec: tackroom.SandboxSpec, options) -> None:
+        super().__init__(spec, options)
+        self.keeper = HostNetworkKeeper(self.namespaces)
 
     async def forward_host_port(self, port: int) -> str:
         return f"http://127.0.0.1:{port}"
@@ -96,26 +113,33 @@ def writable_host_dir():
     shutil.rmtree(d, ignore_errors=True)
 
 
+class CapabilitiesKeeper(NamespaceKeeper):
+    def isolation_flags(self) -> list[str]:
+        return [f for f in super().isolation_flags() if f not in ("--disable-userns", "--cap-drop", "ALL")]
+
+
 def keeps_capabilities(extra_ro_bind: Path) -> type[LocalSandbox]:
     class KeepsCapabilities(LocalSandbox):
         """Execs enter the user namespace but skip setpriv (they keep its capabilities), and bwrap neither drops
         them nor nests a further user namespace (which alone keeps bwrap's read-only binds read-only); a
         world-writable host folder is bound read-only at /bound, as /usr and /etc are."""
 
-        def _isolation_flags(self) -> list[str]:
-            return [f for f in super()._isolation_flags() if f not in ("--disable-userns", "--cap-drop", "ALL")]
+        def __init__(self, spec: tackroom.SandboxSpec, options) -> None:
+            super().__init__(spec, options)
+            self.keeper = CapabilitiesKeeper(self.namespaces)
 
         def _prepare(self) -> None:
             super()._prepare()
-            self._view.children["bound"] = local_view._Bind(str(extra_ro_bind))
+            self.namespaces.view.children["bound"] = local_view._Bind(str(extra_ro_bind))
 
         async def exec(self, cmd, *, cwd=None, env=None, timeout=600.0, stdin=None) -> ExecResult:
-            self._alive()
+            ns = self.namespaces
+            ns.alive()
             script = cmd if isinstance(cmd, str) else " ".join(local_sandbox._quote(c) for c in cmd)
-            argv = self._prefix() + [self._tools["nsenter"], "-t", str(self._child_pid), "-U", "-m", "-u", "-i", "-n",
-                                     "-p", "-C", "-r", "-w", "--", self._inside["env"], "-i", *(f"{k}={v}" for k, v in
-                                     {**self.env, **(env or {})}.items()), self._inside["bash"], "-c",
-                                     f"cd {cwd or self.workdir} || exit 1\n{script}"]  # fmt: skip
+            argv = ns.prefix + [ns.tools["nsenter"], "-t", str(ns.keeper_pid), "-U", "-m", "-u", "-i", "-n",
+                                "-p", "-C", "-r", "-w", "--", ns.inside["env"], "-i", *(f"{k}={v}" for k, v in
+                                {**self.env, **(env or {})}.items()), ns.inside["bash"], "-c",
+                                f"cd {cwd or self.workdir} || exit 1\n{script}"]  # fmt: skip
             out = await run_process(argv, timeout=timeout, stdin=stdin.encode() if isinstance(stdin, str) else stdin, env={})
             return ExecResult(exit_code=out.returncode, stdout=out.stdout.decode(errors="replace"),
                               stderr=out.stderr.decode(errors="replace"))
@@ -242,7 +266,7 @@ class SharedGrader(LocalSandbox):
     async def run_grader(self, cmd, *, private, collect, dest, cwd=None, env=None, timeout=600.0):
         from tackroom_local import services
 
-        services.resume(self._kept)
+        services.resume(self.namespaces.kept)
         result = await self.exec(cmd, cwd=cwd, env=env, timeout=timeout)
         await self.download(collect, dest)
         return result

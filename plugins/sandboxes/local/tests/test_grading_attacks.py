@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom import Trial
-from tackroom.app import TrialPlugins, TrialRuntime
+from tackroom_app import TrialPlugins, TrialRuntime
 from tackroom_local import LocalSandbox, LocalSandboxProvider, services
 
 
@@ -45,7 +45,7 @@ async def run_task(tmp_path: Path, solve: str, test_sh: str, toml: str = "") -> 
     (task_dir / "tests" / "test.sh").write_text(textwrap.dedent(test_sh))
     (task_dir / "solution" / "solve.sh").write_text(textwrap.dedent(solve))
     task = tackroom.load_task(task_dir)
-    manager = tackroom.app.PluginManager()
+    manager = tackroom_app.PluginManager()
     oracle, verifier = manager.get("harness", "oracle"), manager.get("verifier", "test-script")
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox="local", verifier="test-script")
     plugins = TrialPlugins(oracle, oracle.Options(), LocalSandboxProvider({"root_dir": str(tmp_path / "roots")}),
@@ -147,7 +147,7 @@ def proc_state(pid: int) -> str:
 
 async def test_unprivileged_the_sandbox_keeps_no_services_and_says_why(make):
     sb = await make()
-    sb.uid = None  # what an unprivileged tackroom has: the sandbox's root is the invoking user
+    sb.namespaces.uid = None  # what an unprivileged tackroom has: the sandbox's root is the invoking user
     with pytest.raises(NotImplementedError, match="only when tackroom runs as root.*/proc/PID/root"):
         await sb.kill_processes(keep_listening=True)
 
@@ -163,7 +163,7 @@ async def test_a_kept_service_runs_only_while_grading_and_cannot_reach_the_grade
     assert len(kept) == 2, kept  # the service and its worker; the plain writer is gone
     assert any("python3: tcp 0.0.0.0:8080" in line and "udp 127.0.0.1:5353" in line and "unix /tmp/service.sock" in line
                for line in kept), kept
-    assert all(proc_state(pid) == "T" for pid in sb._kept), "the kept service must be frozen"
+    assert all(proc_state(pid) == "T" for pid in sb.namespaces.kept), "the kept service must be frozen"
     ticks = (sb.root / "app" / "ticks").read_text()
     writer = (sb.root / "app" / "plain-writer").read_text()
     await asyncio.sleep(0.3)
@@ -182,17 +182,17 @@ async def test_a_kept_service_runs_only_while_grading_and_cannot_reach_the_grade
     assert len(grading_ticks) > len(ticks) + 20, "the service did not run while the grader ran"
     wrote = (sb.root / "app" / "wrote").read_text().split()
     assert "/logs/verifier/reward.txt" in wrote, "the service wrote only where the grader never looks"
-    assert all(proc_state(pid) == "T" for pid in sb._kept), "the service must be frozen again after grading"
+    assert all(proc_state(pid) == "T" for pid in sb.namespaces.kept), "the service must be frozen again after grading"
     await asyncio.sleep(0.3)
     assert (sb.root / "app" / "ticks").read_text() == grading_ticks
     # The attack is real: with the service running and no private view (core's default run_grader), the
     # reward read is the service's.
     shared = tmp_path / "shared"
-    services.resume(sb._kept)
+    services.resume(sb.namespaces.kept)
     await tackroom.Sandbox.run_grader(sb, ["bash", "-c", "sleep 0.5; echo 0 > /logs/verifier/reward.txt; sleep 0.5"],
                                       private=["/tests", "/logs/verifier"], collect="/logs/verifier", dest=shared)
     assert (shared / "reward.txt").read_text() in ("1\n", ""), "the service's write (or its truncation) was read"
-    assert not [p for p in sb._kept if Path(f"/proc/{p}").exists()]
+    assert not [p for p in sb.namespaces.kept if Path(f"/proc/{p}").exists()]
 
 
 # -- the grader's interpreters start clean -------------------------------------------------------
@@ -436,8 +436,8 @@ async def test_a_grader_past_its_timeout_is_killed_and_kept_services_frozen_agai
     assert len(await sb.kill_processes(keep_listening=True)) == 1
     with pytest.raises(tackroom.SandboxTimeoutError, match="timed out after 1"):
         await grade(sb, tmp_path, cmd=["bash", "-c", "sleep 1000 & sleep 1000"], timeout=1)
-    assert all(proc_state(pid) == "T" for pid in sb._kept)
-    assert set(services.namespace_pids(sb._pidns, skip={sb._child_pid})) == sb._kept, "the grader's processes survived"
+    assert all(proc_state(pid) == "T" for pid in sb.namespaces.kept)
+    assert set(services.namespace_pids(sb.namespaces.pidns, skip={sb.namespaces.keeper_pid})) == sb.namespaces.kept, "the grader's processes survived"
     result, dest = await grade(sb, tmp_path)  # the sandbox stays usable
     assert result.ok and (dest / "reward.txt").read_text() == "0\n"
 

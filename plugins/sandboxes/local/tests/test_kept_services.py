@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom import Trial
-from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom.testing import SANDBOX_CHECKS, run_sandbox_checks
+from tackroom_app import TrialPlugins, TrialRuntime
 from tackroom_local import LocalSandbox, LocalSandboxProvider
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the local sandbox keeps services only when run as root")
@@ -31,7 +31,7 @@ async def run_task(tmp_path: Path, solve: str, test_sh: str, toml: str = "", **o
     (task_dir / "tests" / "test.sh").write_text(textwrap.dedent(test_sh))
     (task_dir / "solution" / "solve.sh").write_text(textwrap.dedent(solve))
     task = tackroom.load_task(task_dir)
-    manager = tackroom.app.PluginManager()
+    manager = tackroom_app.PluginManager()
     oracle, verifier = manager.get("harness", "oracle"), manager.get("verifier", "test-script")
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox="local", verifier="test-script")
     provider = LocalSandboxProvider({"root_dir": str(tmp_path / "roots"), **options})

@@ -31,7 +31,7 @@ async def test_processes_survive_between_execs_and_die_with_the_sandbox(tmp_path
     await sb.exec("nohup sleep 300 >/dev/null 2>&1 & echo $! > /tmp/pid")
     alive = await sb.exec("kill -0 $(cat /tmp/pid) && echo alive")
     assert alive.stdout.strip() == "alive"
-    bwrap_pid = sb._proc.pid
+    bwrap_pid = sb.namespaces.proc.pid
     await sb.stop()
     await sb.stop()  # idempotent
     assert not list(tmp_path.iterdir()), "per-trial root is removed"
@@ -90,7 +90,7 @@ async def test_missing_bwrap_says_how_to_install_it():
 async def test_a_sandbox_that_dies_gives_sandbox_error_on_next_exec():
     sb = LocalSandboxProvider().create(spec())
     await sb.start()
-    os.killpg(sb._proc.pid, signal.SIGKILL)
+    os.killpg(sb.namespaces.proc.pid, signal.SIGKILL)
     await asyncio.sleep(0.2)
     with pytest.raises(tackroom.SandboxError, match="died|not running"):
         await sb.exec("true")
@@ -117,13 +117,13 @@ async def test_kill_processes_restarts_the_keeper_and_keeps_files(tmp_path):
     sb = LocalSandboxProvider({"root_dir": str(tmp_path)}).create(spec())
     async with sb:
         await sb.exec("echo data > /app/kept; echo shm > /dev/shm/gone; nohup sleep 300 >/dev/null 2>&1 &")
-        keeper, bwrap = sb._child_pid, sb._proc.pid
+        keeper, bwrap = sb.namespaces.keeper_pid, sb.namespaces.proc.pid
         await sb.kill_processes()
-        assert (sb._child_pid, sb._proc.pid) != (keeper, bwrap)
+        assert (sb.namespaces.keeper_pid, sb.namespaces.proc.pid) != (keeper, bwrap)
         r = await sb.exec("cat /app/kept; ls /dev/shm; pgrep -c sleep")
         assert r.stdout.split("\n")[:2] == ["data", "0"], r.stdout  # files stay, /dev/shm is a fresh tmpfs
         marker = json.loads(sb.marker.read_text())
-        assert marker["bwrap"][0] == sb._proc.pid and marker["pid"] == os.getpid()
+        assert marker["bwrap"][0] == sb.namespaces.proc.pid and marker["pid"] == os.getpid()
 
 
 async def test_upload_semantics_replace_the_destination_and_follow_parents_that_stay_inside(tmp_path):
@@ -158,7 +158,7 @@ async def test_a_root_dir_that_other_users_cannot_enter_still_works(tmp_path):
     sb = LocalSandboxProvider({"root_dir": str(private / "roots")}).create(spec())
     async with sb:
         if os.geteuid() == 0:
-            assert sb._stage is not None, "bwrap runs as the sandbox's uid, which cannot pass through a 0700 folder"
+            assert sb.keeper.stage is not None, "bwrap runs as the sandbox's uid, which cannot pass through a 0700 folder"
         await sb.write_file("/app/a.txt", "a")
         assert (await sb.exec("cat /app/a.txt")).stdout == "a"
         await sb.kill_processes()

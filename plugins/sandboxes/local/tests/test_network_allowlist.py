@@ -12,9 +12,9 @@ import textwrap
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom import NetworkPolicy, Trial
-from tackroom.app import TrialPlugins, TrialRuntime
+from tackroom_app import TrialPlugins, TrialRuntime
 from tackroom_local import LocalSandbox, LocalSandboxProvider
 
 TABLE = {"mirror.test": "127.0.0.5", "grading.test": "127.0.0.6", "other.test": "127.0.0.5"}
@@ -154,7 +154,7 @@ async def test_a_trial_grades_on_its_allowlist_and_the_agent_cannot_reach_grader
         f"[ \"$(curl -sS http://grading.test:{servers}/)\" = grading ] && grep -qx mirror /app/agent.txt "
         "&& ! grep -qx grading /app/agent.txt && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
     task = tackroom.load_task(task_dir)
-    manager = tackroom.app.PluginManager()
+    manager = tackroom_app.PluginManager()
     oracle, verifier = manager.get("harness", "oracle"), manager.get("verifier", "test-script")
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox="local", verifier="test-script")
     provider = LocalSandboxProvider({"root_dir": str(tmp_path / "roots"), "egress_hosts": TABLE})

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom import Trial
-from tackroom.app import TrialPlugins, TrialRuntime
 from tackroom.testing import check_registered
+from tackroom_app import TrialPlugins, TrialRuntime
 from tackroom_file_diff import FileChangeTracker, FileDiffVerifier, expected_outputs
 from tackroom_local import LocalSandboxProvider
 
@@ -77,15 +77,15 @@ def test_the_catalogue_lists_it_as_registered():
 
 
 def test_selected_by_name_with_nested_options():
-    verifier = tackroom.app.instantiate("verifier", tackroom.app.PluginSelection(
+    verifier = tackroom_app.instantiate("verifier", tackroom_app.PluginSelection(
         name="file-diff", score="all_pass", tolerance={"abs_tol": 0.5}, formats={"xlsx": {"compare": "both"}}))
     options = verifier.options
     assert isinstance(verifier, FileDiffVerifier)
     assert options.tolerance.abs_tol == 0.5 and options.formats["xlsx"].compare == "both"
     with pytest.raises(tackroom.ConfigError, match="verifier.tolerance.abs_tl"):
-        tackroom.app.instantiate("verifier", tackroom.app.PluginSelection(name="file-diff", tolerance={"abs_tl": 0.5}))
+        tackroom_app.instantiate("verifier", tackroom_app.PluginSelection(name="file-diff", tolerance={"abs_tl": 0.5}))
     with pytest.raises(tackroom.ConfigError, match="verifier.formats.xslx"):
-        tackroom.app.instantiate("verifier", tackroom.app.PluginSelection(name="file-diff", formats={"xslx": {}}))
+        tackroom_app.instantiate("verifier", tackroom_app.PluginSelection(name="file-diff", formats={"xslx": {}}))
 
 
 def test_a_task_without_expected_files_is_a_task_error(tmp_path):
@@ -164,12 +164,12 @@ async def test_the_tracker_helper_reports_what_changed(tmp_path, make_docx):
 @needs_bwrap
 async def test_end_to_end_trials_oracle_scores_one_and_nop_scores_zero(tmp_path, make_xlsx, make_docx):
     task = tackroom.load_task(write_task(tmp_path, make_xlsx, make_docx))
-    manager = tackroom.app.PluginManager(env={})
+    manager = tackroom_app.PluginManager(env={})
     runtime = TrialRuntime(tmp_path / "run", progress=False, manager=manager, attempts=1)
-    verifier = tackroom.app.instantiate("verifier", "file-diff", manager=manager)
+    verifier = tackroom_app.instantiate("verifier", "file-diff", manager=manager)
     items = []
     for name in ("oracle", "nop"):
-        harness = tackroom.app.instantiate("harness", name, manager=manager)
+        harness = tackroom_app.instantiate("harness", name, manager=manager)
         plugins = TrialPlugins.from_instances(harness, LocalSandboxProvider(), verifier)
         trial = Trial(task_id=task.id, task_path=str(task.path), harness=name, sandbox="local", verifier="file-diff")
         items.append((trial, task, plugins))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import tackroom
-from tackroom.app import sandbox_spec
+from tackroom_app import sandbox_spec
 from tackroom_local import LocalSandboxProvider
 from tackroom_rubric_judge import RubricJudgeVerifier
 from tackroom_rubric_judge.baseline import task_settings

@@ -14,9 +14,9 @@ import shutil
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom import Trial
-from tackroom.app import TrialPlugins, TrialRuntime
+from tackroom_app import TrialPlugins, TrialRuntime
 from tackroom_local import LocalSandboxProvider
 from tackroom_rubric_judge import RubricJudgeVerifier, score, shared_client, shared_clients
 from tackroom_rubric_judge.scoring import CriterionResult
@@ -82,10 +82,10 @@ async def test_end_to_end_trial_with_file_outputs_on_the_local_sandbox(engine_ur
         " > /app/out/totals.csv\necho 'Wrote /app/out/totals.csv with the total per region.'\n"
     )
     task = tackroom.load_task(task_dir)
-    manager = tackroom.app.PluginManager(env={})
-    verifier = tackroom.app.instantiate("verifier", tackroom.app.PluginSelection(
+    manager = tackroom_app.PluginManager(env={})
+    verifier = tackroom_app.instantiate("verifier", tackroom_app.PluginSelection(
         name="rubric-judge", base_url=engine_url, score="all_pass", **JUDGE), manager=manager)
-    harness = tackroom.app.instantiate("harness", "oracle", manager=manager)
+    harness = tackroom_app.instantiate("harness", "oracle", manager=manager)
     plugins = TrialPlugins.from_instances(harness, LocalSandboxProvider(), verifier)
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox="local", verifier="rubric-judge")
     runtime = TrialRuntime(tmp_path / "run", progress=False, manager=manager, attempts=1)

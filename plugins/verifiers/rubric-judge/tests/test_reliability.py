@@ -8,9 +8,9 @@ import time
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom import Trial
-from tackroom.app import TrialPlugins, TrialRuntime
+from tackroom_app import TrialPlugins, TrialRuntime
 from tackroom_rubric_judge import (
     JudgeAuthError,
     JudgeBadRequestError,
@@ -233,11 +233,11 @@ async def test_litellm_transport_classifies_the_same_failures(judge_server, rubr
 async def test_a_trial_whose_judge_is_down_is_classified_infra_by_the_runtime(judge_server, rubric_task, tmp_path):
     server = judge_server(default="503")
     task = rubric_task(ONE)
-    manager = tackroom.app.PluginManager(env={})
-    verifier = tackroom.app.instantiate("verifier", tackroom.app.PluginSelection(
+    manager = tackroom_app.PluginManager(env={})
+    verifier = tackroom_app.instantiate("verifier", tackroom_app.PluginSelection(
         name="rubric-judge", base_url=server.base_url, model="judge", retry={**FAST, "max_attempts": 2}),
         manager=manager)
-    harness = tackroom.app.instantiate("harness", "nop", manager=manager)
+    harness = tackroom_app.instantiate("harness", "nop", manager=manager)
     from tackroom_local import LocalSandboxProvider
 
     plugins = TrialPlugins.from_instances(harness, LocalSandboxProvider(), verifier)
@@ -268,12 +268,12 @@ async def test_end_to_end_trial_sends_the_file_changes_and_scores_penalties(judg
     # the judge says: csv yes, summary no, clobber no -> mean (2 + 0 - 0) / 3, all_pass 0
     server = judge_server(verdicts={"totals.csv has": True, "summarises": False, "overwrote": False})
     task = tackroom.load_task(task_dir)
-    manager = tackroom.app.PluginManager(env={})
-    verifier = tackroom.app.instantiate("verifier", tackroom.app.PluginSelection(
+    manager = tackroom_app.PluginManager(env={})
+    verifier = tackroom_app.instantiate("verifier", tackroom_app.PluginSelection(
         name="rubric-judge", base_url=server.base_url, model="judge", retry=FAST), manager=manager)
     from tackroom_local import LocalSandboxProvider
 
-    plugins = TrialPlugins.from_instances(tackroom.app.instantiate("harness", "oracle", manager=manager),
+    plugins = TrialPlugins.from_instances(tackroom_app.instantiate("harness", "oracle", manager=manager),
                                           LocalSandboxProvider(), verifier)
     trial = Trial(task_id=task.id, task_path=str(task.path), harness="oracle", sandbox="local", verifier="rubric-judge")
     (result,) = await TrialRuntime(tmp_path / "run", progress=False, manager=manager, attempts=1).run_all(

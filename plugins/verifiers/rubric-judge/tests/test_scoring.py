@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import tackroom
-import tackroom.app
+import tackroom_app
 from tackroom.testing import check_registered
 from tackroom_rubric_judge import (
     CriterionResult,
@@ -121,7 +121,7 @@ def test_rubric_judge_is_registered_and_conforms():
 
 def test_it_is_registered_by_reference_as_the_class_says():
     """Loading the plugins (every `tackroom` command) does not import the verifier; its registration says what it says."""
-    entry = tackroom.app.PluginManager(env={}).entry("verifier", "rubric-judge")
+    entry = tackroom_app.PluginManager(env={}).entry("verifier", "rubric-judge")
     assert entry.reference == "tackroom_rubric_judge.verifier:RubricJudgeVerifier"
     assert (entry.summary, entry.capabilities) == (RubricJudgeVerifier.summary(), RubricJudgeVerifier.capabilities)
     assert entry.load() is RubricJudgeVerifier
@@ -139,14 +139,14 @@ def test_the_catalogue_lists_it_as_registered():
 
 
 def test_options_are_validated_with_their_paths():
-    v = tackroom.app.instantiate("verifier", tackroom.app.PluginSelection(
+    v = tackroom_app.instantiate("verifier", tackroom_app.PluginSelection(
         name="rubric-judge", base_url="http://127.0.0.1:8000/v1", score="all_pass", retry={"max_attempts": 3}))
     assert v.options.retry.max_attempts == 3 and v.endpoint().transport == "openai"
     with pytest.raises(tackroom.ConfigError, match="verifier.retry.max_atempts"):
-        tackroom.app.instantiate("verifier", tackroom.app.PluginSelection(name="rubric-judge", retry={"max_atempts": 3}))
+        tackroom_app.instantiate("verifier", tackroom_app.PluginSelection(name="rubric-judge", retry={"max_atempts": 3}))
     with pytest.raises(tackroom.ConfigError, match="verifier.score"):
-        tackroom.app.instantiate("verifier", tackroom.app.PluginSelection(name="rubric-judge", score="median"))
+        tackroom_app.instantiate("verifier", tackroom_app.PluginSelection(name="rubric-judge", score="median"))
     with pytest.raises(tackroom.ConfigError, match="transport 'openai' needs base_url"):
-        tackroom.app.instantiate("verifier", tackroom.app.PluginSelection(name="rubric-judge", transport="openai"))
+        tackroom_app.instantiate("verifier", tackroom_app.PluginSelection(name="rubric-judge", transport="openai"))
     litellm = RubricJudgeVerifier({"model": "anthropic/claude-sonnet-4", "api_keys": ["sk-1"]})
     assert litellm.endpoint().transport == "litellm" and "sk-1" not in repr(litellm.options)

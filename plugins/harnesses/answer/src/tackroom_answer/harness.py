@@ -42,7 +42,7 @@ from tackroom import (
     Task,
     Trajectory,
 )
-from tackroom import openai_error_message as _error_message
+from tackroom.services import openai_error_message as _error_message
 from tackroom_answer.spec import ANSWER
 from tackroom_worlds import task_answer_path
 

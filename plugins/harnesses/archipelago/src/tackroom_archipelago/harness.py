@@ -33,12 +33,14 @@ from tackroom_archipelago.toolbelt import META_NAMES, Toolbelt
 from tackroom_archipelago.tools import FINAL_ANSWER_TOOL, call_arguments, final_answer_tool, openai_tools
 from tackroom_archipelago.world import (
     GatewayHandle,
+    WorldLayout,
     WorldSpec,
     install_world,
     load_world,
     start_gateway,
     task_system_prompt,
     task_world_dir,
+    world_build,
 )
 from tackroom_gateway import ChatTemplate, get_tool_parser
 from tackroom_worlds import check_tool_globs, task_answer_path, task_world
@@ -119,8 +121,11 @@ class ArchipelagoOptions(PluginOptions):
     transport: Literal["auto", "http", "exec"] = Field(
         default="auto", description="http: the sandbox exposes the gateway's port; exec: relay through Sandbox.exec")
     world: str | None = Field(default=None, description="World directory for tasks without [world] (e.g. plain Harbor tasks)")
-    world_base: str = Field(default="/opt/tackroom-world", description="Where packages and servers go in the sandbox")
-    site_cache_dir: str | None = Field(default=None, description="Host cache of prepared world packages")
+    world_base: str = Field(default="/opt/tackroom-world", description="The trial's own world folder in the sandbox "
+                            "(the gateway's config and logs; the build too where the sandbox cannot bind it)")
+    build_path: str = Field(default="/mnt/tackroom-world", description="Where a sandbox that binds mounts gets the "
+                            "world's build (packages, servers, gateway; made once per world version), read-only")
+    site_cache_dir: str | None = Field(default=None, description="Host cache of prepared world packages and builds")
     gateway_startup_timeout_sec: float = Field(default=120.0, gt=0)
     model_timeout_sec: float = Field(default=600.0, gt=0, description="Per model call")
 
@@ -145,6 +150,7 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
         super().__init__(options)
         self.world: WorldSpec | None = None
         self.gateway: GatewayHandle | None = None
+        self.layout: WorldLayout | None = None
         self.sandbox: Sandbox | None = None
         self.setup_notes: list[str] = []
         self.tool_globs: tuple[list[str], list[str]] = ([], [])
@@ -152,12 +158,25 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
         self.answer_path: str | None = None
 
     # -- setup -------------------------------------------------------------------------------------
-    async def setup(self, sandbox: Sandbox, task: Task) -> None:
-        o = self.options
-        world_dir = task_world_dir(task) or (Path(o.world) if o.world else None)
+    def _world_dir(self, task: Task) -> Path:
+        world_dir = task_world_dir(task) or (Path(self.options.world) if self.options.world else None)
         if world_dir is None:
             raise TaskError(f"{task.path}: the archipelago harness runs world tasks; add [world] path = ... to task.toml "
                             "(or set the harness option `world`)")
+        return world_dir
+
+    async def mounts(self, task: Task) -> dict[str, Path]:
+        """The world's build (its packages, server projects and gateway, made once per world version), bound
+        read-only at ``build_path``: nothing of it is uploaded per trial. Its parts for the sandbox's interpreters
+        are made in :meth:`setup` and appear in the bound folder."""
+        o = self.options
+        world = await asyncio.to_thread(load_world, self._world_dir(task))
+        cache = Path(o.site_cache_dir) if o.site_cache_dir else None
+        return {o.build_path: await asyncio.to_thread(world_build, world, cache)}
+
+    async def setup(self, sandbox: Sandbox, task: Task) -> None:
+        o = self.options
+        world_dir = self._world_dir(task)
         self.sandbox = sandbox
         self.task_world = table = task_world(task)  # the task's own tools and answer path win over the options
         self.tool_globs = (table.tools_include if table and table.tools_include is not None else o.tools_include,
@@ -165,15 +184,18 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
         self.answer_path = task_answer_path(task, o.answer_path)
         self.world = load_world(world_dir)
         t0 = time.monotonic()
-        python = await install_world(sandbox, self.world, base=o.world_base,
-                                     cache_dir=Path(o.site_cache_dir) if o.site_cache_dir else None)
-        self.gateway = await start_gateway(sandbox, self.world, python, base=o.world_base,
-                                           timeout=o.gateway_startup_timeout_sec, transport=o.transport)
+        self.layout = layout = await install_world(sandbox, self.world, base=o.world_base, build_path=o.build_path,
+                                                   cache_dir=Path(o.site_cache_dir) if o.site_cache_dir else None)
+        self.gateway = await start_gateway(sandbox, self.world, layout, timeout=o.gateway_startup_timeout_sec,
+                                           transport=o.transport)
         await chat_template(o.tokenizer or "smollm2")  # under the setup timeout, not the agent's
+        build = "bound read-only" if layout.mounted else "uploaded"
+        if layout.mounted and not layout.compiled:
+            build += f", compiled in the trial (no CPython {layout.python.version} on the host: uv python install it)"
         self.setup_notes.append(
-            f"world {self.world.name!r}: {self.gateway.tools} tools on Python {python.version} in "
-            f"{time.monotonic() - t0:.1f}s via {'http ' + self.gateway.url if self.gateway.url else 'exec relay'} "
-            f"({self.gateway.describe()})")
+            f"world {self.world.name!r}: {self.gateway.tools} tools on Python {layout.python.version} in "
+            f"{time.monotonic() - t0:.1f}s via {'http ' + self.gateway.url if self.gateway.url else 'exec relay'}, "
+            f"its build {build} ({self.gateway.describe()})")
 
     def mcp_client(self) -> Client:
         """A fresh MCP SDK client for the world gateway (direct URL, or relayed through exec)."""

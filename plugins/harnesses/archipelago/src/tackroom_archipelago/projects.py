@@ -135,14 +135,15 @@ _LIST_PROBE = ("import platform, sys; lib, ver = platform.libc_ver(); "
                "ver or '0.0')")
 
 
-async def find_interpreters(sandbox: Sandbox, names: list[str]) -> dict[str, list[str]]:
-    """For each of ``names`` the sandbox has: ``[executable, major, minor, machine, libc, libc_version]``."""
+async def find_interpreters(sandbox: Sandbox, names: list[str], *, first: str = "") -> dict[str, list[str]]:
+    """For each of ``names`` the sandbox has: ``[executable, major, minor, machine, libc, libc_version]``. ``first``:
+    a shell command run before, in the same exec (one round trip)."""
     script = "; ".join(
         f"command -v {shlex.quote(n)} >/dev/null 2>&1 && printf '%s ' {shlex.quote(n)} && "
         f"{shlex.quote(n)} -c {shlex.quote(_LIST_PROBE)} 2>/dev/null"
         for n in dict.fromkeys(names)
     )
-    result = await sandbox.exec(["sh", "-c", script + "; true"], timeout=60)
+    result = await sandbox.exec(["sh", "-c", (f"{first}; " if first else "") + script + "; true"], timeout=60)
     found: dict[str, list[str]] = {}
     for line in result.stdout.splitlines():
         fields = line.split()

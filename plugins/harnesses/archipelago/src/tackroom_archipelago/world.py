@@ -2,13 +2,15 @@
 
 This module reads a world, prepares its Python packages for the sandbox's own
 ``python3`` on the host (``uv pip install --target`` for that interpreter's
-version and platform, cached), uploads everything, and starts the world gateway
-inside the sandbox.
+version and platform, cached) into the world's build (:mod:`~tackroom_archipelago.builds`:
+once per world version, bound read-only into sandboxes that bind mounts, else
+uploaded), uploads the world's files, and starts the world gateway inside the sandbox.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import posixpath
@@ -25,9 +27,21 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tackroom import Sandbox, Task, cache_root
-from tackroom_archipelago.errors import WorldBuildError, WorldFormatError, WorldRuntimeError
+from tackroom.sandbox_features import ReadOnlyMounts
+from tackroom_archipelago.builds import (
+    BUILD_SCHEME,
+    SANDBOX_SCRIPTS,
+    builds_dir,
+    copy_tree,
+    ensure_part,
+    hash_tree,
+    link_tree,
+    link_without_bytecode,
+    make_build_dir,
+    tree_signature,
+)
+from tackroom_archipelago.errors import McpGatewayError, WorldBuildError, WorldFormatError, WorldRuntimeError
 from tackroom_archipelago.projects import (
-    IGNORED,
     PYTHON_WORDS,
     ServerProject,
     expand_path,
@@ -198,11 +212,7 @@ async def probe_python(sandbox: Sandbox, executable: str) -> SandboxPython:
     """Ask the sandbox which python it has; :class:`WorldRuntimeError` when there is none or it is too old."""
     result = await sandbox.exec([executable, "-c", _PROBE], timeout=60)
     if not result.ok:
-        raise WorldRuntimeError(
-            f"the sandbox has no usable {executable!r} ({(result.stderr or result.stdout).strip()[:300]}); a world's MCP "
-            "servers run on the sandbox's own Python: use an image with python3 >= 3.10 (e.g. debian:bookworm-slim "
-            "plus python3, or any python:3.x image), or set [runtime] python in world.toml"
-        )
+        raise _no_python_error(executable, (result.stderr or result.stdout).strip()[:300])
     major, minor, machine, libc, version = result.stdout.split()
     found = SandboxPython(executable=executable, major=int(major), minor=int(minor), machine=machine,
                           libc=libc, libc_version=version)
@@ -314,18 +324,154 @@ async def _install_target(target: Path, args: list[str], python: SandboxPython, 
     return target
 
 
-async def project_python(sandbox: Sandbox, server: ServerSpec, project: ServerProject) -> SandboxPython:
-    """The sandbox interpreter a project server runs on: its ``python``, else the newest ``python3.X`` its
-    ``requires-python`` allows, else ``python3``; :class:`WorldRuntimeError` naming what is missing."""
-    wanted = [server.python] if server.python else python_candidates(project.specifier)
-    found = await find_interpreters(sandbox, wanted)
-    for name in wanted:
-        if name in found:
-            exe, major, minor, machine, libc, version = found[name]
-            if project.specifier.contains(f"{major}.{minor}", prereleases=True):
-                return SandboxPython(executable=exe, major=int(major), minor=int(minor), machine=machine, libc=libc,
-                                     libc_version=version)
-    raise missing_python_error(server.name, project, wanted, found)
+def _no_python_error(executable: str, said: str = "") -> WorldRuntimeError:
+    return WorldRuntimeError(
+        f"the sandbox has no usable {executable!r}{f' ({said})' if said else ''}; a world's MCP servers run on the "
+        "sandbox's own Python: use an image with python3 >= 3.10 (e.g. debian:bookworm-slim plus python3, or any "
+        "python:3.x image), or set [runtime] python in world.toml"
+    )
+
+
+async def sandbox_pythons(sandbox: Sandbox, world: WorldSpec, *, first: str = "") -> SandboxPython:
+    """The gateway's interpreter (``[runtime] python``) and, into ``world.interpreters``, each project server's: its
+    ``python``, else the newest ``python3.X`` its ``requires-python`` allows, else ``python3``; all found in one exec
+    (after ``first``). :class:`WorldRuntimeError` naming what is missing."""
+    wanted = {s.name: [s.python] if s.python else python_candidates(world.projects[s.name].specifier)
+              for s in world.servers if s.name in world.projects}
+    found = await find_interpreters(sandbox, [world.runtime.python, *(n for names in wanted.values() for n in names)],
+                                    first=first)
+
+    def python_of(fields: list[str]) -> SandboxPython:
+        exe, major, minor, machine, libc, version = fields
+        return SandboxPython(executable=exe, major=int(major), minor=int(minor), machine=machine, libc=libc,
+                             libc_version=version)
+
+    if world.runtime.python not in found:
+        raise _no_python_error(world.runtime.python)
+    python = python_of(found[world.runtime.python])
+    if (python.major, python.minor) < MIN_PYTHON:
+        raise WorldRuntimeError(f"the sandbox's {world.runtime.python} is Python {python.version}; the MCP SDK needs "
+                                ">= 3.10: use a newer image")
+    for name, names in wanted.items():
+        project = world.projects[name]
+        usable = [n for n in names if n in found and project.specifier.contains(f"{found[n][1]}.{found[n][2]}",
+                                                                                   prereleases=True)]
+        if not usable:
+            raise missing_python_error(name, project, names, {n: found[n] for n in names if n in found})
+        world.interpreters[name] = python_of(found[usable[0]])
+    return python
+
+
+# -- the world's build: made once per world version, bound read-only or uploaded -------------------------
+_versions: dict[str, tuple[Any, str]] = {}
+
+
+def world_version(world: WorldSpec) -> str:
+    """A key that changes whenever anything the world's build holds would: its requirements and pythonpath folders,
+    its server projects (their files and fingerprints) (:mod:`~tackroom_archipelago.builds`; the gateway's scripts
+    are a part of their own, by their own hash). Hashed again only when a file's size or time changed since this process last did (every trial asks)."""
+    folders = [*(world.path / p for p in world.runtime.pythonpath),
+               *(f for project in world.projects.values() for f in (project.path, *project.sources))]
+    signature = (world.model_dump_json(), [tree_signature(f) for f in folders])
+    cached = _versions.get(str(world.path))
+    if cached is None or cached[0] != signature:
+        _versions[str(world.path)] = (signature, _hash_world(world))
+    return _versions[str(world.path)][1]
+
+
+def _hash_world(world: WorldSpec) -> str:
+    digest = hashlib.sha256(json.dumps([BUILD_SCHEME, world.name, GATEWAY_REQUIREMENTS,
+                                        sorted(world.runtime.requirements), world.runtime.pythonpath]).encode())
+    for folder in world.runtime.pythonpath:
+        hash_tree(digest, world.path / folder)
+    for name, project in sorted(world.projects.items()):
+        digest.update(f"\0server {name} {project.fingerprint()}\0".encode())
+        hash_tree(digest, project.path)
+    return digest.hexdigest()[:16]
+
+
+def world_build(world: WorldSpec, cache_dir: Path | None = None) -> Path:
+    """The host folder of this world version's build, made (empty at first) and open to every uid."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "-", world.name)[:60]
+    return make_build_dir(builds_dir(cache_dir), f"{slug}-{world_version(world)}")
+
+
+class WorldLayout(BaseModel):
+    """Where one sandbox holds a world: its build (bound read-only at the harness's ``build_path``, or uploaded to
+    ``<base>/build``) and the trial's own writable ``base``."""
+
+    base: str
+    root: str
+    """Where the build is: ``build_path`` when bound, else ``<base>/build``."""
+    mounted: bool
+    python: SandboxPython
+    """The gateway's interpreter."""
+    gateway_tag: str
+    scripts: str
+    """The part holding the gateway's scripts (``scripts/<their hash>``)."""
+    server_tags: dict[str, str] = Field(default_factory=dict)
+    compiled: bool = True
+    """The bound build's bytecode was compiled on the host (else each trial compiles what it imports: into
+    ``<base>/pycache`` from a bound build, beside the sources of an uploaded one, which goes without bytecode)."""
+
+    @property
+    def gateway_dir(self) -> str:
+        return f"{self.root}/gateway/{self.gateway_tag}"
+
+    @property
+    def scripts_dir(self) -> str:
+        return f"{self.root}/{self.scripts}"
+
+    def server_part(self, name: str) -> str:
+        return f"{self.root}/servers/{name}/{self.server_tags[name]}"
+
+    def project(self, name: str) -> str:
+        """A project server's project: a writable copy in ``base`` when the build is bound (a server may write beside
+        its code, a database say), else the uploaded one."""
+        return f"{self.base}/projects/{name}/project" if self.mounted else f"{self.server_part(name)}/project"
+
+
+def interpreter_tag(python: SandboxPython) -> str:
+    return f"py{python.version}-{python.uv_platform}"
+
+
+def scripts_part() -> str:
+    """``scripts/<hash of the gateway's scripts>``: a change to them is a small part, not a new world version."""
+    digest = hashlib.sha256(b"".join((SANDBOX_SIDE / s).read_bytes() for s in SANDBOX_SCRIPTS))
+    return f"scripts/{digest.hexdigest()[:16]}"
+
+
+async def build_parts(world: WorldSpec, python: SandboxPython, build: Path, *, cache_dir: Path | None = None,
+                      timeout: float = 600.0) -> dict[str, dict[str, Any]]:
+    """The parts of ``build`` this sandbox's interpreters need (the gateway's, each project server's), made where
+    missing, at once; their :data:`~tackroom_archipelago.builds.COMPLETE` records by part."""
+    uv = _uv_binary()
+
+    async def gateway(stage: Path) -> None:
+        site = await build_site([*GATEWAY_REQUIREMENTS, *world.runtime.requirements], python, cache_dir, timeout)
+        await asyncio.to_thread(link_tree, site, stage / "site")
+        for folder in world.runtime.pythonpath:
+            await asyncio.to_thread(copy_tree, world.path / folder, stage / "path" / Path(folder).name)
+
+    async def scripts(stage: Path) -> None:
+        for script in SANDBOX_SCRIPTS:
+            shutil.copy2(SANDBOX_SIDE / script, stage / script)
+
+    def server(project: ServerProject, interpreter: SandboxPython) -> Any:
+        async def fill(stage: Path) -> None:
+            site = await build_project_site(project, interpreter, cache_dir, timeout)
+            await asyncio.to_thread(link_tree, site, stage / "site")
+            await asyncio.to_thread(copy_tree, project.path, stage / "project")
+
+        return fill
+
+    wanted = {f"gateway/{interpreter_tag(python)}": (gateway, python), scripts_part(): (scripts, python)}
+    for name, project in world.projects.items():
+        interpreter = world.interpreters[name]
+        wanted[f"servers/{name}/{interpreter_tag(interpreter)}"] = (server(project, interpreter), interpreter)
+    made = await asyncio.gather(*(ensure_part(build, rel, fill, version=py.version, uv=uv, timeout=timeout)
+                                  for rel, (fill, py) in wanted.items()))
+    return dict(zip(wanted, made, strict=True))
 
 
 # -- in the sandbox ------------------------------------------------------------------------------
@@ -357,127 +503,118 @@ class GatewayHandle(BaseModel):
 
 
 async def install_world(sandbox: Sandbox, world: WorldSpec, *, base: str, cache_dir: Path | None = None,
-                        build_timeout: float = 600.0) -> SandboxPython:
-    """Upload the world's files, servers, packages and the gateway scripts into the sandbox; each project server's
-    project and its own site go to ``<base>/projects/<name>/`` (its interpreter is kept in ``world.interpreters``)."""
-    python = await probe_python(sandbox, world.runtime.python)
-    site = await build_site([*GATEWAY_REQUIREMENTS, *world.runtime.requirements], python, cache_dir, build_timeout)
-    await sandbox.exec(f"mkdir -p {shlex.quote(base)} {shlex.quote(world.files.mount)}", timeout=60)
+                        build_timeout: float = 600.0, build_path: str | None = None) -> WorldLayout:
+    """Put the world into the sandbox: find its interpreters (one exec, which also makes ``base`` and the files'
+    mount), make the build's parts they need (on the host, once per world version and interpreter), upload the
+    world's files, and the parts too unless the sandbox binds the build read-only at ``build_path``
+    (``SandboxSpec.mounts``, asked for by the harness's ``mounts``)."""
+    python = await sandbox_pythons(sandbox, world, first=f"mkdir -p {shlex.quote(base)} {shlex.quote(world.files.mount)}")
+    build = await asyncio.to_thread(world_build, world, cache_dir)
+    parts = await build_parts(world, python, build, cache_dir=cache_dir, timeout=build_timeout)
+    bound = sandbox.spec.mounts.get(build_path) if build_path and isinstance(sandbox, ReadOnlyMounts) else None
+    mounted = bound is not None and bound.resolve() == build.resolve()
+    layout = WorldLayout(base=base, root=build_path if mounted else f"{base}/build", mounted=mounted, python=python,
+                         gateway_tag=interpreter_tag(python), scripts=scripts_part(),
+                         server_tags={name: interpreter_tag(py) for name, py in world.interpreters.items()},
+                         compiled=all(part.get("bytecode") for part in parts.values()))
     await sandbox.upload(world.files_dir, world.files.mount, timeout=300)
-    await sandbox.upload(site, f"{base}/site", timeout=600)
-    for p in world.runtime.pythonpath:
-        await sandbox.upload(world.path / p, f"{base}/{Path(p).name}", timeout=300)
-    for server in world.servers:
-        project = world.projects.get(server.name)
-        if project is None:
-            continue
-        interpreter = await project_python(sandbox, server, project)
-        project_site = await build_project_site(project, interpreter, cache_dir, build_timeout)
-        with tempfile.TemporaryDirectory(prefix="tackroom-project-") as staged:
-            # A checkout's .venv (built for the host), .git or build leftovers have no place in the sandbox.
-            copy = shutil.copytree(project.path, Path(staged) / "project", symlinks=True, ignore=IGNORED)
-            await sandbox.upload(copy, f"{base}/projects/{server.name}/project", timeout=300)
-        await sandbox.upload(project_site, f"{base}/projects/{server.name}/site", timeout=1200)
-        world.interpreters[server.name] = interpreter
-    for script in ("world_gateway.py", "http_relay.py"):
-        await sandbox.upload(SANDBOX_SIDE / script, f"{base}/{script}", timeout=60)
-    return python
+    if not mounted:  # the sandbox compiles what it imports, into its own copy
+        layout.compiled = False
+        for rel in parts:
+            with tempfile.TemporaryDirectory(prefix=".upload-", dir=build.parent) as tmp:
+                await asyncio.to_thread(link_without_bytecode, build / rel, Path(tmp) / "part")
+                await sandbox.upload(Path(tmp) / "part", f"{layout.root}/{rel}", timeout=1200)
+    return layout
 
 
-def gateway_server_config(world: WorldSpec, server: ServerSpec, base: str) -> dict[str, Any]:
+def gateway_server_config(world: WorldSpec, server: ServerSpec, layout: WorldLayout) -> dict[str, Any]:
     """What the world gateway is told about one server; a project server's ``python`` becomes its interpreter,
-    its ``cwd`` a folder of the uploaded project, and its ``PYTHONPATH`` its own site (after any it sets)."""
+    its ``cwd`` a folder of its project, and its ``PYTHONPATH`` its own site (after any it sets)."""
     config = server.model_dump(exclude_none=True, exclude={"project", "python"})
     if server.project is None:
         return config
     interpreter = world.interpreters.get(server.name)
     if interpreter is None:
         raise RuntimeError(f"server {server.name!r}: install_world() first")
-    home = f"{base}/projects/{server.name}"
     command = list(server.command or [])
     if command and command[0] in PYTHON_WORDS:
         command[0] = interpreter.executable
     env = {"PYTHONNOUSERSITE": "1", **server.env}
-    env["PYTHONPATH"] = ":".join(p for p in (server.env.get("PYTHONPATH"), f"{home}/site") if p)
-    config.update(command=command, env=env, cwd=posixpath.normpath(f"{home}/project/{server.cwd or '.'}"))
+    env["PYTHONPATH"] = ":".join(p for p in (server.env.get("PYTHONPATH"), f"{layout.server_part(server.name)}/site")
+                                 if p)
+    config.update(command=command, env=env, cwd=posixpath.normpath(f"{layout.project(server.name)}/{server.cwd or '.'}"))
+    if layout.mounted:  # a bound build is read-only: the gateway copies the project to where its server may write
+        config["copy"] = [f"{layout.server_part(server.name)}/project", layout.project(server.name)]
     return config
 
 
-async def start_gateway(sandbox: Sandbox, world: WorldSpec, python: SandboxPython, *, base: str,
-                        timeout: float = 120.0, port: int | None = None, transport: str = "auto") -> GatewayHandle:
-    """Start the world gateway in the background and wait until ``/health`` answers."""
+async def start_gateway(sandbox: Sandbox, world: WorldSpec, layout: WorldLayout, *, timeout: float = 120.0,
+                        port: int | None = None, transport: str = "auto") -> GatewayHandle:
+    """Start the world gateway in the background (one exec, its config on stdin) and wait until ``/health``
+    answers (one more: the relay waits inside the sandbox, watching the gateway's pid)."""
     port = port or random.randint(20000, 60000)
     timeout = max(timeout, world.runtime.startup_timeout_sec or 0.0)
+    base, gateway, scripts = layout.base, layout.gateway_dir, layout.scripts_dir
     config = {
         "name": world.name, "root": world.files.mount, "mount": world.files.mount, "host": "127.0.0.1", "port": port,
         "logs": f"{base}/servers",  # each stdio server's stderr, apart, so a failure can quote its own words
-        "servers": [gateway_server_config(world, s, base) for s in world.servers],
+        "servers": [gateway_server_config(world, s, layout) for s in world.servers],
     }
-    await sandbox.write_file(f"{base}/gateway.json", json.dumps(config, indent=2))
-    pythonpath = ":".join([f"{base}/site", *(f"{base}/{Path(p).name}" for p in world.runtime.pythonpath)])
+    env = {"PYTHONPATH": ":".join([f"{gateway}/site", *(f"{gateway}/path/{Path(p).name}" for p in world.runtime.pythonpath)]),
+           "WORLD_ROOT": world.files.mount}
+    if layout.mounted and not layout.compiled:  # nothing can be written into the bound build: compile elsewhere
+        env["PYTHONPYCACHEPREFIX"] = f"{base}/pycache"
     log = f"{base}/gateway.log"
-    cmd = (f"cd {shlex.quote(world.files.mount)} || exit 1; PYTHONPATH={shlex.quote(pythonpath)} WORLD_ROOT={shlex.quote(world.files.mount)} "
-           f"nohup {python.executable} {base}/world_gateway.py --config {base}/gateway.json "
-           f"> {log} 2>&1 < /dev/null & echo $! > {base}/gateway.pid")
+    q = shlex.quote
+    cmd = (f"cat > {q(base)}/gateway.json || exit 1; cd {q(world.files.mount)} || exit 1; "
+           f"{' '.join(q(f'{k}={v}') for k, v in env.items())} nohup {q(layout.python.executable)} "
+           f"{q(scripts)}/world_gateway.py --config {q(base)}/gateway.json > {q(log)} 2>&1 < /dev/null & "
+           f"echo $! > {q(base)}/gateway.pid")
     started = time.monotonic()
-    result = await sandbox.exec(cmd, timeout=60)
+    result = await sandbox.exec(cmd, stdin=json.dumps(config), timeout=60)
     if not result.ok:
         raise WorldRuntimeError(f"could not start the world gateway: {(result.stderr or result.stdout)[-1000:]}")
-    handle = GatewayHandle(port=port, base=base, python=python.executable, relay=f"{base}/http_relay.py", log=log)
+    handle = GatewayHandle(port=port, base=base, python=layout.python.executable, relay=f"{scripts}/http_relay.py",
+                           log=log)
+    health = await _wait_healthy(sandbox, handle, timeout)
+    if health.get("error") == "exited":
+        tail = await sandbox.exec(f"tail -c 3000 {q(log)}", timeout=30)
+        raise WorldRuntimeError(f"the world gateway of {world.name!r} exited while starting:\n{tail.stdout}")
+    if "error" in health:
+        tail = await sandbox.exec(f"tail -c 3000 {q(log)}; for f in {q(base)}/servers/*.log; do [ -f \"$f\" ] && "
+                                  f"printf '\\n--- %s ---\\n' \"$f\" && tail -c 1500 \"$f\"; done", timeout=30)
+        raise McpGatewayError(f"the world gateway did not answer /health within {timeout:.0f}s (the last server it "
+                              f"started is the one still starting; [runtime] startup_timeout_sec gives it longer)"
+                              f"{'' if health['error'] == 'timeout' else ' (' + health['error'] + ')'}:\n{tail.stdout}")
+    handle.tools = int(health.get("tools", 0))
+    handle.listing = {k: ServerListing.model_validate(v) for k, v in (health.get("listing") or {}).items()}
+    handle.startup_s = round(time.monotonic() - started, 3)
     if transport in ("auto", "http"):
         try:
             handle.url = (await sandbox.expose(port)).rstrip("/")
         except Exception as exc:
             if transport == "http":
                 raise WorldRuntimeError(f"transport = 'http' but the sandbox cannot expose port {port}: {exc}") from exc
-    deadline = started + timeout
-    while True:
-        health = await _health(sandbox, handle)
-        if health is not None:
-            handle.tools = int(health.get("tools", 0))
-            handle.listing = {k: ServerListing.model_validate(v) for k, v in (health.get("listing") or {}).items()}
-            handle.startup_s = round(time.monotonic() - started, 3)
-            return handle
-        alive = await sandbox.exec(f"kill -0 $(cat {base}/gateway.pid) 2>/dev/null", timeout=30)
-        if not alive.ok:
-            tail = await sandbox.exec(f"tail -c 3000 {log}", timeout=30)
-            raise WorldRuntimeError(f"the world gateway of {world.name!r} exited while starting:\n{tail.stdout}")
-        if time.monotonic() > deadline:
-            tail = await sandbox.exec(f"tail -c 3000 {log}; for f in {base}/servers/*.log; do [ -f \"$f\" ] && "
-                                      f"printf '\\n--- %s ---\\n' \"$f\" && tail -c 1500 \"$f\"; done", timeout=30)
-            from tackroom_archipelago.errors import McpGatewayError
-
-            raise McpGatewayError(f"the world gateway did not answer /health within {timeout:.0f}s (the last server "
-                                  f"it started is the one still starting; [runtime] startup_timeout_sec gives it "
-                                  f"longer):\n{tail.stdout}")
-        await asyncio.sleep(0.25)
+    return handle
 
 
-async def _health(sandbox: Sandbox, handle: GatewayHandle) -> dict[str, Any] | None:
-    if handle.url is not None:
-        import httpx
-
-        try:
-            async with httpx.AsyncClient(timeout=5) as client:
-                resp = await client.get(f"{handle.url}/health")
-            return resp.json() if resp.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
-            return None
-    request = json.dumps({"method": "GET", "path": "/health", "headers": [], "body": "", "port": handle.port, "timeout": 5})
-    result = await sandbox.exec([handle.python, handle.relay], stdin=request, timeout=30)
+async def _wait_healthy(sandbox: Sandbox, handle: GatewayHandle, timeout: float) -> dict[str, Any]:
+    """``/health``'s answer, waited for inside the sandbox by the relay; ``{"error": "exited" | "timeout" | ...}``
+    when the gateway died or did not answer in time."""
+    request = json.dumps({"method": "GET", "path": "/health", "headers": [], "body": "", "port": handle.port,
+                          "wait": {"pid_file": f"{handle.base}/gateway.pid", "seconds": timeout}})
+    result = await sandbox.exec([handle.python, handle.relay], stdin=request, timeout=timeout + 60)
     try:
         out = json.loads(result.stdout)
     except ValueError:
-        return None
-    if out.get("status") != 200:
-        return None
-    import base64
-
+        return {"error": f"the relay said {(result.stderr or result.stdout)[-500:]!r}"}
+    if "error" in out or out.get("status") != 200:
+        return {"error": out.get("error") or f"status {out.get('status')}"}
     return json.loads(base64.b64decode(out["body"]))
 
 
 __all__ = [
     "FilesSpec", "WorldTable", "task_world_dir",
-    "GatewayHandle", "SandboxPython", "ServerSpec", "WorldSpec", "build_site", "install_world", "load_world",
-    "probe_python", "start_gateway",
+    "GatewayHandle", "SandboxPython", "ServerSpec", "WorldLayout", "WorldSpec", "build_site", "install_world",
+    "load_world", "probe_python", "start_gateway", "world_build",
 ]

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from tackroom import InfraError, ModelError, Policy
-from tackroom import openai_error_message as _error_message
+from tackroom.services import openai_error_message as _error_message
 
 _RETRY_STATUS = (502, 503, 504)
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context length", "max_model_len", "too many tokens")

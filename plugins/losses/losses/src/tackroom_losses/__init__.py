@@ -10,6 +10,7 @@ trainer imports it on first use. The functions themselves
 from __future__ import annotations
 
 import tackroom
+from tackroom_losses.mappings import importance_sampling_on_tinker, ppo_on_tinker, skyrl_fields
 from tackroom_losses.options import DppoOptions, Glm5Options, LossOptions, PpoClipOptions
 
 SPECS: tuple[tackroom.LossSpec, ...] = (
@@ -20,6 +21,7 @@ SPECS: tuple[tackroom.LossSpec, ...] = (
         summary="PPO clipped surrogate against the old policy (SkyRL's 'regular')",
         Options=PpoClipOptions,
         capabilities=frozenset({"old_logprobs"}),
+        mappings={"skyrl": skyrl_fields, "tinker": ppo_on_tinker},
     ),
     tackroom.LossSpec(
         name="dppo",
@@ -28,6 +30,7 @@ SPECS: tuple[tackroom.LossSpec, ...] = (
         summary="DPPO: binary TV (or binary KL) trust-region mask against rollout logprobs, delta 0.15",
         Options=DppoOptions,
         capabilities=frozenset({"rollout_logprobs"}),
+        mappings={"skyrl": skyrl_fields, "tinker": importance_sampling_on_tinker},
     ),
     tackroom.LossSpec(
         name="glm5",
@@ -36,11 +39,13 @@ SPECS: tuple[tackroom.LossSpec, ...] = (
         summary="GLM-5 agentic loss: truncated importance weight against rollout logprobs",
         Options=Glm5Options,
         capabilities=frozenset({"rollout_logprobs"}),
+        mappings={"skyrl": skyrl_fields, "tinker": importance_sampling_on_tinker},
     ),
 )
 """Every loss this distribution provides. Capabilities: ``old_logprobs`` — needs the
 old policy's logprobs (a forward pass before the update); ``rollout_logprobs`` — uses
-the rollout engine's logprobs instead, so the trainer may skip that pass."""
+the rollout engine's logprobs instead, so the trainer may skip that pass. Mappings: how each runs on
+``tackroom train``'s backends (:mod:`tackroom_losses.mappings`)."""
 
 
 tackroom_contract = 3

@@ -8,17 +8,29 @@ import json
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tackroom import TackroomError
-from tackroom.app import print_error
 
 images_app = typer.Typer(help="Docker images tackroom builds: offline base images and cached task images.", no_args_is_help=True)
-console = Console()
-err_console = Console(stderr=True)
+
+
+def _command_console(stderr: bool = False) -> Console:
+    # tackroom_app.command_console's rule (this plugin does not depend on tackroom-app): to a file or a pipe, no width
+    # cap and no wrapping, so a table's row comes out whole instead of cut with "…" at 80 columns
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console.width, console.soft_wrap = 10_000, True
+    return console
+
+
+console = _command_console()
+err_console = _command_console(stderr=True)
 
 
 def _fail(message: str) -> typer.Exit:
-    print_error(message, err_console)
+    # printed as it is (text such as `[policy]` is not rich markup), as the tackroom command prints errors
+    err_console.print(Text("error: ", style="bold red") + Text(message), soft_wrap=True)
     return typer.Exit(2)
 
 

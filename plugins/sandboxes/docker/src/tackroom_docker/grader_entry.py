@@ -12,7 +12,8 @@ Steps (one JSON argument holds the settings, see ``tackroom_docker.grading``):
 2. the toolset's sh, with full capabilities, copies each ``private`` folder into a tmpfs and mounts the copy
    over it, in this namespace only: no process of the container sees or writes the copies;
 3. kept services are resumed (SIGCONT) and the command runs: in the container's cgroups, with the container's
-   capability bounding set, ``no_new_privs``, a clean environment, from ``cwd``, as PID 1 of a pid namespace of
+   capability bounding set, ``no_new_privs``, the seccomp filter of :mod:`tackroom_docker.seccomp` (Docker's
+   refusals), a clean environment, from ``cwd``, as PID 1 of a pid namespace of
    its own whose parent is the host's, not the container's: no process of the container (a kept service, root
    with Docker's capabilities) can see the command's processes, so none can reach its private folders through
    ``/proc/PID/root`` or ``/proc/PID/fd``, ptrace it or signal it; it gets a ``/proc`` of its own namespace;
@@ -34,7 +35,8 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 0x4000, 1 << 18
 MNT_DETACH = 2
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
-PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+PR_CAPBSET_DROP, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 24, 22, 38
+SECCOMP_MODE_FILTER = 2
 PROC_MASKED = ("/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
                "/proc/sched_debug")
 PROC_READONLY = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
@@ -95,6 +97,17 @@ def guard(libc: ctypes.CDLL, p: bytes, guarded: list[bytes]) -> int:
 def unguard(libc: ctypes.CDLL, guarded: list[bytes]) -> None:
     for p in reversed(guarded):
         libc.umount2(p, MNT_DETACH)
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def install_filter(libc: ctypes.CDLL, program: bytes) -> bool:
+    """Install a seccomp filter (``struct sock_filter[]`` bytes) on this thread; ``no_new_privs`` must be set."""
+    buf = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(buf))
+    return libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0
 
 
 def grade(cfg: dict, libc: ctypes.CDLL, status: int, collect_out: int, cgroups: list[int], report, guarded: list[bytes],
@@ -163,6 +176,8 @@ def grade(cfg: dict, libc: ctypes.CDLL, status: int, collect_out: int, cgroups: 
             low, high = keep & 0xFFFFFFFF, keep >> 32
             data = (ctypes.c_uint32 * 6)(low, low, 0, high, high, 0)  # effective, permitted, inheritable (x2)
             if libc.capset(header, data) != 0 or libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+                os._exit(126)
+            if cfg["seccomp"] and not install_filter(libc, bytes.fromhex(cfg["seccomp"])):
                 os._exit(126)
             try:
                 os.chdir(cfg["cwd"])

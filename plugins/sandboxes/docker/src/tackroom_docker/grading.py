@@ -16,23 +16,15 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from tackroom import (
-    GRADER_CLEAN_ENV,
-    GRADER_SCRUBBED_ENV,
-    ExecResult,
-    GradingSabotagedError,
-    SandboxError,
-    SandboxTimeoutError,
-)
+from tackroom import ExecResult, GradingSabotagedError, SandboxError, SandboxTimeoutError
+from tackroom.grading import GRADER_CLEAN_ENV, GRADER_SCRUBBED_ENV
+from tackroom_docker.container import Container
 from tackroom_docker.engine import run_host
+from tackroom_docker.seccomp import grader_filter
 from tackroom_docker.tools import run_in_image, tool_roots
 from tackroom_docker.toolset import BIN, STAGE
 from tackroom_sandbox_kit import PIP_CONFIG_FILES, UV_CONFIG_FILES, extract_tar, install_env
-
-if TYPE_CHECKING:
-    from tackroom_docker.sandbox import DockerSandbox
 
 ENTRY = Path(__file__).with_name("grader_entry.py")
 
@@ -117,15 +109,15 @@ exit 0
 _install_configs: dict[str, tuple[list[str], str | None]] = {}
 
 
-async def image_install_config(sb: DockerSandbox) -> tuple[list[str], str | None]:
+async def image_install_config(container: Container) -> tuple[list[str], str | None]:
     """The image's own pip files (their text, lowest priority first) and uv system file (its path), read from the
     untouched image once per image: what the agent wrote in the container is never read."""
-    image = sb.image
+    image = container.image
     if image is None:
         return [], None
     key = str(image.record.get("Id") or image.ref)
     if key not in _install_configs:
-        out = await run_in_image(sb, image.ref, IMAGE_INSTALL_CONFIG, stdin=b"")
+        out = await run_in_image(container, image.ref, IMAGE_INSTALL_CONFIG, stdin=b"")
         if not out.ok:
             raise SandboxError(f"could not read the package-manager configuration of {image.ref}: {out.describe()}")
         texts: list[str] = []
@@ -141,58 +133,60 @@ async def image_install_config(sb: DockerSandbox) -> tuple[list[str], str | None
     return _install_configs[key]
 
 
-def image_env(sb: DockerSandbox) -> list[str]:
-    return (sb.image.record.get("Config") or {}).get("Env") or [] if sb.image is not None else []
+def image_env(container: Container) -> list[str]:
+    return (container.image.record.get("Config") or {}).get("Env") or [] if container.image is not None else []
 
 
-def entry_settings(sb: DockerSandbox, cmd: list[str], status: Path, *, cwd: str, env: dict[str, str]) -> dict:
+def entry_settings(container: Container, cmd: list[str], status: Path, *, cwd: str, env: dict[str, str]) -> dict:
     """:mod:`tackroom_docker.grader_entry`'s settings for a plain command: no private folders, no guards."""
-    pid = sb._pid
+    pid = container.pid
+    capabilities = capability_bounding_set(pid)
+    program = grader_filter(int(capabilities, 16))
     return {
-        "pid": pid, "net": sb._grading_net, "bin": BIN, "status": str(status), "collect_tar": "", "collect": "",
-        "cgroup_procs": cgroup_procs(pid), "cap_bounding": capability_bounding_set(pid),
+        "pid": pid, "net": container.grading_net, "bin": BIN, "status": str(status), "collect_tar": "", "collect": "",
+        "cgroup_procs": cgroup_procs(pid), "cap_bounding": capabilities, "seccomp": program.hex() if program else "",
         "cap_last": Path("/proc/sys/kernel/cap_last_cap").read_text().strip(),
         "setup_script": "", "setup_args": [], "kept": [], "readonly": [], "readonly_files": [],
         "cwd": cwd, "env": env, "cmd": list(cmd),
     }
 
 
-async def exec_in_namespaces(sb: DockerSandbox, cmd: list[str], *, cwd: str, env: dict[str, str], timeout: float,
+async def exec_in_namespaces(container: Container, cmd: list[str], *, cwd: str, env: dict[str, str], timeout: float,
                              stdin: bytes | None) -> ExecResult:
     """A command in the container's namespaces but the grading network (after ``set_network``), as the container's
     root with its capabilities and cgroups: what ``docker exec`` would run, on the host's network."""
     with tempfile.TemporaryDirectory(prefix="tackroom-exec-") as tmp:
         status_path = Path(tmp) / "status.json"
-        full_env = {k: v for k, v in (item.partition("=")[::2] for item in image_env(sb))}
-        full_env.update({**sb.spec.env, **env})
-        cfg = entry_settings(sb, cmd, status_path, cwd=cwd, env=full_env)
+        full_env = {k: v for k, v in (item.partition("=")[::2] for item in image_env(container))}
+        full_env.update({**container.spec.env, **env})
+        cfg = entry_settings(container, cmd, status_path, cwd=cwd, env=full_env)
         argv = [sys.executable, "-I", "-S", str(ENTRY), json.dumps(cfg)]
-        result = await run_host(argv, timeout=timeout, stdin=stdin, output_limit=sb.options.output_limit_bytes,
+        result = await run_host(argv, timeout=timeout, stdin=stdin, output_limit=container.options.output_limit_bytes,
                                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
         try:
             status = json.loads(status_path.read_text() or "{}")
         except (OSError, ValueError):
             status = {}
     if status.get("step") != "done":
-        await sb._raise_if_gone(None)
-        raise SandboxError(f"could not run a command in {sb.name} on the grading network ({status or 'no status'}): "
+        await container.raise_if_gone(None)
+        raise SandboxError(f"could not run a command in {container.name} on the grading network ({status or 'no status'}): "
                            f"{result.err[-1000:]}")
     return ExecResult(exit_code=int(status["exit"]), stdout=result.out, stderr=result.err, truncated=result.truncated,
                       duration_s=result.duration_s)
 
 
-def guarded_roots(sb: DockerSandbox) -> list[str]:
+def guarded_roots(container: Container) -> list[str]:
     """The folders kept services find read-only while the grader's command runs: the image's tool roots (as
     restore sees them, less the working directory and ``grading_paths``), the interpreters' config folders and the
     package managers' (apt's, uv's: the grader's installs read them while services run)."""
-    path_env = next((e[5:] for e in image_env(sb) if e.startswith("PATH=")), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-    roots = [r for r in tool_roots(path_env, [sb.workdir, *sb._keep]) if not r.startswith("/etc/ld.so")]
+    path_env = next((e[5:] for e in image_env(container) if e.startswith("PATH=")), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    roots = [r for r in tool_roots(path_env, [container.workdir, *container.keep]) if not r.startswith("/etc/ld.so")]
     return [*sorted(roots), "/etc/perl", "/etc/python*", "/etc/apt", "/etc/uv", "/etc/xdg"]
 
 
-def snapshot_args(sb: DockerSandbox, graded: list[str] | tuple[str, ...]) -> list[str]:
+def snapshot_args(container: Container, graded: list[str] | tuple[str, ...]) -> list[str]:
     """SETUP's graded paths (how many, then each): none when no service is kept (nothing else runs beside the grader)."""
-    paths = [p for p in (sb._resolve(g) for g in graded) if p != "/"] if sb._kept else []
+    paths = [p for p in (container.resolve(g) for g in graded) if p != "/"] if container.kept else []
     return [str(len(paths)), *paths]
 
 
@@ -235,7 +229,7 @@ def capability_bounding_set(pid: int) -> str:
 
 
 async def run_grader(
-    sb: DockerSandbox,
+    container: Container,
     cmd: list[str],
     *,
     private: list[str],
@@ -245,38 +239,39 @@ async def run_grader(
     env: dict[str, str] | None,
     timeout: float,
     graded: list[str] | tuple[str, ...] = (),
+    egress_env: dict[str, str] | None = None,
 ) -> ExecResult:
     """See :meth:`tackroom.Sandbox.run_grader` and the module docstring; ``graded`` is copied only while services
-    are kept (:data:`SETUP`)."""
-    sb._require_started()
-    folders = [sb._resolve(p) for p in private]
-    collected = sb._resolve(collect)
+    are kept (:data:`SETUP`); ``egress_env`` is what an allowlist's proxy adds to the environment."""
+    container.require_started()
+    folders = [container.resolve(p) for p in private]
+    collected = container.resolve(collect)
     if collected not in folders:
         raise ValueError(f"collect={collect!r} must be one of private={private!r}")
     with tempfile.TemporaryDirectory(prefix="tackroom-grader-") as tmp:
         status_path, tar_path = Path(tmp) / "status.json", Path(tmp) / "collect.tar"
-        grader_env = clean_env(image_env(sb), {**sb.spec.env, **sb._egress_env}, None)  # an allowlist's proxy
-        pip_configs, uv_config = await image_install_config(sb)
+        grader_env = clean_env(image_env(container), {**container.spec.env, **(egress_env or {})}, None)  # an allowlist's proxy
+        pip_configs, uv_config = await image_install_config(container)
         # package managers read the image's configuration only (tackroom_sandbox_kit.install_config); env wins
         grader_env.update({**install_env(grader_env, pip_configs=pip_configs, uv_config=uv_config), **(env or {})})
-        cfg = entry_settings(sb, cmd, status_path, cwd=sb._resolve(cwd) if cwd is not None else sb.workdir,
+        cfg = entry_settings(container, cmd, status_path, cwd=container.resolve(cwd) if cwd is not None else container.workdir,
                              env=grader_env)
         cfg.update({
             "collect_tar": str(tar_path),
             "setup_script": SETUP,
-            "setup_args": [sb._grading_net, str(sb.spec.storage_mb or 2048), *snapshot_args(sb, graded), *folders],
-            "kept": sb._kept,
-            "readonly": guarded_roots(sb),
+            "setup_args": [container.grading_net, str(container.spec.storage_mb or 2048), *snapshot_args(container, graded), *folders],
+            "kept": container.kept,
+            "readonly": guarded_roots(container),
             "readonly_files": ["/etc/ld.so.preload"],
             "collect": collected,
         })
         argv = [sys.executable, "-I", "-S", str(ENTRY), json.dumps(cfg)]
         try:
-            result = await run_host(argv, timeout=timeout, output_limit=sb.options.output_limit_bytes,
+            result = await run_host(argv, timeout=timeout, output_limit=container.options.output_limit_bytes,
                                     env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
         except SandboxTimeoutError:
-            await sb._freeze_all()
-            await sb._root_exec(UNGUARD, *cfg["readonly"], "/etc/ld.so.preload", timeout=sb.options.cli_timeout_sec)
+            await container.freeze_all()
+            await container.root_exec(UNGUARD, *cfg["readonly"], "/etc/ld.so.preload", timeout=container.options.cli_timeout_sec)
             raise SandboxTimeoutError(f"the grader's command exceeded its {timeout:g}s timeout and was killed: "
                                       f"{' '.join(cmd)[:120]}") from None
         try:
@@ -284,13 +279,13 @@ async def run_grader(
         except (OSError, ValueError):
             status = {}
         if status.get("step") != "done":
-            await sb._raise_if_gone(None)
-            await sb._freeze_all()
-            await sb._root_exec(UNGUARD, *cfg["readonly"], "/etc/ld.so.preload", timeout=sb.options.cli_timeout_sec)
+            await container.raise_if_gone(None)
+            await container.freeze_all()
+            await container.root_exec(UNGUARD, *cfg["readonly"], "/etc/ld.so.preload", timeout=container.options.cli_timeout_sec)
             stderr = result.err[-1500:]
             if status.get("step") == "setup" and status.get("exit") == 3:
                 raise GradingSabotagedError(f"the agent left a folder the grader needs unusable ({stderr.strip()}); graded 0")
-            raise SandboxError(f"could not set up the grader's private view in {sb.name} "
+            raise SandboxError(f"could not set up the grader's private view in {container.name} "
                                f"({status or 'no status'}): {stderr or result.out[-500:]}")
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=True)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import posixpath
 import re
 import secrets
 import shlex
@@ -26,18 +24,20 @@ from tackroom import (
     SandboxPathError,
     SandboxSpec,
     SandboxTimeoutError,
-    check_relative_inside,
 )
+from tackroom_docker.container import Container
 from tackroom_docker.engine import CallResult, DockerCLI, EngineInfo
+from tackroom_docker.grading import exec_in_namespaces, pids_exhausted, run_grader
 from tackroom_docker.images import ImageResolver, ResolvedImage
 from tackroom_docker.options import DockerOptions
 from tackroom_docker.ownership import owner_label
-from tackroom_docker.processes import FREEZE_ALL, KILL_ALL, KILL_MARKED
-from tackroom_docker.toolset import BIN, find_busybox, mount_args, run_in_container, toolset_dir
+from tackroom_docker.processes import KILL_ALL, KILL_MARKED
+from tackroom_docker.tools import copy_from_image, restore_image_tools
+from tackroom_docker.toolset import BIN, find_busybox, mount_args, toolset_dir
+from tackroom_docker.transfer import pack_upload, unpack_download
 from tackroom_sandbox_kit import (
     CHECK_TRANSFER_PATH,
-    NamespaceEgress,
-    NamespaceForwards,
+    NamespacePorts,
     transfer_check_error,
     transfer_check_stdin,
     upload_directories,
@@ -89,50 +89,59 @@ DOWNLOAD_LIMIT_MB = 10240
 DAEMON_ERROR = re.compile(r"^(Error response from daemon|Error: No such container|Error: container)", re.IGNORECASE)
 
 
-def container_name(spec: SandboxSpec) -> str:
-    """A docker-safe, unique name derived from the trial name."""
-    slug = re.sub(r"[^a-zA-Z0-9_.-]+", "-", spec.name).strip("-.")[:80] or "sandbox"
-    return f"tackroom-{slug}-{secrets.token_hex(3)}"
-
-
-class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
+class DockerSandbox(Sandbox):
     """A Docker container for one trial; see :class:`~tackroom_docker.provider.DockerProvider`."""
+
+    binds_mounts = True
+    """``SandboxSpec.mounts`` are read-only bind mounts of the container (``--mount type=bind,...,readonly``)."""
+
 
     def __init__(self, spec: SandboxSpec, options: DockerOptions, cli: DockerCLI) -> None:
         super().__init__(spec)
         self.options = options
         self.cli = cli
-        self.name = container_name(spec)
-        self.image: ResolvedImage | None = None
+        self.container = Container(spec, options, cli, self.notes)
+        """The handle this sandbox's parts share: the grader, the tool restorer (:mod:`tackroom_docker.container`)."""
         self.network = options.network_mode or ("host" if spec.network.mode == "public" else "none")
-        self._policy = spec.network
-        """The phase's network: an allowlist is a proxy served in the container's namespace (:meth:`_serve_policy`)."""
+        self.ports = NamespacePorts(spec.network, notes=self.notes, hosts=options.egress_hosts, enter_user=False)
+        """The phase's network (``ports.policy``): an allowlist is a proxy served in the container's namespace
+        (:meth:`_serve_policy`); host ports forwarded in (:meth:`forward_host_port`)."""
         self.timings: dict[str, float] = {}
-        self.workdir = spec.workdir
-        """The container's working directory (the Dockerfile's WORKDIR unless the spec sets one)."""
         self._shell = "bash"
-        self._pid = 0
-        """The host pid of the container's PID 1: root helpers enter its namespaces."""
-        self._kept: list[int] = []
-        """Processes kill_processes(keep_listening=True) kept (pids in the container), frozen between grader commands."""
-        self._keep: list[str] = []
-        """The task's grading_paths (restore_image_tools' ``keep``): the agent's to change, also while grading."""
-        self._keep: list[str] = []
-        """The task's grading_paths (restore_image_tools' ``keep``): the agent's to change, also while grading."""
-        self._grading_net = "container"
-        """The network run_grader's command gets: the container's, the host's ("host"), or loopback only ("isolated")."""
         self._tmpfs_workdir = False
         self._run_attempted = False
-        self._started = False
-        self._stopped = False
+        self.container.started = False
+        self.container.stopped = False
         self._stop_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
 
+    @property
+    def name(self) -> str:
+        """The container's name."""
+        return self.container.name
+
+    @property
+    def image(self) -> ResolvedImage | None:
+        return self.container.image
+
+    @image.setter
+    def image(self, value: ResolvedImage | None) -> None:
+        self.container.image = value
+
+    @property
+    def workdir(self) -> str:
+        """The container's working directory (the Dockerfile's WORKDIR unless the spec sets one)."""
+        return self.container.workdir
+
+    @workdir.setter
+    def workdir(self, value: str) -> None:
+        self.container.workdir = value
+
     # -- lifecycle ------------------------------------------------------------------
     async def start(self) -> None:
-        if self._started:
+        if self.container.started:
             return
-        if self._stopped:
+        if self.container.stopped:
             raise SandboxError(f"sandbox {self.name} was stopped; create a new one")
         t0 = time.monotonic()
         self.image = await ImageResolver(self.cli, self.options).resolve(self.spec)
@@ -142,7 +151,7 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
         if self.image.note:
             self.notes.append(self.image.note)
         argv = await self._run_argv(self.image)
-        if self._stopped:
+        if self.container.stopped:
             raise SandboxError(f"sandbox {self.name} was stopped while it was starting")
         self._run_attempted = True
         t1 = time.monotonic()
@@ -163,7 +172,7 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
             await self._remove_after_failed_start(run, settle=False)
             raise SandboxError(f"could not start a container from {self.image.ref}: {result.describe()}")
         self.timings["run_s"] = time.monotonic() - t1
-        self._started = True
+        self.container.started = True
         try:
             await self._after_run()
         except BaseException:  # cancelled or failed once the container exists: a start leaves nothing behind
@@ -174,13 +183,11 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
         pid = await self.cli.run(["inspect", "--format", "{{.State.Pid}}", self.name], timeout=self.options.cli_timeout_sec)
         if not pid.ok or not pid.out.strip().isdigit() or pid.out.strip() == "0":
             raise SandboxError(f"could not find the process of container {self.name}: {pid.describe()}")
-        self._pid = int(pid.out.strip())
+        self.container.pid = int(pid.out.strip())
         await self._serve_policy()
         if self._tmpfs_workdir:
             # The tmpfs volume hides what the image put in the working directory: copied in from the image.
-            from tackroom_docker.tools import copy_from_image
-
-            await copy_from_image(self, self.image.ref, [f"R {self.workdir}"])
+            await copy_from_image(self.container, self.image.ref, [f"R {self.workdir}"])
 
     async def _run_argv(self, image: ResolvedImage) -> list[str]:
         info = await self.cli.info(timeout=self.options.cli_timeout_sec)
@@ -225,6 +232,11 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
         if spec.storage_mb is not None:
             argv += self._storage_args(info, spec.storage_mb)
         argv += mount_args(await asyncio.to_thread(toolset_dir, find_busybox(self.options.toolset_busybox)))
+        for dest, host in spec.mounts.items():  # read-only binds; a link in them resolves inside the container
+            if any(c in f"{dest}{host}" for c in ',"\n'):
+                raise SandboxPathError(f"mount {dest!r} <- {str(host)!r}: docker's --mount cannot carry a comma, quote "
+                                       "or newline in a path")
+            argv += ["--mount", f"type=bind,src={host},dst={dest},readonly"]
         argv += self.options.extra_run_args
         if self.options.keep_entrypoint:
             argv += [image.ref, f"{BIN}/sh", "-c", KEEPALIVE]
@@ -251,9 +263,9 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
 
     async def stop(self) -> None:
         """Remove the container (``docker rm -f``: no grace period); idempotent and shielded from cancellation."""
-        self._stopped = True
-        await asyncio.shield(self._close_forwards())
-        await asyncio.shield(self._close_egress())
+        self.container.stopped = True
+        await asyncio.shield(self.ports.close_forwards())
+        await asyncio.shield(self.ports.close_egress())
         if not self._run_attempted:
             return
         if self._stop_task is None or _failed(self._stop_task):
@@ -271,7 +283,7 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
                 raise SandboxError(f"could not remove container {self.name}: {result.describe()}")
             if attempt + 1 < attempts:
                 await asyncio.sleep(0.5)
-        self._started = False
+        self.container.started = False
         self.timings["stop_s"] = time.monotonic() - t0
 
     async def _remove_after_failed_start(self, run: asyncio.Future[CallResult], *, settle: bool) -> None:
@@ -280,7 +292,7 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
                 await asyncio.wait([run])
             await self._remove(settle=settle)
 
-        self._stopped = True
+        self.container.stopped = True
         task = asyncio.ensure_future(remove())
         self._stop_task = task
         try:
@@ -289,12 +301,6 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
             pass  # the start failure is the error to report; `tackroom sandbox cleanup` removes leftovers
 
     # -- commands -------------------------------------------------------------------
-    def _require_started(self) -> None:
-        if self._stopped:
-            raise SandboxError(f"sandbox {self.name} has been stopped")
-        if not self._started:
-            raise SandboxError(f"sandbox {self.name} is not started; call start() first")
-
     async def exec(
         self,
         cmd: str | list[str],
@@ -304,8 +310,8 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
         timeout: float = DEFAULT_EXEC_TIMEOUT,
         stdin: str | bytes | None = None,
     ) -> ExecResult:
-        self._require_started()
-        if self._grading_net != "container":
+        self.container.require_started()
+        if self.container.grading_net != "container":
             return await self._exec_on_grading_network(cmd, cwd=cwd, env=env, timeout=timeout, stdin=stdin)
         marker = f"{EXEC_MARKER_ENV}={secrets.token_hex(8)}"
         argv = ["exec", "-e", marker]
@@ -313,7 +319,7 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
             argv.append("-i")
         if cwd is not None:
             argv += ["-w", self._resolve(cwd)]
-        for key, value in {**self._egress_env, **(env or {})}.items():
+        for key, value in {**self.ports.env, **(env or {})}.items():
             argv += ["-e", f"{key}={value}"]
         command = [self._shell, "-c", cmd] if isinstance(cmd, str) else list(cmd)
         data = stdin.encode() if isinstance(stdin, str) else stdin
@@ -330,7 +336,7 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
             self._spawn(self._kill_marked(marker))
             raise
         if result.returncode != 0 and DAEMON_ERROR.match(result.err):
-            await self._raise_if_gone(result)
+            await self.container.raise_if_gone(result)
         if cwd is None and result.returncode == 126 and _missing_workdir(result):
             # The agent removed the working directory: without this every later command (the verifier's too)
             # would fail to start, and the trial would end as an error instead of being graded.
@@ -354,12 +360,10 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
                                        timeout: float, stdin: str | bytes | None) -> ExecResult:
         """After ``set_network`` changed the network: the command enters the container's namespaces from the host
         but the grading network's (see :func:`tackroom_docker.grading.exec_in_namespaces`)."""
-        from tackroom_docker.grading import exec_in_namespaces
-
         command = [self._shell, "-c", cmd] if isinstance(cmd, str) else list(cmd)
         data = stdin.encode() if isinstance(stdin, str) else stdin
         try:
-            return await exec_in_namespaces(self, command, cwd=self._resolve(cwd) if cwd is not None else self.workdir,
+            return await exec_in_namespaces(self.container, command, cwd=self._resolve(cwd) if cwd is not None else self.workdir,
                                             env=env or {}, timeout=timeout, stdin=data)
         except SandboxTimeoutError:
             raise SandboxTimeoutError(f"command exceeded its {timeout:g}s timeout and was killed: {_short(cmd)}") from None
@@ -367,20 +371,9 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
     async def _kill_marked(self, marker: str) -> None:
         """Kill, inside the container, every process carrying the exec's marker variable."""
         try:
-            await self._root_exec(KILL_MARKED, marker, timeout=min(self.options.cli_timeout_sec, 15.0))
+            await self.container.root_exec(KILL_MARKED, marker, timeout=min(self.options.cli_timeout_sec, 15.0))
         except SandboxError:
             pass  # the container is gone or wedged; stop() removes it either way
-
-    async def _root_exec(
-        self, script: str, *args: str, timeout: float, stdout_path: Path | None = None, stdin: bytes | None = None
-    ) -> CallResult:
-        """Run one of this plugin's sh scripts as root from ``/`` with the toolset (:mod:`tackroom_docker.toolset`):
-        nothing of the agent's PATH, shell or /etc/passwd is used, and the pids limit does not apply."""
-        result = await run_in_container(self._pid, script, *args, timeout=timeout, stdin=stdin, stdout_path=stdout_path)
-        if result.returncode != 0 and "nsenter:" in result.err:
-            await self._raise_if_gone(result)
-            raise SandboxError(f"could not enter the namespaces of container {self.name}: {result.describe()}")
-        return result
 
     async def kill_processes(self, *, timeout: float = 10.0, keep_listening: bool = False) -> list[str]:
         """Kill every process in the container but its keeper, and wait until they are gone.
@@ -397,24 +390,22 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
         bound UDP, a listening unix stream/seqpacket socket) stays, frozen, until :meth:`run_grader` resumes it
         for the grader's command; every other process is killed. Returns one line per kept process.
         """
-        self._require_started()
-        await self._close_forwards()
+        self.container.require_started()
+        await self.ports.close_forwards()
         mode = "init" if self.options.init else "keeper"
         confirm_s = str(max(1, int(timeout) - 1))
         settle_cs = str(int(100 * min(self.options.settle_sec, max(0.0, timeout - 5)))) if keep_listening else "0"
-        result = await self._root_exec(KILL_ALL, mode, confirm_s, "1" if keep_listening else "0", settle_cs,
+        result = await self.container.root_exec(KILL_ALL, mode, confirm_s, "1" if keep_listening else "0", settle_cs,
                                        timeout=timeout)
         if result.returncode != 0:
-            from tackroom_docker.grading import pids_exhausted
-
             said = (result.out + result.err).strip()[:500]
-            if await asyncio.to_thread(pids_exhausted, self._pid):
+            if await asyncio.to_thread(pids_exhausted, self.container.pid):
                 raise SandboxExhaustedError(f"the agent holds every pid the container allows, so its processes could not "
                                             f"all be killed in {self.name} ({said}); graded 0")
             raise SandboxError(f"processes survived kill_processes() in {self.name}: {said}")
         kept = [line.removeprefix("kept ") for line in result.out.splitlines() if line.startswith("kept ")]
         self._note_stop(result.out.splitlines())
-        self._kept = [int(line.split()[0]) for line in kept]
+        self.container.kept = [int(line.split()[0]) for line in kept]
         return [f"pid {line}" for line in kept]
 
     def _note_stop(self, lines: list[str]) -> None:
@@ -430,21 +421,12 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
                               f"listening ones are kept into grading): pid {', pid '.join(killed[:8])}"
                               + (" and more" if len(killed) > 8 else ""))
 
-    async def _freeze_all(self) -> None:
-        """Stop every process but PID 1 (after a grader command that did not end on its own)."""
-        try:
-            await self._root_exec(FREEZE_ALL, timeout=self.options.cli_timeout_sec)
-        except SandboxError:
-            pass  # the container is gone: nothing runs
-
     async def run_grader(self, cmd: list[str], *, private: list[str], collect: str, dest: Path,
                          cwd: str | None = None, env: dict[str, str] | None = None,
                          timeout: float = DEFAULT_EXEC_TIMEOUT, graded: list[str] | tuple[str, ...] = ()) -> ExecResult:
         """The grader's command in a private view kept services cannot steer (see :mod:`tackroom_docker.grading`)."""
-        from tackroom_docker.grading import run_grader
-
-        return await run_grader(self, cmd, private=private, collect=collect, dest=dest, cwd=cwd, env=env, timeout=timeout,
-                                graded=graded)
+        return await run_grader(self.container, cmd, private=private, collect=collect, dest=dest, cwd=cwd, env=env,
+                                timeout=timeout, graded=graded, egress_env=self.ports.env)
 
     async def set_network(self, policy: NetworkPolicy, *, timeout: float = 60.0) -> None:
         """Grading's network: a container started offline grades online by running the grader's command in the
@@ -455,67 +437,43 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
         on the host network, there is none to serve it in: grading runs with loopback only and the notes say so."""
         mode = policy.mode
         online = self.network == "host"
-        self._policy = policy
-        await self._close_egress()
+        self.ports.policy = policy
+        await self.ports.close_egress()
         if (mode == "public") == online:
-            self._grading_net = "container"
+            self.container.grading_net = "container"
             await self._serve_policy()
         elif mode == "public":
-            self._grading_net = "host"
+            self.container.grading_net = "host"
             self.notes.append("grading ran on the host's network (the agent's container was offline): the grader's "
                               "commands enter the container from the host; services the agent left listening stay in "
                               "the container's own network")
         else:
-            self._grading_net = "isolated"
+            self.container.grading_net = "isolated"
             self.notes.append("grading ran with loopback only (the agent's container was on the host network)"
                               + (f", not {policy.describe()}" if mode == "allowlist" else ""))
 
     async def _serve_policy(self) -> None:
         """The phase's allowlist proxy in the container's namespace (tackroom_sandbox_kit.egress); none otherwise."""
-        if self._policy.mode == "allowlist" and self.network != "none":
+        if self.ports.policy.mode == "allowlist" and self.network != "none":
             self.notes.append(f"[sandbox] network_mode = {self.network!r} overrides the task's allowlist")
-        elif self._pid:
-            await self._open_egress(self._pid, self._policy, enter_user=False, hosts=self.options.egress_hosts)
+        elif self.container.pid:
+            await self.ports.serve(self.container.pid)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _state(self) -> dict[str, Any] | None:
-        result = await self.cli.run(["inspect", "--format", "{{json .State}}", self.name], timeout=self.options.cli_timeout_sec)
-        return json.loads(result.stdout) if result.ok else None
-
-    async def _raise_if_gone(self, failed: CallResult | None = None) -> None:
-        """Raise :class:`SandboxError` when the container is gone or stopped; return when it runs."""
-        self._check_state(await self._state(), failed)
-
-    def _check_state(self, state: dict[str, Any] | None, failed: CallResult | None = None) -> None:
-        if state is None:
-            detail = f" ({failed.err})" if failed is not None else ""
-            raise SandboxError(f"the container {self.name} no longer exists{detail}; the trial will be retried")
-        if not state.get("Running"):
-            why = f"exit code {state.get('ExitCode')}"
-            if state.get("OOMKilled"):
-                why += f", killed for exceeding its {self.spec.memory_mb} MB memory limit"
-            if state.get("Error"):
-                why += f", {state['Error']}"
-            raise SandboxError(f"the container {self.name} is not running ({why}); the trial will be retried")
-
     # -- files ----------------------------------------------------------------------
     def _resolve(self, path: str) -> str:
-        """Absolute container path; relative paths are taken from the working directory; ``..`` is refused."""
-        if not isinstance(path, str) or not path:
-            raise SandboxPathError(f"invalid sandbox path {path!r}")
-        if ".." in path.split("/"):
-            raise SandboxPathError(f"path {path!r} contains '..'; use an absolute path without parent references")
-        return check_relative_inside(path if path.startswith("/") else posixpath.join(self.workdir, path))
+        """Absolute container path (:meth:`Container.resolve`)."""
+        return self.container.resolve(path)
 
     async def _check_path(self, mode: str, path: str, timeout: float, tree: list[str] | None = None) -> None:
         """Refuse a transfer through a link (see :data:`tackroom.CHECK_TRANSFER_PATH`); an upload replaces a link
         at the path itself and, uploading a directory, at the places of the ``tree``'s directories."""
         stdin = transfer_check_stdin(tree) if mode == "dir" else None
-        result = await self._root_exec(
+        result = await self.container.root_exec(
             CHECK_TRANSFER_PATH, mode, path, timeout=min(timeout, self.options.cli_timeout_sec), stdin=stdin
         )
         error = transfer_check_error(result.returncode, result.out.strip() or result.err, path)
@@ -529,7 +487,7 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
             error.args = (f"{error.args[0]}; it was made during the trial, not by the image",)
         if isinstance(error, SandboxPathError | IsADirectoryError | NotADirectoryError):
             raise error
-        await self._raise_if_gone_or(result, f"could not check {path} before a transfer")
+        await self.container.raise_if_gone_or(result, f"could not check {path} before a transfer")
 
     async def _made_during_trial(self, path: str) -> bool:
         """Whether ``docker container diff`` lists ``path`` as added or changed since the container was created."""
@@ -546,13 +504,11 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
         Raises :class:`SandboxPathError` when a directory above ``dest`` is a link (transfers never follow
         what the agent may have planted).
         """
-        from tackroom_docker.transfer import pack_upload
-
         full = self._resolve(dest)
         source = Path(source)
         if not source.exists():
             raise FileNotFoundError(f"upload source {source} does not exist")
-        self._require_started()
+        self.container.require_started()
         archive = await asyncio.to_thread(pack_upload, source, full)
         if source.is_dir():
             await self._check_path("dir", full, timeout, tree=await asyncio.to_thread(upload_directories, source))
@@ -560,11 +516,11 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
             await self._check_path("file", full, timeout)
         # `docker cp` also works on a stopped container; the state, asked alongside, tells us it died.
         result, state = await asyncio.gather(
-            self.cli.run(["cp", "-", f"{self.name}:/"], stdin=archive, timeout=timeout), self._state()
+            self.cli.run(["cp", "-", f"{self.name}:/"], stdin=archive, timeout=timeout), self.container.state()
         )
-        self._check_state(state, result)
+        self.container.check_state(state, result)
         if not result.ok:
-            await self._raise_if_gone_or(result, f"upload of {source} to {full} failed")
+            await self.container.raise_if_gone_or(result, f"upload of {source} to {full} failed")
 
     async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
         """Copy a sandbox file or directory to local ``dest``.
@@ -573,17 +529,15 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
         Inside a directory, links that could lead out of ``dest`` and special files are left out; nothing
         is written through a link on the host (see :func:`tackroom_sandbox_kit.extract_tar`).
         """
-        from tackroom_docker.transfer import unpack_download
-
         full = self._resolve(source)
-        self._require_started()
+        self.container.require_started()
         await self._check_download_size(full, timeout)
         with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
             archive = Path(tmp) / "download.tar"
             # No -L: a link at `source` comes as a link (and is refused), never as what it points to.
             outcomes = await asyncio.gather(
                 self.cli.run(["cp", f"{self.name}:{full}", "-"], stdout_path=archive, timeout=timeout),
-                self._state(),
+                self.container.state(),
                 self._check_path("down", full, timeout),
                 return_exceptions=True,
             )
@@ -592,13 +546,13 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
                     raise outcome
             result, state, checked = outcomes
             assert isinstance(result, CallResult) and not isinstance(state, BaseException)
-            self._check_state(state, result)
+            self.container.check_state(state, result)
             if isinstance(checked, SandboxPathError):
                 raise checked
             if not result.ok:
                 if "Could not find the file" in result.err or "no such file" in result.err.lower():
                     raise FileNotFoundError(f"{full} does not exist in the sandbox")
-                await self._raise_if_gone_or(result, f"download of {full} failed")
+                await self.container.raise_if_gone_or(result, f"download of {full} failed")
             await asyncio.to_thread(unpack_download, archive, Path(dest))
 
     async def _check_download_size(self, full: str, timeout: float) -> None:
@@ -606,7 +560,7 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
         land on the host whole. Its apparent size is measured first (the toolset's ``du -sb``, links not followed);
         more than the task's storage (``storage_mb``, else 10 GiB) is the agent's doing, the model's 0."""
         limit_mb = self.spec.storage_mb or DOWNLOAD_LIMIT_MB
-        result = await self._root_exec('du -sb "$1" 2>/dev/null', full, timeout=min(timeout, self.options.cli_timeout_sec))
+        result = await self.container.root_exec('du -sb "$1" 2>/dev/null', full, timeout=min(timeout, self.options.cli_timeout_sec))
         size = result.out.split()[0] if result.out.split() else ""
         if size.isdigit() and int(size) > limit_mb * 1024 * 1024:
             raise SandboxExhaustedError(
@@ -619,10 +573,10 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
         Paths that do not exist, or that go through a link, are left out; a link at a path is archived as a link.
         """
         full = [self._resolve(p) for p in paths]
-        self._require_started()
+        self.container.require_started()
         with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
             archive = Path(tmp) / "snapshot.tar"
-            result = await self._root_exec(SNAPSHOT, *full, timeout=timeout, stdout_path=archive)
+            result = await self.container.root_exec(SNAPSHOT, *full, timeout=timeout, stdout_path=archive)
             if not result.ok:
                 raise SandboxError(f"snapshot of {paths} failed in {self.name}: {result.describe()}")
             return archive.read_bytes()
@@ -630,30 +584,24 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
     async def fresh_folder(self, path: str, *, timeout: float = 60.0) -> None:
         """``path`` made an empty folder by the toolset (never the agent's ``rm``, ``mkdir`` or shell)."""
         full = self._resolve(path)
-        self._require_started()
-        result = await self._root_exec(FRESH_FOLDER, full, timeout=min(timeout, self.options.cli_timeout_sec))
+        self.container.require_started()
+        result = await self.container.root_exec(FRESH_FOLDER, full, timeout=min(timeout, self.options.cli_timeout_sec))
         if not result.ok:
-            await self._raise_if_gone(result)
+            await self.container.raise_if_gone(result)
             raise GradingSabotagedError(f"the agent left {path} so that it cannot be recreated empty (exit "
                                         f"{result.returncode}: {(result.err or result.out).strip()[:300]}); graded 0")
 
-    async def _raise_if_gone_or(self, failed: CallResult, message: str) -> None:
-        await self._raise_if_gone(failed)
-        raise SandboxError(f"{message}: {failed.describe()}")
-
     async def restore_image_tools(self, keep: list[str] | None = None) -> list[str]:
         """The image's executables and libraries back in place before grading (see :mod:`tackroom_docker.tools`)."""
-        from tackroom_docker.tools import restore_image_tools
-
-        self._require_started()
-        self._keep = [self._resolve(k) for k in keep or []]
-        return await restore_image_tools(self, [self.workdir, *self._keep])
+        self.container.require_started()
+        self.container.keep = [self._resolve(k) for k in keep or []]
+        return await restore_image_tools(self.container, [self.workdir, *self.container.keep])
 
     async def forward_host_port(self, port: int) -> str:
         """The host network shares the port as it is; under ``--network none`` a forward opened in the
         container's network namespace (tackroom-sandbox-kit's ``NamespaceForwards``; it needs tackroom to run
         as root, as the docker engine does) reaches that one host port and nothing else."""
-        self._require_started()
+        self.container.require_started()
         if self.network == "host":
             return f"http://127.0.0.1:{port}"
         if self.network != "none":
@@ -664,11 +612,11 @@ class DockerSandbox(NamespaceForwards, NamespaceEgress, Sandbox):
         pid = result.out.strip()
         if not result.ok or not pid.isdigit() or pid == "0":
             raise SandboxError(f"could not find the process of container {self.name}: {result.describe()}")
-        return await self._open_forward(int(pid), port, enter_user=False)
+        return await self.ports.forward(int(pid), port)
 
     async def expose(self, port: int) -> str:
         """``http://127.0.0.1:PORT`` with host networking; unreachable under ``--network none``."""
-        self._require_started()
+        self.container.require_started()
         if self.network == "host":
             return f"http://127.0.0.1:{port}"
         raise ConfigError(

@@ -20,6 +20,12 @@ merged-/usr image (``/bin -> usr/bin``) ``/usr/bin/x`` and ``/bin/x`` are one fi
 - The configuration the grader's installs and test runner discover (:data:`INSTALL_CONFIGS`: pip's, uv's, apt's,
   npm's system files, pytest's at ``/``) is the image's: added files are removed, changed or deleted ones come back.
 
+- Test tooling the agent installed (``tackroom_sandbox_kit.TEST_TOOLING``: pytest, its plugins, pluggy, uv, ...) is uninstalled,
+  wherever it lies, the working directory's virtualenvs included: otherwise a fake ``pytest==8.4.1`` satisfies
+  ``test.sh``'s own ``pip install pytest==8.4.1`` ("Requirement already satisfied"), and a plugin of the agent's
+  is loaded by every pytest run. Only what the agent added goes (its files in the container diff); test.sh
+  installs its own, and what the image shipped is restored as above.
+
 The image's files are read from a container of the image that the agent never touched, with the sandbox's
 toolset (:mod:`tackroom_docker.toolset`), and put back with one ``docker cp``. Paths under the task's
 ``grading_paths`` (or the working directory) are left as the agent made them.
@@ -33,14 +39,12 @@ import posixpath
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tackroom import SandboxError
+from tackroom_docker.container import Container
 from tackroom_docker.engine import CallResult
 from tackroom_docker.toolset import BIN, MOUNT, find_busybox, mount_args, toolset_dir
-
-if TYPE_CHECKING:
-    from tackroom_docker.sandbox import DockerSandbox
+from tackroom_sandbox_kit import is_test_tooling
 
 FIXED_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.preload",
                "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.cache", "/etc/alternatives",
@@ -68,6 +72,8 @@ checking a signature again), npm's global and built-in npmrc, cargo's (``$CARGO_
 working directory), conda's and gem's system files, and pytest's ini files and conftest.py at ``/`` (the only
 folder above ``/tests``). As the image made them: what the agent added is removed, what it changed or deleted
 comes back from the image (an ``apt-get update`` in test.sh fetches signed lists afresh where it has a network)."""
+DIST_INFO = ("*/site-packages/*.dist-info", "*/dist-packages/*.dist-info", "*/site-packages/*.egg-info",
+             "*/dist-packages/*.egg-info")
 MODULE_SUFFIXES = (".pm", ".py", ".pyc", ".so")
 """Added files judged against the image's perl @INC and python sys.path (:data:`INTERPRETER_SHADOWS`)."""
 
@@ -175,6 +181,59 @@ exec tar -cf - "$@" 2>/dev/null
 """.replace("%TOOLS%", "|".join(TOOL_NAMES))
 
 
+# Stdin: added .dist-info/.egg-info folders, one a line. For each: "== folder", "P" when its entry_points.txt
+# registers a pytest plugin, then the paths its RECORD (or installed-files.txt) lists, one a line.
+READ_DISTS = r"""
+while IFS= read -r d; do
+    [ -d "$d" ] && [ ! -L "$d" ] || continue
+    echo "== $d"
+    if [ -f "$d/entry_points.txt" ] && [ ! -L "$d/entry_points.txt" ] && grep -q '^\[pytest11\]' "$d/entry_points.txt"; then echo P; fi
+    for f in "$d/RECORD" "$d/installed-files.txt"; do
+        [ -f "$f" ] && [ ! -L "$f" ] && while IFS=, read -r q _; do echo "F $q"; done < "$f"
+    done
+done
+exit 0
+"""
+
+# Stdin: paths, one a line. Removes each (a folder with what it holds, a link, not its target) and prints it.
+REMOVE_TREES = r"""
+while IFS= read -r p; do [ -n "$p" ] && { [ -e "$p" ] || [ -L "$p" ]; } && rm -rf "$p" && echo "$p"; done; exit 0
+"""
+
+
+async def remove_test_tooling(container: Container, added: set[str]) -> list[str]:
+    """Uninstall the test tooling the agent added (:func:`tackroom_sandbox_kit.is_test_tooling`): only files the container diff lists as added
+    (``added``), the distribution's folder and the files its RECORD names; returns the paths removed."""
+    folders = [p for p in added if any(fnmatch.fnmatchcase(p, g) for g in DIST_INFO)]
+    if not folders:
+        return []
+    listed = await container.root_exec(READ_DISTS, timeout=container.options.cli_timeout_sec, stdin=_lines(folders))
+    doomed: list[str] = []
+    folder, files, plugin = "", [], False
+    for line in [*listed.out.splitlines(), "== "]:
+        if line.startswith("== "):
+            if folder and is_test_tooling(folder, "[pytest11]" if plugin else ""):
+                site = posixpath.dirname(folder)
+                paths = {posixpath.normpath(posixpath.join(site, f)) for f in files}
+                tops = {posixpath.join(site, f.split("/", 1)[0]) for f in files if "/" in f and not f.startswith("..")}
+                doomed += [folder, *sorted(p for p in paths | tops if p in added and not under(p, [folder]))]
+            folder, files, plugin = line[3:], [], False
+        elif line == "P":
+            plugin = True
+        elif line.startswith("F "):
+            files.append(line[2:])
+    doomed = [p for p in dict.fromkeys(doomed) if not under(posixpath.dirname(p), doomed)]
+    if not doomed:
+        return []
+    removed = await container.root_exec(REMOVE_TREES, timeout=container.options.cli_timeout_sec, stdin=_lines(doomed))
+    gone = [p for p in removed.out.splitlines() if p]
+    if gone:
+        dists = [posixpath.basename(p) for p in gone if any(fnmatch.fnmatchcase(p, g) for g in DIST_INFO)]
+        container.notes.append(f"uninstalled test tooling the agent installed before grading ({', '.join(dists)}): "
+                             "test.sh installs its own; the image's is restored")
+    return gone
+
+
 def tool_roots(path_env: str, keep: list[str]) -> list[str]:
     """:data:`FIXED_ROOTS` plus each ``PATH`` folder (its parent for ``…/bin``, so a virtualenv's libraries count),
     leaving out folders under ``keep`` (the working directory, ``grading_paths``) and /tmp."""
@@ -194,26 +253,27 @@ def under(path: str, roots: list[str] | tuple[str, ...]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots if r)
 
 
-async def restore_image_tools(sandbox: DockerSandbox, keep: list[str]) -> list[str]:
+async def restore_image_tools(container: Container, keep: list[str]) -> list[str]:
     """See the module docstring; returns the paths restored or removed."""
-    cli, timeout = sandbox.cli, sandbox.options.cli_timeout_sec
+    cli, timeout = container.cli, container.options.cli_timeout_sec
     with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
         listing = Path(tmp) / "diff"
-        diff = await cli.run(["container", "diff", sandbox.name], timeout=timeout, stdout_path=listing)
+        diff = await cli.run(["container", "diff", container.name], timeout=timeout, stdout_path=listing)
         if not diff.ok:
-            await sandbox._raise_if_gone_or(diff, "docker container diff failed before grading")
+            await container.raise_if_gone_or(diff, "docker container diff failed before grading")
         lines = listing.read_text(errors="surrogateescape").splitlines()
-    image = sandbox.image
+    image = container.image
     env = (image.record.get("Config") or {}).get("Env") or [] if image is not None else []
     path_env = next((e[5:] for e in env if e.startswith("PATH=")), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
     roots = tool_roots(path_env, keep)
+    tooling = await remove_test_tooling(container, {line[2:] for line in lines if line.startswith("A ")})
     changed: list[str] = []
     deleted: list[str] = []
     added: list[str] = []
     elsewhere: list[str] = []  # changed ("F") or deleted ("T") outside the tool roots: back when the image's is a tool
     for line in lines:
         kind, _, path = line.partition(" ")
-        if under(path, keep):
+        if under(path, keep) or under(path, tooling):
             continue
         config = any(fnmatch.fnmatchcase(path, c) for c in INSTALL_CONFIGS)  # apt's lists too, though under /var
         if not config and under(path, NEVER_RESTORED):
@@ -225,58 +285,92 @@ async def restore_image_tools(sandbox: DockerSandbox, keep: list[str]) -> list[s
         elif kind in ("C", "D"):
             elsewhere.append(f"{'F' if kind == 'C' else 'T'} {path}")
     if not (changed or deleted or added or elsewhere):
-        return []
-    done: list[str] = []
+        return tooling
+    done: list[str] = list(tooling)
     if changed:
-        files = await sandbox._root_exec(NOT_DIRS, timeout=timeout, stdin=_lines(changed))
+        files = await container.root_exec(NOT_DIRS, timeout=timeout, stdin=_lines(changed))
         changed = [p for p in files.out.splitlines() if p]
     deleted = [p for p in deleted if not under(posixpath.dirname(p), deleted)]  # a deleted folder comes back whole
     if image is not None and (changed or deleted or elsewhere):
         wanted = [f"R {p}" for p in changed + deleted] + elsewhere
-        done += await copy_from_image(sandbox, image.ref, wanted)
+        put_back = await copy_from_image(container, image.ref, wanted)
+        done += put_back
+        if put_back and any(p.startswith("/var/lib/dpkg") for p in (line[2:] for line in lines)):
+            note = await upgrade_note(container, image.ref, len(put_back))
+            if note:
+                container.notes.append(note)
     if added:
-        removed = await sandbox._root_exec(REMOVE_SHADOWS, path_env, timeout=timeout, stdin=_lines(added))
+        removed = await container.root_exec(REMOVE_SHADOWS, path_env, timeout=timeout, stdin=_lines(added))
         done += [p for p in removed.out.splitlines() if p]
     modules = [p for p in added if p not in done and p.endswith(MODULE_SUFFIXES)]
     if modules and image is not None:
-        shadows = await run_in_image(sandbox, image.ref, INTERPRETER_SHADOWS, path_env, stdin=_lines(modules))
+        shadows = await run_in_image(container, image.ref, INTERPRETER_SHADOWS, path_env, stdin=_lines(modules))
         if shadows.out.strip():
-            removed = await sandbox._root_exec(REMOVE_LISTED, timeout=timeout, stdin=shadows.stdout)
+            removed = await container.root_exec(REMOVE_LISTED, timeout=timeout, stdin=shadows.stdout)
             done += [p for p in removed.out.splitlines() if p]
     return done
+
+
+DPKG_STATUS = "exec cat /var/lib/dpkg/status 2>/dev/null; exit 0"
+
+
+def package_versions(status: str) -> dict[str, str]:
+    """``Package`` -> ``Version`` of every installed stanza of a dpkg ``status`` file."""
+    versions: dict[str, str] = {}
+    for stanza in status.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line[0].isspace())
+        if "Package" in fields and "Version" in fields and fields.get("Status", "").endswith(" installed"):
+            versions[fields["Package"]] = fields["Version"]
+    return versions
+
+
+async def upgrade_note(container: Container, ref: str, count: int) -> str | None:
+    """When the agent changed the image's packages (an ``apt-get upgrade``, a ``dpkg -i``): which ones, for the notes,
+    since their files were just put back as the image had them. dpkg's database is the agent's to write, so this
+    only reports; it never decides what is restored."""
+    now = await container.root_exec(DPKG_STATUS, timeout=container.options.cli_timeout_sec)
+    before = await run_in_image(container, ref, DPKG_STATUS, stdin=b"")
+    old, new = package_versions(before.out), package_versions(now.out)
+    moved = [f"{name} {old[name]} -> {new[name]}" for name in sorted(old) if name in new and new[name] != old[name]]
+    if not moved:
+        return None
+    shown = ", ".join(moved[:8]) + (f" and {len(moved) - 8} more" if len(moved) > 8 else "")
+    return (f"the agent upgraded packages of the image in place ({shown}); before grading, {count} of the image's "
+            "files were put back as the image had them, so the tests ran the image's versions, not the upgrades "
+            "(dpkg's database still names the upgrades)")
 
 
 def _lines(paths: list[str]) -> bytes:
     return "".join(f"{p}\n" for p in paths if "\n" not in p).encode(errors="surrogateescape")
 
 
-async def run_in_image(sandbox: DockerSandbox, ref: str, script: str, *args: str, stdin: bytes,
+async def run_in_image(container: Container, ref: str, script: str, *args: str, stdin: bytes,
                        stdout_path: Path | None = None) -> CallResult:
     """Run ``script`` with the toolset in a throwaway container of image ``ref`` (offline, as root): the image's
     own files, whatever the agent did to the trial's container."""
-    toolset = await asyncio.to_thread(toolset_dir, find_busybox(sandbox.options.toolset_busybox))
-    return await sandbox.cli.run(
+    toolset = await asyncio.to_thread(toolset_dir, find_busybox(container.options.toolset_busybox))
+    return await container.cli.run(
         ["run", "--rm", "-i", "--network", "none", "-u", "0", "--label", "tackroom.managed=1", *mount_args(toolset),
          "--entrypoint", f"{BIN}/sh", "-e", f"PATH={BIN}", ref, "-c", script, "tackroom", *args],
-        stdin=stdin, stdout_path=stdout_path, timeout=sandbox.options.cli_timeout_sec * 2)
+        stdin=stdin, stdout_path=stdout_path, timeout=container.options.cli_timeout_sec * 2)
 
 
-async def copy_from_image(sandbox: DockerSandbox, ref: str, wanted: list[str]) -> list[str]:
+async def copy_from_image(container: Container, ref: str, wanted: list[str]) -> list[str]:
     """Put back in the sandbox's container what image ``ref`` holds at ``wanted`` ("R path": whatever is there,
     "T path": grader tools only, see :data:`IMAGE_FILES`); returns the paths put back."""
-    cli, timeout = sandbox.cli, sandbox.options.cli_timeout_sec
+    cli, timeout = container.cli, container.options.cli_timeout_sec
     with tempfile.TemporaryDirectory(prefix="tackroom-docker-") as tmp:
         archive = Path(tmp) / "image-files.tar"
-        read = await run_in_image(sandbox, ref, IMAGE_FILES, stdin=_lines(wanted), stdout_path=archive)
+        read = await run_in_image(container, ref, IMAGE_FILES, stdin=_lines(wanted), stdout_path=archive)
         if not read.ok:
             raise SandboxError(f"could not read the image's tools from {ref} to restore them: {read.describe()}")
         if archive.stat().st_size == 0:
             return []
         with tarfile.open(archive) as tar:
             names = ["/" + m.name.removeprefix("./").lstrip("/") for m in tar.getmembers()]
-        put = await cli.run(["cp", "-", f"{sandbox.name}:/"], stdin=archive, timeout=timeout * 2)
+        put = await cli.run(["cp", "-", f"{container.name}:/"], stdin=archive, timeout=timeout * 2)
         if not put.ok:
-            await sandbox._raise_if_gone_or(put, f"could not restore the image's tools from {ref} into {sandbox.name}")
+            await container.raise_if_gone_or(put, f"could not restore the image's tools from {ref} into {container.name}")
     asked = {w[2:] for w in wanted}
     direct = [n for n in names if n in asked]
     return direct + [n for n in names if n not in asked and not under(n, direct)]

@@ -1,5 +1,5 @@
 """The task's Dockerfile on the local sandbox: a small reader of the instructions a non-Docker sandbox can honour
-(WORKDIR, COPY, ENV, RUN) and :class:`DockerfileSteps`, which carries them out in the sandbox."""
+(WORKDIR, COPY, ENV, RUN) and :class:`DockerfileSteps`, which carries them out in a started sandbox."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import posixpath
 import re
 import shlex
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import BaseModel
 
-from tackroom import SandboxBuildError, SandboxPathError, TaskError
+from tackroom import ExecResult, SandboxBuildError, SandboxPathError, SandboxSpec, TaskError
+from tackroom_local.transfers import ViewTransfers
 
 
 class Instruction(BaseModel):
@@ -87,29 +89,47 @@ def parse_copy(args: str) -> tuple[list[str], str]:
     return tokens[:-1], tokens[-1]
 
 
-class DockerfileSteps:
-    """The Dockerfile half of :class:`~tackroom_local.sandbox.LocalSandbox`: WORKDIR, COPY/ADD (of local files),
-    ENV, ARG defaults and RUN, honoured as far as a shared /usr allows; FROM is not (the notes say so)."""
+class BuildTarget(Protocol):
+    """What :class:`DockerfileSteps` works through: a sandbox's public face (the local sandbox is one)."""
 
-    async def _apply_dockerfile(self) -> None:
-        if self.spec.image:
-            self.notes.append(f"local sandbox: image {self.spec.image!r} is not used; the host's /usr is the userland")
-        dockerfile = (self.spec.environment_dir / "Dockerfile") if self.spec.environment_dir else None
+    spec: SandboxSpec
+    notes: list[str]
+    env: dict[str, str]
+    workdir: str
+
+    async def exec(self, cmd: list[str] | str, *, env: dict[str, str] | None = ..., timeout: float = ...) -> ExecResult: ...
+
+    async def upload(self, source: Path, dest: str, *, timeout: float = ...) -> None: ...
+
+
+class DockerfileSteps:
+    """The task's Dockerfile in a started sandbox: WORKDIR, COPY/ADD (of local files), ENV, ARG defaults and RUN,
+    honoured as far as a shared /usr allows; FROM is not (the notes say so). It works through the sandbox's public
+    ``exec``, ``upload``, ``env`` and ``workdir``, and asks ``transfers`` where a folder is or must be."""
+
+    def __init__(self, sandbox: BuildTarget, transfers: ViewTransfers) -> None:
+        self.sandbox, self.transfers = sandbox, transfers
+
+    async def apply(self) -> None:
+        sb = self.sandbox
+        if sb.spec.image:
+            sb.notes.append(f"local sandbox: image {sb.spec.image!r} is not used; the host's /usr is the userland")
+        dockerfile = (sb.spec.environment_dir / "Dockerfile") if sb.spec.environment_dir else None
         if dockerfile is None or not dockerfile.is_file():
             return
-        context = self.spec.environment_dir
+        context = sb.spec.environment_dir
         assert context is not None
         args: dict[str, str] = {}
         for ins in parse_dockerfile(dockerfile):
             where = f"{dockerfile}:{ins.line}"
             try:
                 if ins.keyword == "FROM":
-                    self.notes.append(f"local sandbox: 'FROM {ins.args}' is not honoured; the host's /usr is the userland")
+                    sb.notes.append(f"local sandbox: 'FROM {ins.args}' is not honoured; the host's /usr is the userland")
                 elif ins.keyword == "WORKDIR":
-                    self.workdir = posixpath.join(self.workdir, ins.args.strip())
-                    await asyncio.to_thread(self._ensure_dir, self.workdir)
+                    sb.workdir = posixpath.join(sb.workdir, ins.args.strip())
+                    await asyncio.to_thread(self.transfers.ensure_dir, sb.workdir, sb.workdir)
                 elif ins.keyword == "ENV":
-                    self.env.update(parse_env(ins.args))
+                    sb.env.update(parse_env(ins.args))
                 elif ins.keyword == "ARG":
                     key, _, default = ins.args.partition("=")
                     if default:
@@ -118,7 +138,7 @@ class DockerfileSteps:
                     await self._copy_from_context(context, ins.args)
                 elif ins.keyword == "RUN":
                     cmd = ins.json_or_shell() or ins.args
-                    result = await self.exec(cmd, env=args, timeout=self.spec.build_timeout_sec)
+                    result = await sb.exec(cmd, env=args, timeout=sb.spec.build_timeout_sec)
                     if not result.ok:
                         raise SandboxBuildError(
                             f"{where}: RUN failed with exit {result.exit_code}: {(result.stderr or result.stdout)[-2000:]}",
@@ -127,13 +147,14 @@ class DockerfileSteps:
                 elif ins.keyword in ("CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "MAINTAINER", "HEALTHCHECK", "STOPSIGNAL"):
                     continue
                 else:
-                    self.notes.append(f"local sandbox: {ins.keyword} at {where} is ignored")
+                    sb.notes.append(f"local sandbox: {ins.keyword} at {where} is ignored")
             except (ValueError, SandboxPathError) as exc:
                 raise SandboxBuildError(f"{where}: {ins.keyword} {ins.args}: {exc}", task_fault=True) from exc
 
     async def _copy_from_context(self, context: Path, args: str) -> None:
+        sb = self.sandbox
         sources, dest = parse_copy(args)
-        dest_abs = posixpath.join(self.workdir, dest)
+        dest_abs = posixpath.join(sb.workdir, dest)
         many = len(sources) > 1 or any(glob.has_magic(s) for s in sources)
         for source in sources:
             matches = sorted(glob.glob(str(context / source))) if glob.has_magic(source) else [str(context / source)]
@@ -144,8 +165,8 @@ class DockerfileSteps:
                 if not src.resolve().is_relative_to(context.resolve()):
                     raise SandboxPathError(f"COPY source {source!r} is outside the build context")
                 if src.is_dir():
-                    await self.upload(src, dest_abs, timeout=self.spec.build_timeout_sec)
+                    await sb.upload(src, dest_abs, timeout=sb.spec.build_timeout_sec)
                 else:
-                    into_dir = dest.endswith("/") or many or await asyncio.to_thread(self._is_dir, dest_abs)
+                    into_dir = dest.endswith("/") or many or await asyncio.to_thread(self.transfers.is_dir, dest_abs, sb.workdir)
                     target = posixpath.join(dest_abs, src.name) if into_dir else dest_abs
-                    await self.upload(src, target, timeout=self.spec.build_timeout_sec)
+                    await sb.upload(src, target, timeout=sb.spec.build_timeout_sec)

@@ -33,19 +33,22 @@ import shlex
 import socket
 import time
 from pathlib import Path
+from typing import Literal
 
-from tackroom import (
-    GRADER_CLEAN_ENV,
-    GRADER_SCRUBBED_ENV,
-    ExecResult,
-    GradingSabotagedError,
-    SandboxError,
-    SandboxExhaustedError,
-    SandboxTimeoutError,
-)
+from tackroom import ExecResult, GradingSabotagedError, SandboxError, SandboxExhaustedError, SandboxTimeoutError
+from tackroom.grading import GRADER_CLEAN_ENV, GRADER_SCRUBBED_ENV
+from tackroom_local.namespaces import Namespaces
 from tackroom_local.services import freeze, kill_all_but, resume
+from tackroom_local.transfers import sandbox_parts
 from tackroom_local.view import DEFAULT_PATH, ETC_FILES, GRADER_DIR, Deadline, Walk
-from tackroom_sandbox_kit import PIP_CONFIG_FILES, UV_CONFIG_FILES, drain_capped, install_env, kill_group
+from tackroom_sandbox_kit import (
+    PIP_CONFIG_FILES,
+    UV_CONFIG_FILES,
+    NamespacePorts,
+    drain_capped,
+    install_env,
+    kill_group,
+)
 
 UNSAFE_ENV = frozenset({*GRADER_SCRUBBED_ENV, "PYTHONINSPECT", "PERL5DB", "GCONV_PATH", "PROMPT_COMMAND", "HOME"})
 """Variables that make an interpreter or the loader run code from a path (core's list and a few more): only
@@ -123,6 +126,14 @@ def _bound_etc_file(path: str) -> bool:
                                         for pat in ETC_FILES)
 
 
+def _plain(path: str, workdir: str) -> str:
+    """``path`` as an absolute sandbox path without ``.`` or doubled slashes (``/`` is refused)."""
+    parts = sandbox_parts(path, workdir)
+    if not parts:
+        raise ValueError("/ cannot be a private folder of the grader")
+    return "/" + "/".join(parts)
+
+
 class _Control:
     """tackroom's end of the control socket: one line at a time."""
 
@@ -145,15 +156,23 @@ class _Control:
 
 
 class GraderRuns:
-    """The grading half of :class:`~tackroom_local.sandbox.LocalSandbox`: ``run_grader`` and ``set_network``."""
+    """``run_grader`` for :class:`~tackroom_local.sandbox.LocalSandbox`, over the shared :class:`Namespaces`; the
+    sandbox's ``set_network`` says, through :attr:`network`, which network the grader's command gets, and ``ports``
+    which proxy variables (an allowlist's)."""
+
+    def __init__(self, ns: Namespaces, ports: NamespacePorts, *, storage_mb: int | None, output_limit: int) -> None:
+        self.ns, self.ports, self.storage_mb, self.output_limit = ns, ports, storage_mb, output_limit
+        self.network: Literal["sandbox", "host", "empty"] = "sandbox"
+        """The grader's network while services are kept: the sandbox's, the host's, or an empty one."""
 
     def _grader_argv(self, cmd: list[str] | str, private: list[str], cwd: str, env: dict[str, str],
                      grader_gid: int | None, graded: list[str] | None = None) -> list[str]:
-        inside = self._inside
-        root = self.uid is not None
+        ns = self.ns
+        inside = ns.inside
+        root = ns.uid is not None
         nsflags = ["-m", "-u", "-i", "-p", "-C", "-r", "-w"]
         unshare = [inside["unshare"], "--mount", "--propagation", "private"]
-        net = self._grader_net
+        net = self.network
         if net == "sandbox":
             nsflags.append("-n")
         elif net == "empty":
@@ -162,23 +181,23 @@ class GraderRuns:
         # net == "host": run as root, nsenter stays in the host's network namespace
         drop = [inside["setpriv"], "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
         if root:
-            uid, gid = str(self.uid), str(grader_gid)
+            uid, gid = str(ns.uid), str(grader_gid)
             as_grader = [inside["setpriv"], f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *drop[1:]]
-            enter = [self._tools["nsenter"], "-t", str(self._child_pid), *nsflags, "--"]
+            enter = [ns.tools["nsenter"], "-t", str(ns.keeper_pid), *nsflags, "--"]
             # a user namespace of the grader's own: the sandbox's uid, a group the services do not have
             become = [inside["setpriv"], f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--",
                       inside["unshare"], "--user", "--map-root-user", "--", *drop]  # fmt: skip
         else:
             uid = gid = "0"
             as_grader = drop
-            enter = [self._tools["nsenter"], "-t", str(self._child_pid), "-U", *nsflags, "--"]
+            enter = [ns.tools["nsenter"], "-t", str(ns.keeper_pid), "-U", *nsflags, "--"]
             become = drop
         script = cmd if isinstance(cmd, str) else " ".join(shlex.quote(c) for c in cmd)
         setup = (SETUP.replace("@GRADER_DIR@", GRADER_DIR)
                  .replace("@NET_UP@", "ip link set lo up 2>/dev/null" if net == "empty" else ":")
                  .replace("@AS_GRADER@", " ".join(shlex.quote(a) for a in as_grader)))  # fmt: skip
         return [
-            *self._prefix(), *enter, *unshare, "--", inside["env"], "-i", f"PATH={DEFAULT_PATH}",
+            *ns.prefix, *enter, *unshare, "--", inside["env"], "-i", f"PATH={DEFAULT_PATH}",
             inside["sh"], "-c", setup, "tackroom-grader", uid, gid, str(len(graded or [])), *(graded or []),
             str(len(private)),
             *private, "--",
@@ -186,26 +205,28 @@ class GraderRuns:
             inside["bash"], "--noprofile", "--norc", "-c", f"cd {shlex.quote(cwd)} || exit 1\n{script}",
         ]  # fmt: skip
 
-    async def run_grader(self, cmd: list[str] | str, *, private: list[str], collect: str, dest: Path,
-                         cwd: str | None = None, env: dict[str, str] | None = None,
-                         timeout: float = 600.0, graded: list[str] | tuple[str, ...] = ()) -> ExecResult:
-        """Run the grader's command with private copies of ``private``; copy ``collect``'s to ``dest``
-        (see the module docstring). While services are kept, ``graded`` is read from a copy taken while they
-        were frozen (:data:`SETUP`)."""
-        private = [self._plain(p) for p in private]
-        collect = self._plain(collect)
+    async def run(self, cmd: list[str] | str, *, private: list[str], collect: str, dest: Path, workdir: str,
+                  sandbox_env: dict[str, str], cwd: str | None = None, env: dict[str, str] | None = None,
+                  timeout: float = 600.0, graded: list[str] | tuple[str, ...] = ()) -> ExecResult:
+        """Run the grader's command with private copies of ``private``; copy ``collect``'s to ``dest`` (see the module
+        docstring). Relative paths and the command start at ``workdir`` (the command at ``cwd`` when given); its
+        environment is ``sandbox_env`` and the phase's proxy variables made clean (:func:`clean_env`), then ``env``.
+        While services are kept, ``graded`` is read from a copy taken while they were frozen (:data:`SETUP`)."""
+        ns = self.ns
+        private = [_plain(p, workdir) for p in private]
+        collect = _plain(collect, workdir)
         if collect not in private:
             raise ValueError(f"collect={collect!r} must be one of private={private}")
-        await self._wait_ready(timeout)
-        self._alive()
+        await ns.wait_ready(timeout)
+        ns.alive()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         grader_gid = self._grader_gid()
         mine, theirs = socket.socketpair()
         mine.setblocking(False)
-        base_env = {**self.env, **self._egress_env}  # an allowlist's proxy variables (tackroom_sandbox_kit.egress)
-        argv = self._grader_argv(cmd, private, cwd or self.workdir, clean_env(base_env, env), grader_gid,
-                                 [self._plain(p) for p in graded if self._parts(p)] if self._kept else [])
+        base_env = {**sandbox_env, **self.ports.env}  # an allowlist's proxy variables (tackroom_sandbox_kit.egress)
+        argv = self._grader_argv(cmd, private, cwd or workdir, clean_env(base_env, env), grader_gid,
+                                 [_plain(p, workdir) for p in graded if sandbox_parts(p, workdir)] if ns.kept else [])
         started = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -215,7 +236,7 @@ class GraderRuns:
         finally:
             theirs.close()
         out, err = bytearray(), bytearray()
-        limit = self.options.output_limit_bytes
+        limit = self.output_limit
         assert proc.stdout is not None and proc.stderr is not None
         drains = [asyncio.ensure_future(drain_capped(proc.stdout, limit, out)),
                   asyncio.ensure_future(drain_capped(proc.stderr, limit, err))]  # fmt: skip
@@ -226,7 +247,7 @@ class GraderRuns:
                 said = await ctl.line()
                 if said == "ready":
                     setup_pid = self._setup_pid(proc.pid)
-                    resume(self._kept)
+                    resume(ns.kept)
                     await ctl.send("go\n")
                     said = await ctl.line()
                 if not said.startswith("done "):
@@ -235,9 +256,9 @@ class GraderRuns:
                     why = err.decode(errors="replace").strip()[-500:]
                     if code == 121:
                         raise GradingSabotagedError(f"the grader's private folders could not be made: {why}; graded 0")
-                    if code == 123 and self.spec.storage_mb is not None:
+                    if code == 123 and self.storage_mb is not None:
                         raise SandboxExhaustedError(f"{why}: the agent filled the sandbox's disk (storage_mb = "
-                                                    f"{self.spec.storage_mb}); graded 0")
+                                                    f"{self.storage_mb}); graded 0")
                     if code == 123:
                         raise GradingSabotagedError(f"{why}; graded 0")
                     if (full := self._pids_full()) is not None:
@@ -263,13 +284,13 @@ class GraderRuns:
             mine.close()
             for d in drains:
                 d.cancel()
-        self._alive()
+        ns.alive()
         return ExecResult(exit_code=exit_code, stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace"),
                           truncated=truncated, duration_s=time.monotonic() - started)  # fmt: skip
 
     def _pids_full(self) -> str | None:
         """``"512 of 512"`` when the sandbox's pid cgroup is (nearly) full, else None."""
-        for d in self._cgroups.dirs if self._cgroups is not None else []:
+        for d in self.ns.cgroups.dirs if self.ns.cgroups is not None else []:
             with contextlib.suppress(OSError, ValueError):
                 most = (d / "pids.max").read_text().strip()
                 now = int((d / "pids.current").read_text())
@@ -277,17 +298,12 @@ class GraderRuns:
                     return f"{now} of {most}"
         return None
 
-    def _plain(self, path: str) -> str:
-        parts = self._parts(path)
-        if not parts:
-            raise ValueError("/ cannot be a private folder of the grader")
-        return "/" + "/".join(parts)
-
     def _grader_gid(self) -> int | None:
         """A host gid no process of the sandbox has (run as root); the grader's group."""
-        if self.uid is None:
+        uid = self.ns.uid
+        if uid is None:
             return None
-        return self.uid + 1 if self.uid + 1 < 2**31 - 1 else self.uid - 1
+        return uid + 1 if uid + 1 < 2**31 - 1 else uid - 1
 
     @staticmethod
     def _setup_pid(nsenter: int) -> int | None:
@@ -299,19 +315,19 @@ class GraderRuns:
 
     def _refreeze(self, setup_pid: int | None, deadline: float) -> None:
         """Stop every process of the sandbox but its keeper and the set-up shell (the grader's leftovers too)."""
-        skip = {self._child_pid} | ({setup_pid} if setup_pid else set())
+        skip = {self.ns.keeper_pid} | ({setup_pid} if setup_pid else set())
         try:
-            freeze(self._pidns, skip, min(deadline, time.monotonic() + 10))
+            freeze(self.ns.pidns, skip, min(deadline, time.monotonic() + 10))
         except TimeoutError as exc:
             raise SandboxError(f"the sandbox's processes could not be frozen after grading: {exc}") from None
 
     def _end_grader(self, setup_pid: int | None, deadline: float) -> None:
         """After a failed or timed-out grader: the kept services frozen, everything else killed."""
-        skip = {self._child_pid}
+        skip = {self.ns.keeper_pid}
         with contextlib.suppress(TimeoutError):
-            freeze(self._pidns, skip, deadline)
+            freeze(self.ns.pidns, skip, deadline)
         with contextlib.suppress(TimeoutError):
-            kill_all_but(self._pidns, skip | self._kept, deadline)
+            kill_all_but(self.ns.pidns, skip | self.ns.kept, deadline)
 
     def _collect(self, setup_pid: int | None, index: int, dest: Path, deadline: float) -> None:
         """Copy the private copy of ``collect`` (seen through the set-up shell's root) to ``dest`` on the host."""
@@ -322,7 +338,8 @@ class GraderRuns:
         src = os.open(f"/proc/{setup_pid}/root{GRADER_DIR}/{index}", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
             host = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            walk = Walk(self._view, str(dest), deadline, None)
+            assert self.ns.view is not None
+            walk = Walk(self.ns.view, str(dest), deadline, None)
             try:
                 walk.get_tree(src, host, 0, links=False)
             except Deadline:

@@ -2,7 +2,7 @@
 
 One long-lived ``bwrap`` per sandbox holds the namespaces; its keeper is an execute-only copy of bash that
 ignores signals, never forks and waits on a socket whose other end tackroom holds. Killing the keeper kills
-every process of the pid namespace; :meth:`NamespaceKeeper._leftovers` confirms none survived. The
+every process of the pid namespace; :meth:`NamespaceKeeper.leftovers` confirms none survived. The
 module docstring of :mod:`tackroom_local.sandbox` says what each flag enforces.
 """
 
@@ -21,8 +21,9 @@ from pathlib import Path
 
 from tackroom import SandboxError, SandboxTimeoutError
 from tackroom_local.cgroups import start_time
-from tackroom_local.markers import write_json
-from tackroom_local.view import DEFAULT_PATH, GRADER_DIR, INSTALL_HINT, mount_args
+from tackroom_local.markers import check_private_dir
+from tackroom_local.namespaces import Namespaces
+from tackroom_local.view import DEFAULT_PATH, GRADER_DIR, INSTALL_HINT, mount_args, searchable_by_all
 
 KEEPER_PATH = "/.tackroom-keeper"
 KEEPER_SCRIPT = (
@@ -32,9 +33,10 @@ KEEPER_SCRIPT = (
 """PID 1: signals ignored, no forks; it reaps orphans (bash's SIGCHLD handler) until tackroom's end of
 the socket closes."""
 STAGE_DIR = Path("/tmp/.tackroom-local-stage")
-STAGE_SCRIPT = 'set -e; mount --bind "$2" "$1"; shift 3; exec "$@"'
-"""Run as root in a private mount namespace when root_dir is not searchable by the sandbox's uid: the
-per-trial root appears at :data:`STAGE_DIR` (for that bwrap only), where the sandbox's uid can reach it."""
+STAGE_SCRIPT = 'set -e; while [ "$1" != -- ]; do mount --bind "$2" "$1"; shift 2; done; shift; exec "$@"'
+"""Run as root in a private mount namespace when root_dir (or a mount's host folder) is not searchable by the
+sandbox's uid: the per-trial root appears at :data:`STAGE_DIR` and each mount's folder at ``STAGE_DIR/.mounts/N``
+(for that bwrap only), where the sandbox's uid can reach them."""
 
 
 def tool(name: str, why: str) -> str:
@@ -96,44 +98,84 @@ async def read_info(fd: int) -> str:
 
 
 class NamespaceKeeper:
-    """The launch half of :class:`~tackroom_local.sandbox.LocalSandbox`: starts bwrap and its keeper over the
-    per-trial root, signals and releases the keeper, lists the processes that outlived it."""
+    """Starts bwrap and its keeper over the per-trial root, signals and releases the keeper, and lists the processes
+    that outlived it. What others need of the running namespaces it writes to the shared :class:`Namespaces`
+    (``proc``, ``keeper_pid``, ``pidns``)."""
 
-    def _isolation_flags(self) -> list[str]:
+    def __init__(self, ns: Namespaces) -> None:
+        self.ns = ns
+        self.binary: Path | None = None
+        """The execute-only copy of bash the keeper runs (:func:`copy_keeper`)."""
+        self.stage: Path | None = None
+        """Where the per-trial root appears for bwrap when the sandbox's uid cannot pass through ``root_dir`` or a
+        mount's host folder (:data:`STAGE_DIR`), else None."""
+        self.staged_mounts: dict[str, str] = {}
+        """Each mount's host folder and where it appears for bwrap when staged."""
+        self._pidfd: int | None = None
+        self._sock: socket.socket | None = None
+
+    def prepare(self, base: Path, mounts: list[Path]) -> None:
+        """Copy the keeper into the per-trial root; stage the root and the mounts' host folders when bwrap's uid
+        cannot reach the root under ``base`` or one of ``mounts``."""
+        ns = self.ns
+        self.binary = copy_keeper(ns.root)
+        if ns.uid is not None and not all(searchable_by_all(p) for p in (base, *mounts)):
+            if not searchable_by_all(STAGE_DIR.parent):
+                raise SandboxError(f"{base} (or a mount's host folder) is not searchable by the sandbox's uid {ns.uid} "
+                                   f"and neither is {STAGE_DIR.parent}; set [sandbox] root_dir to a folder every uid "
+                                   "can pass through")
+            STAGE_DIR.mkdir(mode=0o755, exist_ok=True)
+            check_private_dir(STAGE_DIR)
+            self.stage = STAGE_DIR
+            ns.tools["unshare"] = tool("unshare", "it stages a root_dir the sandbox's uid cannot pass through")
+            for i, host in enumerate(mounts):  # mount points in the root, outside every folder bound into the sandbox
+                (ns.root / ".mounts" / str(i)).mkdir(mode=0o755, parents=True)
+                self.staged_mounts[str(host)] = f"{STAGE_DIR}/.mounts/{i}"
+
+    def isolation_flags(self) -> list[str]:
         """bwrap's namespaces and privileges: its own user namespace (with no further ones), no capabilities."""
         flags = [
             "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "0", "--gid", "0", "--die-with-parent",
             "--new-session", "--clearenv", "--hostname", "sandbox", "--cap-drop", "ALL", "--as-pid-1",
         ]  # fmt: skip
-        if self._online:
+        if self.ns.online:
             flags.append("--share-net")
         return flags
 
-    async def _launch(self, timeout: float) -> None:
-        """Start bwrap and its keeper over the per-trial root; return once the keeper answers."""
-        assert self._view is not None and self._keeper is not None
-        mine, theirs = socket.socketpair()
-        info_r, info_w = os.pipe()
-        sock = theirs.fileno()
-        argv = self._prefix()
+    def _argv(self, info_w: int, sock: int) -> list[str]:
+        """bwrap's command line: staged (when needed), as the sandbox's uid (run as root), over the view."""
+        ns = self.ns
+        assert ns.view is not None and self.binary is not None
+        argv = list(ns.prefix)
         remap: dict[str, str] = {}
-        keeper = str(self._keeper)
-        if self._stage is not None:
-            argv += [self._tools["unshare"], "--mount", "--propagation", "private", "--", "/bin/sh", "-c", STAGE_SCRIPT,
-                     "sh", str(self._stage), str(self.root), "--"]  # fmt: skip
-            remap = {str(self.root): str(self._stage)}
-            keeper = str(self._stage / self._keeper.name)
-        if self.uid is not None:
-            argv += [self._tools["setpriv"], f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
-        argv += [self._tools["bwrap"], *self._isolation_flags()]
-        argv += ["--proc", "/proc", "--dev", "/dev", *mount_args(self._view, remap)]
+        keeper = str(self.binary)
+        if self.stage is not None:
+            binds = [str(self.stage), str(ns.root)]
+            for host, staged in self.staged_mounts.items():
+                binds += [staged, host]
+            argv += [ns.tools["unshare"], "--mount", "--propagation", "private", "--", "/bin/sh", "-c", STAGE_SCRIPT,
+                     "sh", *binds, "--"]  # fmt: skip
+            remap = {str(ns.root): str(self.stage), **self.staged_mounts}
+            keeper = str(self.stage / self.binary.name)
+        if ns.uid is not None:
+            argv += [ns.tools["setpriv"], f"--reuid={ns.uid}", f"--regid={ns.uid}", "--clear-groups", "--"]
+        argv += [ns.tools["bwrap"], *self.isolation_flags()]
+        argv += ["--proc", "/proc", "--dev", "/dev", *mount_args(ns.view, remap)]
         argv += ["--ro-bind", keeper, KEEPER_PATH, "--dir", GRADER_DIR, "--remount-ro", "/"]
         argv += ["--setenv", "PATH", DEFAULT_PATH, "--chdir", "/", "--info-fd", str(info_w)]
         argv += [KEEPER_PATH, "-c", KEEPER_SCRIPT.format(info=info_w, sock=sock)]
+        return argv
+
+    async def launch(self, timeout: float) -> None:
+        """Start bwrap and its keeper over the per-trial root; return once the keeper answers."""
+        ns = self.ns
+        mine, theirs = socket.socketpair()
+        info_r, info_w = os.pipe()
+        sock = theirs.fileno()
         errors = tempfile.TemporaryFile()
         try:
-            self._proc = await asyncio.create_subprocess_exec(
-                *argv, pass_fds=(sock, info_w), stdin=asyncio.subprocess.DEVNULL,
+            proc = ns.proc = await asyncio.create_subprocess_exec(
+                *self._argv(info_w, sock), pass_fds=(sock, info_w), stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL, stderr=errors, start_new_session=True,
             )  # fmt: skip
         except BaseException:
@@ -153,11 +195,11 @@ class NamespaceKeeper:
                 raise SandboxTimeoutError(f"bwrap did not start within {timeout}s") from exc
             if not info.strip() or ready != b"ready\n":
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._proc.wait(), 5)
+                    await asyncio.wait_for(proc.wait(), 5)
                 errors.seek(0)
-                why = errors.read().decode(errors="replace").strip() or f"exit {self._proc.returncode}"
-                if self.uid is not None and ("namespace" in why or "Operation not permitted" in why):
-                    why += (f" (bwrap runs as the unprivileged uid {self.uid}: the host must allow unprivileged user "
+                why = errors.read().decode(errors="replace").strip() or f"exit {proc.returncode}"
+                if ns.uid is not None and ("namespace" in why or "Operation not permitted" in why):
+                    why += (f" (bwrap runs as the unprivileged uid {ns.uid}: the host must allow unprivileged user "
                             "namespaces, e.g. sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0, "
                             "kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for bwrap)")
                 raise SandboxError(f"bwrap failed to start: {why}")
@@ -166,32 +208,34 @@ class NamespaceKeeper:
             raise
         finally:
             errors.close()
-        self._keeper_sock = mine
-        parsed = json.loads(info)
-        self._child_pid = int(parsed["child-pid"])
-        self._pidns = parsed.get("pid-namespace")
+        self._sock = mine
+        await self._started(proc, json.loads(info))
+
+    async def _started(self, proc: asyncio.subprocess.Process, info: dict) -> None:
+        """bwrap answered: note its keeper, shield both from the OOM killer (run as root), record them."""
+        ns = self.ns
+        keeper = ns.keeper_pid = int(info["child-pid"])
+        ns.pidns = info.get("pid-namespace")
         try:
-            self._pidfd = os.pidfd_open(self._child_pid)
+            self._pidfd = os.pidfd_open(keeper)
         except (AttributeError, OSError):
             self._pidfd = None
         if os.geteuid() == 0:
-            for pid in (self._proc.pid, self._child_pid):
+            for pid in (proc.pid, keeper):
                 with contextlib.suppress(OSError):
                     Path(f"/proc/{pid}/oom_score_adj").write_text("-1000")
-            if not self._online:
-                open_low_ports(self._child_pid)
-        if self._stopped:  # stop() ran while this keeper was starting (kill_processes racing a teardown)
-            await self._end_namespace(10)
+            if not ns.online:
+                open_low_ports(keeper)
+        if ns.stopped:  # stop() ran while this keeper was starting (kill_processes racing a teardown)
+            await self.end(10)
             raise SandboxError("the sandbox was stopped while kill_processes() restarted it")
-        if self._marker_data is not None:
-            self._marker_data["bwrap"] = [self._proc.pid, start_time(self._proc.pid)]
-            self._marker_data["keeper"] = [self._child_pid, start_time(self._child_pid)]
-            await asyncio.to_thread(write_json, self.marker, self._marker_data)
+        await asyncio.to_thread(ns.owner.record, bwrap=[proc.pid, start_time(proc.pid)],
+                                keeper=[keeper, start_time(keeper)])
 
-    async def _end_namespace(self, timeout: float) -> None:
+    async def end(self, timeout: float) -> None:
         """SIGKILL the keeper; the kernel kills the rest of the pid namespace, bwrap exits once all are reaped."""
-        proc = self._proc
-        self._signal_keeper()
+        proc = self.ns.proc
+        self.kill()
         if proc is not None and proc.returncode is None:
             try:
                 await asyncio.wait_for(asyncio.shield(proc.wait()), timeout)
@@ -202,30 +246,33 @@ class NamespaceKeeper:
                     f"the local sandbox's processes did not all die within {timeout:g}s of SIGKILL (a process stuck in "
                     "the kernel, state D?); the trial must not be graded"
                 ) from None
-        self._release_keeper()
+        self.release()
 
-    def _signal_keeper(self) -> None:
+    def kill(self) -> None:
+        """SIGKILL the keeper (through its pidfd where there is one, so never a recycled pid)."""
+        ns = self.ns
         try:
             if self._pidfd is not None:
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-            elif self._child_pid is not None and self._proc is not None and self._proc.returncode is None:
-                os.kill(self._child_pid, signal.SIGKILL)
+            elif ns.keeper_pid is not None and ns.proc is not None and ns.proc.returncode is None:
+                os.kill(ns.keeper_pid, signal.SIGKILL)
         except (ProcessLookupError, OSError):
             pass
 
-    def _release_keeper(self) -> None:
+    def release(self) -> None:
+        """Close tackroom's handles on the keeper (its pidfd and its end of the socket)."""
         if self._pidfd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._pidfd)
             self._pidfd = None
-        if self._keeper_sock is not None:
-            self._keeper_sock.close()
-            self._keeper_sock = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
-    def _leftovers(self, pidns: int | None) -> set[int]:
+    def leftovers(self, pidns: int | None) -> set[int]:
         """Processes of this sandbox still alive: its cgroups' members, else those in its old pid namespace."""
-        if self._cgroups is not None:
-            return self._cgroups.pids()
+        if self.ns.cgroups is not None:
+            return self.ns.cgroups.pids()
         left: set[int] = set()
         if pidns is None:
             return left

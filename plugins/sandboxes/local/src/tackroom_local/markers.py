@@ -53,6 +53,35 @@ def check_private_dir(path: Path) -> None:
 
 
 
+class OwnerMarker:
+    """One sandbox's owner marker, ``<root>.owner.json`` beside its root: :meth:`create` writes it before the root
+    exists, :meth:`record` adds what the sandbox makes later (its cgroups, disk, bwrap and keeper), :meth:`remove`
+    deletes it once everything it names is gone."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data: dict | None = None
+        """What the marker holds; None until :meth:`create` wrote it."""
+
+    def create(self, root: Path, uid: int | None) -> None:
+        self.data = {
+            "root": root.name, "pid": os.getpid(), "start_time": start_time(os.getpid()), "boot_id": boot_id(),
+            "uid": uid, "cgroups": [], "bwrap": None, "keeper": None,
+        }  # fmt: skip
+        write_json(self.path, self.data)
+
+    def record(self, **fields: object) -> None:
+        """Add ``fields`` and write the marker again (nothing when it was never created)."""
+        if self.data is not None:
+            self.data.update(fields)
+            write_json(self.path, self.data)
+
+    def remove(self) -> None:
+        if self.data is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+
 def write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
     tmp.write_text(json.dumps(data))

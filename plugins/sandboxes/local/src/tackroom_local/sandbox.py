@@ -71,7 +71,8 @@ Grading
 Network
     ``public`` shares the host's network namespace; ``none`` and ``allowlist`` keep the sandbox's own, which
     holds only ``lo``. An allowlist is an egress proxy in tackroom's process listening on one port of that
-    ``lo`` (:mod:`tackroom_sandbox_kit.egress`), named by the proxy variables of every command of the phase.
+    ``lo`` (:mod:`tackroom_sandbox_kit.egress`, served by :mod:`~tackroom_local.network`), named by the proxy
+    variables of every command of the phase.
 Cleanup
     Each sandbox writes an owner marker (``<root>.owner.json``, beside the root, out of the agent's
     reach) holding the creating process's pid, start time and boot id, the bwrap's and the keeper's, the
@@ -99,9 +100,7 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
-import time
 import uuid
 from pathlib import Path
 from typing import Literal
@@ -118,26 +117,29 @@ from tackroom import (
     SandboxProvider,
     SandboxSpec,
     SandboxTimeoutError,
+    Task,
+    TaskError,
 )
-from tackroom_local.cgroups import Cgroups, cgroup_parents, start_time, sweep_cgroups
-from tackroom_local.dockerfile import DockerfileSteps
+from tackroom_local.cgroups import cgroup_parents, sweep_cgroups
+from tackroom_local.dockerfile import DockerfileSteps, parse_dockerfile
 from tackroom_local.grading import GraderRuns
-from tackroom_local.keeper import STAGE_DIR, NamespaceKeeper, copy_keeper, tool
+from tackroom_local.keeper import NamespaceKeeper, tool
 from tackroom_local.limits import SandboxLimits
 from tackroom_local.markers import (
     MARKER_SUFFIX,
+    OwnerMarker,
     base_dir,
-    boot_id,
     check_private_dir,
     remove_leftovers,
     rmtree,
     unmount_disk,
-    write_json,
 )
-from tackroom_local.services import SETTLE_SEC, describe, freeze, holders, kill_all_but, listening_sockets, settle
+from tackroom_local.namespaces import Namespaces
+from tackroom_local.services import SETTLE_SEC, describe, keep_listening
 from tackroom_local.transfers import ViewTransfers
-from tackroom_local.view import DEFAULT_PATH, WRITABLE_ROOTS, Dir, build_view, inside_path, searchable_by_all
-from tackroom_sandbox_kit import NamespaceEgress, NamespaceForwards, run_process
+from tackroom_local.view import DEFAULT_PATH, WRITABLE_ROOTS, build_view, inside_path
+from tackroom_sandbox_kit import NamespacePorts, dist_folders, remove_added_tooling, run_process
+from tackroom_sandbox_kit.test_tooling import DIST_SUFFIXES
 
 HOST_UID_BASE = 1_000_000_000
 
@@ -175,12 +177,18 @@ class LocalSandboxOptions(PluginOptions):
     )  # fmt: skip
 
 
-class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, SandboxLimits, NamespaceForwards,
-                   NamespaceEgress, Sandbox):
-    """A bubblewrap sandbox; see the module docstring. Its jobs live beside it: launching bwrap and the keeper
-    (:mod:`~tackroom_local.keeper`), limits (:mod:`~tackroom_local.limits`), the Dockerfile
-    (:mod:`~tackroom_local.dockerfile`), transfers (:mod:`~tackroom_local.transfers`) and owner markers
-    (:mod:`~tackroom_local.markers`); this class holds the state they share, the lifecycle and ``exec``."""
+class LocalSandbox(Sandbox):
+    """A bubblewrap sandbox; see the module docstring. Its jobs are parts it holds, sharing one public handle,
+    :attr:`namespaces` (:class:`~tackroom_local.namespaces.Namespaces`): :attr:`keeper` launches and ends bwrap and
+    its keeper (:mod:`~tackroom_local.keeper`), :attr:`limits` sets up its cgroup or rlimits and disk
+    (:mod:`~tackroom_local.limits`), :attr:`transfers` moves files (:mod:`~tackroom_local.transfers`), :attr:`grader`
+    runs the grader (:mod:`~tackroom_local.grading`), :attr:`network` serves the allowlist's proxy and forwarded host
+    ports (:mod:`~tackroom_local.network`) and :attr:`dockerfile` applies the task's Dockerfile
+    (:mod:`~tackroom_local.dockerfile`). This class holds the lifecycle, ``exec`` and the order things happen in."""
+
+    binds_mounts = True
+    """``SandboxSpec.mounts`` are read-only binds in folders of bwrap's own root (:func:`~tackroom_local.view.add_mount`)."""
+
 
     def __init__(self, spec: SandboxSpec, options: LocalSandboxOptions) -> None:
         super().__init__(spec)
@@ -191,111 +199,91 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
         self.env: dict[str, str] = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "xterm"}
         self.env.update(spec.env)
         self.workdir = spec.workdir
-        self.uid: int | None = None
-        """The host uid of root inside (None: tackroom runs unprivileged, so it is tackroom's own)."""
-        self._view: Dir | None = None
-        self._cgroups: Cgroups | None = None
-        self._rlimits: list[str] = []
-        self._proc: asyncio.subprocess.Process | None = None
-        self._child_pid: int | None = None
-        self._pidns: int | None = None
-        self._pidfd: int | None = None
-        self._keeper_sock: socket.socket | None = None
-        self._keeper: Path | None = None
-        self._stage: Path | None = None
-        self._tools: dict[str, str] = {}
-        self._inside: dict[str, str] = {}
-        self._marker_data: dict | None = None
-        self._stopped = False
-        self._disk: Path | None = None
-        self._ready = asyncio.Event()
-        self._ready.set()
+        ns = self.namespaces = Namespaces(self.root, OwnerMarker(self.base / f"{self.root.name}{MARKER_SUFFIX}"),
+                                          online=bool(spec.allow_internet))
+        self.keeper = NamespaceKeeper(ns)
+        self.limits = SandboxLimits(ns, spec, pids_limit=options.pids_limit, mode=options.limits, notes=self.notes)
+        self.transfers = ViewTransfers(ns, spec.storage_mb)
+        self.network = NamespacePorts(spec.network, hosts=options.egress_hosts, notes=self.notes)
+        self.grader = GraderRuns(ns, self.network, storage_mb=spec.storage_mb, output_limit=options.output_limit_bytes)
+        self.dockerfile = DockerfileSteps(self, self.transfers)
         self._lock = asyncio.Lock()
-        self._online = bool(spec.allow_internet)
-        """Whether the sandbox's namespaces share the host's network (the agent phase's policy, then set_network's)."""
-        self._policy = spec.network
-        """The phase's network: an allowlist is served in the sandbox's own namespace (:meth:`_serve_policy`)."""
-        self._kept: set[int] = set()
-        """Host pids of the services kill_processes(keep_listening=True) kept, frozen."""
-        self._grader_net: Literal["sandbox", "host", "empty"] = "sandbox"
-        """The grader's network while services are kept: the sandbox's, the host's, or an empty one."""
-        self._agent_done = False
+        self._dists_at_start: set[Path] = set()
+        """Python distributions in the writable roots when the sandbox started (the task's; restore_image_tools)."""
+
+    @property
+    def uid(self) -> int | None:
+        """The host uid of root inside (None: tackroom runs unprivileged, so it is tackroom's own)."""
+        return self.namespaces.uid
 
     @property
     def marker(self) -> Path:
         """The owner marker, beside the root (out of the agent's reach)."""
-        return self.base / f"{self.root.name}{MARKER_SUFFIX}"
+        return self.namespaces.owner.path
 
     # -- lifecycle ------------------------------------------------------------------
     async def start(self) -> None:
-        if self._proc is not None:
+        ns = self.namespaces
+        if ns.proc is not None:
             return
-        if self._stopped:
+        if ns.stopped:
             raise SandboxError("this sandbox was stopped; create a new one")
         try:
-            self._tools = {
+            ns.tools = {
                 "bwrap": tool(self.options.bwrap, "bubblewrap makes the namespaces"),
                 "nsenter": tool("nsenter", "every exec enters the sandbox with it"),
                 "setpriv": tool("setpriv", "every exec drops its capabilities with it"),
             }
             await asyncio.to_thread(self._prepare)
-            await self._launch(self.spec.start_timeout_sec)
+            await self.keeper.launch(self.spec.start_timeout_sec)
             await self._serve_policy()
             with contextlib.suppress(SandboxPathError):
-                await asyncio.to_thread(self._ensure_dir, self.workdir)
-            await self._apply_dockerfile()
+                await asyncio.to_thread(self.transfers.ensure_dir, self.workdir, self.workdir)
+            await self.dockerfile.apply()
+            self._dists_at_start = await asyncio.to_thread(dist_folders, self.root)
         except BaseException:
             await self.stop()
             raise
 
     def _prepare(self) -> None:
         """Marker, per-trial root, limits: everything on the host before bwrap starts."""
+        ns = self.namespaces
         self.base.mkdir(parents=True, exist_ok=True, mode=0o755)
         check_private_dir(self.base)
         if os.geteuid() == 0:
-            self.uid = self.options.host_uid or HOST_UID_BASE + secrets.randbelow(1 << 28)
-        self._marker_data = {
-            "root": self.root.name, "pid": os.getpid(), "start_time": start_time(os.getpid()), "boot_id": boot_id(),
-            "uid": self.uid, "cgroups": [], "bwrap": None, "keeper": None,
-        }  # fmt: skip
-        write_json(self.marker, self._marker_data)
+            ns.uid = self.options.host_uid or HOST_UID_BASE + secrets.randbelow(1 << 28)
+        ns.owner.create(self.root, ns.uid)
         self.root.mkdir(mode=0o755)
-        self._limit_storage()
+        self.limits.limit_storage()
         for name in WRITABLE_ROOTS:
             d = self.root / name
             d.mkdir(mode=0o1777 if name == "tmp" else 0o755)
             d.chmod(0o1777 if name == "tmp" else 0o755)
-            if self.uid is not None:
-                os.chown(d, self.uid, self.uid)
-        self._keeper = copy_keeper(self.root)
-        if self.uid is not None and not searchable_by_all(self.base):
-            if not searchable_by_all(STAGE_DIR.parent):
-                raise SandboxError(f"{self.base} is not searchable by the sandbox's uid {self.uid} and neither is "
-                                   f"{STAGE_DIR.parent}; set [sandbox] root_dir to a folder every uid can pass through")
-            STAGE_DIR.mkdir(mode=0o755, exist_ok=True)
-            check_private_dir(STAGE_DIR)
-            self._stage = STAGE_DIR
-            self._tools["unshare"] = tool("unshare", "it stages a root_dir the sandbox's uid cannot pass through")
-        self._view = build_view(self.root)
-        self._inside = {name: inside_path(name, self._view) for name in ("setpriv", "env", "bash", "sh", "unshare")}
-        self._setup_limits()
+            if ns.uid is not None:
+                os.chown(d, ns.uid, ns.uid)
+        mounts = {path: host.resolve() for path, host in self.spec.mounts.items()}
+        self.keeper.prepare(self.base, list(mounts.values()))
+        ns.view = build_view(self.root, mounts)
+        ns.inside = {name: inside_path(name, ns.view) for name in ("setpriv", "env", "bash", "sh", "unshare")}
+        self.limits.setup()
 
     async def kill_processes(self, *, timeout: float = 10.0, keep_listening: bool = False) -> list[str]:
         """End of the agent's turn (see the module docstring). ``keep_listening``: the processes holding a listening
         socket stay, frozen (:mod:`~tackroom_local.services`); one line per kept process is returned."""
-        self._alive()
-        if keep_listening and self.uid is None:
+        ns = self.namespaces
+        ns.alive()
+        if keep_listening and ns.uid is None:
             raise NotImplementedError(
                 "the local sandbox keeps services into grading only when tackroom runs as root: unprivileged, the "
                 "grader would share the services' uid and gid, so a service could reach the grader's private folders "
                 "through /proc/PID/root"
             )
-        self._agent_done = True
+        ns.agent_done = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        await self._close_forwards()
+        await self.network.close_forwards()
         async with self._lock:
-            self._ready.clear()
+            ns.ready.clear()
             try:
                 if keep_listening:
                     kept = await asyncio.to_thread(self._keep_services, deadline)
@@ -304,98 +292,84 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
                 await self._restart(deadline)
                 return []
             finally:
-                self._ready.set()
+                ns.ready.set()
 
     def _keep_services(self, deadline: float) -> list[str]:
-        """Let busy processes settle, freeze every process, kill those that hold no listening socket (the notes say
-        which and why); [] when none holds one."""
-        assert self._child_pid is not None
-        keeper = {self._child_pid}
-        waited, busy = settle(self._pidns, keeper, self._child_pid,
-                              min(self.options.settle_sec, max(0.0, deadline - time.monotonic() - 5)))
-        if waited >= 0.2:
-            self.notes.append(f"the agent's turn ended with processes still busy; waited {waited:.1f}s for them to settle "
-                              "(a service still starting opens its socket)"
-                              + (f"; still busy after that: {', '.join(busy[:5])}" if busy else ""))
-        try:
-            frozen = freeze(self._pidns, keeper, deadline)
-            held = holders(frozen, listening_sockets(self._child_pid))
-            killed = [describe(pid, []).removesuffix(": ") for pid in sorted(frozen - set(held))]
-            if held:
-                kill_all_but(self._pidns, keeper | set(held), deadline)
-        except TimeoutError as exc:
-            raise SandboxError(f"processes survived kill_processes(keep_listening=True): {exc}") from None
-        if killed:
-            shown = ", ".join(killed[:8])
-            self.notes.append(f"killed {len(killed)} process(es) of the agent's turn that held no listening socket (only "
-                              f"listening ones are kept into grading): {shown}{' and more' if len(killed) > 8 else ''}")
-        self._kept = set(held)
+        """Keep the processes that hold a listening socket, frozen (:func:`~tackroom_local.services.keep_listening`);
+        one line per kept process, [] when none holds one."""
+        ns = self.namespaces
+        assert ns.keeper_pid is not None
+        held = keep_listening(ns.pidns, ns.keeper_pid, self.options.settle_sec, deadline, self.notes)
+        ns.kept = set(held)
         return [describe(pid, held[pid]) for pid in sorted(held)]
 
     async def _restart(self, deadline: float) -> None:
-        """End the pid namespace, confirm it is empty, start a fresh keeper (with the network of ``_online``)."""
+        """End the pid namespace, confirm it is empty, start a fresh keeper (with the network of ``online``)."""
+        ns = self.namespaces
         loop = asyncio.get_running_loop()
-        pidns = self._pidns
-        await self._end_namespace(max(1.0, deadline - loop.time()))
-        self._kept = set()
-        self._grader_net = "sandbox"
-        while left := self._leftovers(pidns):  # host-side nsenter parents exit right after their children
+        pidns = ns.pidns
+        await self.keeper.end(max(1.0, deadline - loop.time()))
+        ns.kept = set()
+        self.grader.network = "sandbox"
+        while left := self.keeper.leftovers(pidns):  # host-side nsenter parents exit right after their children
             if loop.time() > deadline:
                 raise SandboxError(f"processes survived kill_processes(): host pids {sorted(left)} are still "
                                    "alive in the sandbox")
             await asyncio.sleep(0.002)
-        await self._launch(max(1.0, deadline - loop.time()))
+        await self.keeper.launch(max(1.0, deadline - loop.time()))
         await self._serve_policy()  # the namespace is new: so is the proxy in it
 
     async def _serve_policy(self) -> None:
         """The phase's allowlist proxy in the sandbox's namespace (none for ``none`` / ``public``)."""
-        assert self._child_pid is not None
-        policy = self._policy if not self._online else NetworkPolicy(mode="public")
-        await self._open_egress(self._child_pid, policy, enter_user=True, hosts=self.options.egress_hosts)
+        ns = self.namespaces
+        assert ns.keeper_pid is not None
+        await self.network.serve(ns.keeper_pid, online=ns.online)
 
     async def set_network(self, policy: NetworkPolicy, *, timeout: float = 60.0) -> None:
         """Between the agent's phase and grading: ``policy`` from now on. With no service kept, the (empty)
         namespaces restart when it moves between the host's network and their own; with services kept, they keep
         theirs and the grader's command gets the policy's (run as root: the host's network, or an empty one). An
         allowlist is a fresh proxy in the sandbox's own namespace (connections of the agent's phase end)."""
+        ns = self.namespaces
         online = policy.mode == "public"
-        self._alive()
-        self._policy = policy
-        if not self._kept:
-            if online != self._online:
-                await self._close_forwards()
+        ns.alive()
+        self.network.policy = policy
+        if not ns.kept:
+            if online != ns.online:
+                await self.network.close_forwards()
                 async with self._lock:
-                    self._ready.clear()
+                    ns.ready.clear()
                     try:
-                        self._online = online
+                        ns.online = online
                         await self._restart(asyncio.get_running_loop().time() + timeout)
                     finally:
-                        self._ready.set()
+                        ns.ready.set()
             else:
                 await self._serve_policy()
             return
-        if online == self._online:
-            self._grader_net = "sandbox"
+        if online == ns.online:
+            self.grader.network = "sandbox"
             await self._serve_policy()
             return
-        await self._close_egress()
+        await self.network.close_egress()
         if policy.mode == "allowlist":  # the services hold the host's network: no namespace of theirs to serve it in
-            self._grader_net = "empty"
+            self.grader.network = "empty"
             self.notes.append(f"local sandbox: grading's allowlist ({policy.describe()}) could not be served while "
                               "the services kept from the agent's phase held the host's network; grading ran offline")
             return
-        self._grader_net = "host" if online else "empty"
+        self.grader.network = "host" if online else "empty"
         self.notes.append(
             f"local sandbox: grading ran with {'the host' if online else 'no'} network while the services kept from "
             "the agent's phase stayed in the sandbox's own network namespace; the grader could not reach them there"
         )
 
     async def stop(self) -> None:
-        self._stopped = True
-        await asyncio.shield(self._close_forwards())
-        await asyncio.shield(self._close_egress())
-        proc, self._proc = self._proc, None
-        self._signal_keeper()
+        ns = self.namespaces
+        ns.stopped = True
+        await asyncio.shield(self.network.close_forwards())
+        await asyncio.shield(self.network.close_egress())
+        proc, ns.proc = ns.proc, None
+        self.keeper.kill()
         if proc is not None and proc.returncode is None:
             try:
                 await asyncio.shield(asyncio.wait_for(proc.wait(), 5))
@@ -404,45 +378,34 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
                     os.killpg(proc.pid, signal.SIGKILL)
                 with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                     await asyncio.shield(asyncio.wait_for(proc.wait(), 5))
-        self._release_keeper()
-        self._ready.set()
+        self.keeper.release()
+        ns.ready.set()
         await asyncio.shield(asyncio.to_thread(self._remove_host_state))
 
     def _remove_host_state(self) -> None:
         """Cgroups, root, marker; the marker stays (for ``cleanup``) when something could not be removed."""
-        gone = self._cgroups.remove() if self._cgroups is not None else True
+        cgroups = self.namespaces.cgroups
+        gone = cgroups.remove() if cgroups is not None else True
         if not self.options.keep_root:
             try:
-                unmount_disk(self.root, self._disk)
+                unmount_disk(self.root, self.limits.disk)
                 rmtree(self.root)
             except (OSError, subprocess.SubprocessError):
                 gone = False
-        if gone and self._marker_data is not None:
-            with contextlib.suppress(FileNotFoundError):
-                self.marker.unlink()
+        if gone:
+            self.namespaces.owner.remove()
+
     # -- commands -------------------------------------------------------------------
-    def _alive(self) -> None:
-        if self._proc is None or self._child_pid is None:
-            raise SandboxError("sandbox is not running (never started, or stopped)")
-        if self._proc.returncode is not None:
-            raise SandboxError(f"sandbox died (bwrap exited with {self._proc.returncode})")
-
-    async def _wait_ready(self, timeout: float) -> None:
-        if not self._ready.is_set():
-            try:
-                await asyncio.wait_for(self._ready.wait(), timeout)
-            except TimeoutError as exc:
-                raise SandboxTimeoutError(f"the sandbox was still restarting after {timeout}s") from exc
-
     async def exec(self, cmd, *, cwd=None, env=None, timeout=600.0, stdin=None) -> ExecResult:
-        await self._wait_ready(timeout)
-        self._alive()
-        merged = {**self.env, **self._egress_env, **(env or {})}
+        ns = self.namespaces
+        await ns.wait_ready(timeout)
+        ns.alive()
+        merged = {**self.env, **self.network.env, **(env or {})}
         # setpriv runs with every capability of the sandbox's user namespace until it drops them: by its
         # absolute path in read-only /usr and with an empty environment (no LD_* from the task's env).
-        inside = self._inside
-        argv = self._prefix() + [
-            self._tools["nsenter"], "-t", str(self._child_pid), "-U", "-m", "-u", "-i", "-n", "-p", "-C", "-r", "-w", "--",
+        inside = ns.inside
+        argv = ns.prefix + [
+            ns.tools["nsenter"], "-t", str(ns.keeper_pid), "-U", "-m", "-u", "-i", "-n", "-p", "-C", "-r", "-w", "--",
             inside["setpriv"], "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--", inside["env"], "-i",
         ]  # fmt: skip
         argv += [f"{k}={v}" for k, v in merged.items()]
@@ -453,7 +416,7 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
         out = await run_process(argv, timeout=timeout, stdin=data, output_limit=self.options.output_limit_bytes, env={})
         if out.timed_out:
             raise SandboxTimeoutError(f"command timed out after {timeout}s: {script[:200]}")
-        self._alive()
+        ns.alive()
         stderr = out.stderr.decode(errors="replace")
         if out.returncode == 125 and "cgroup.procs" in stderr:
             raise SandboxError(f"could not move the command into the sandbox's cgroup: {stderr.strip()[:300]}")
@@ -465,30 +428,55 @@ class LocalSandbox(GraderRuns, DockerfileSteps, ViewTransfers, NamespaceKeeper, 
             duration_s=out.duration_s,
         )
 
+    async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
+        await self.transfers.upload(source, dest, workdir=self.workdir, timeout=timeout)
+
+    async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
+        await self.transfers.download(source, dest, workdir=self.workdir, timeout=timeout)
+
+    async def run_grader(self, cmd: list[str] | str, *, private: list[str], collect: str, dest: Path,
+                         cwd: str | None = None, env: dict[str, str] | None = None,
+                         timeout: float = 600.0, graded: list[str] | tuple[str, ...] = ()) -> ExecResult:
+        """Run the grader's command with private copies of ``private``; copy ``collect``'s to ``dest``
+        (:mod:`~tackroom_local.grading`). While services are kept, ``graded`` is read from a copy taken while they
+        were frozen."""
+        return await self.grader.run(cmd, private=private, collect=collect, dest=dest, workdir=self.workdir,
+                                     sandbox_env=self.env, cwd=cwd, env=env, timeout=timeout, graded=graded)
+
     async def restore_image_tools(self, keep: list[str] | None = None) -> list[str]:
-        """Nothing to restore: ``/usr`` is the host's, read-only, and ``/`` a read-only tmpfs, so the agent can
-        change no executable or library there and add nothing to them (tests/security/test_grading_attacks.py
+        """Nothing of the image to restore: ``/usr`` is the host's, read-only, and ``/`` a read-only tmpfs, so the
+        agent can change no executable or library there and add nothing to them (tests/security/test_grading_attacks.py
         checks it). A tool it planted in a writable root on ``PATH`` is not run by the verifier's commands,
         whose ``PATH`` is the sandbox's fixed one; the start-up hooks interpreters read from system folders are
-        the host's, and ``run_grader`` starts the grader without the ones in HOME or the environment."""
-        return []
+        the host's, and ``run_grader`` starts the grader without the ones in HOME or the environment. What it does:
+        uninstall the test tooling the agent installed in the writable roots (a fake ``pytest`` in the virtualenv
+        folder test.sh is about to create; :func:`tackroom_sandbox_kit.remove_added_tooling`), whatever ``keep``
+        says, since test tooling is never a task's answer."""
+        self.namespaces.alive()
+        removed = await asyncio.to_thread(remove_added_tooling, self.root, self._dists_at_start)
+        shown = ["/" + str(p.relative_to(self.root)) for p in removed]
+        if shown:
+            self.notes.append("uninstalled test tooling the agent installed before grading "
+                              f"({', '.join(p.rsplit('/', 1)[-1] for p in shown if p.endswith(DIST_SUFFIXES))}): "
+                              "test.sh installs its own")
+        return shown
 
     async def forward_host_port(self, port: int) -> str:
-        if self._online:
+        ns = self.namespaces
+        if ns.online:
             return f"http://127.0.0.1:{port}"  # the sandbox shares the host's network
-        await self._wait_ready(30)
-        self._alive()
-        assert self._child_pid is not None
-        return await self._open_forward(self._child_pid, port, enter_user=True)
+        await ns.wait_ready(30)
+        ns.alive()
+        assert ns.keeper_pid is not None
+        return await self.network.forward(ns.keeper_pid, port)
 
     async def expose(self, port: int) -> str:
-        if not self._online:
+        if not self.namespaces.online:
             raise SandboxError(
                 "the local sandbox shares no network with the host unless the task allows it "
                 "([environment] allow_internet = true); talk to servers inside it through exec (stdio) instead"
             )
         return f"http://127.0.0.1:{port}"
-
 
 
 def _quote(s: str) -> str:
@@ -502,10 +490,21 @@ class LocalSandboxProvider(SandboxProvider):
 
     name = "local"
     Options = LocalSandboxOptions
-    capabilities = frozenset({"persistent_processes", "network_allowlist"})
+    capabilities = frozenset({"persistent_processes", "network", "network_allowlist"})
 
     def create(self, spec: SandboxSpec) -> LocalSandbox:
         return LocalSandbox(spec, self.options)
+
+    def refuses(self, task: Task) -> str | None:
+        """A Dockerfile this sandbox cannot read (its instructions are carried out at start, FROM aside:
+        :mod:`tackroom_local.dockerfile`), named before the run instead of as a failed start."""
+        if task.dockerfile is None:
+            return None
+        try:
+            parse_dockerfile(task.dockerfile)
+        except TaskError as exc:
+            return f"the 'local' sandbox cannot read the task's Dockerfile: {exc}"
+        return None
 
     def _base(self) -> Path:
         return base_dir(self.options.root_dir)

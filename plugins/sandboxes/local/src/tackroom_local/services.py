@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tackroom import SandboxError
+
 _UNIX_LISTENING = 0x10000
 """``__SO_ACCEPTCON`` in /proc/net/unix's Flags column."""
 _UNIX_TYPES = {1: "unix", 5: "unix-seqpacket"}
@@ -199,3 +201,28 @@ def describe(pid: int, listeners: list[Listener]) -> str:
             if line.startswith("NSpid:"):
                 inner = line.split()[-1]
     return f"pid {inner} {comm}: " + ", ".join(f"{x.kind} {x.address}" for x in listeners)
+
+
+def keep_listening(pidns: int | None, keeper: int, settle_sec: float, deadline: float,
+                   notes: list[str]) -> dict[int, list[Listener]]:
+    """The end of the agent's turn that keeps services: let busy processes settle (up to ``settle_sec``), freeze
+    every process of the namespace but its ``keeper``, kill those that hold no listening socket (``notes`` say which
+    and why); returns the processes kept, frozen, with their sockets (none: nothing holds one)."""
+    waited, busy = settle(pidns, {keeper}, keeper, min(settle_sec, max(0.0, deadline - time.monotonic() - 5)))
+    if waited >= 0.2:
+        notes.append(f"the agent's turn ended with processes still busy; waited {waited:.1f}s for them to settle "
+                     "(a service still starting opens its socket)"
+                     + (f"; still busy after that: {', '.join(busy[:5])}" if busy else ""))
+    try:
+        frozen = freeze(pidns, {keeper}, deadline)
+        held = holders(frozen, listening_sockets(keeper))
+        killed = [describe(pid, []).removesuffix(": ") for pid in sorted(frozen - set(held))]
+        if held:
+            kill_all_but(pidns, {keeper} | set(held), deadline)
+    except TimeoutError as exc:
+        raise SandboxError(f"processes survived kill_processes(keep_listening=True): {exc}") from None
+    if killed:
+        shown = ", ".join(killed[:8])
+        notes.append(f"killed {len(killed)} process(es) of the agent's turn that held no listening socket (only "
+                     f"listening ones are kept into grading): {shown}{' and more' if len(killed) > 8 else ''}")
+    return held

@@ -10,29 +10,36 @@ import os
 import posixpath
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tackroom import SandboxError, SandboxExhaustedError, SandboxPathError, SandboxTimeoutError, TaskError
+from tackroom_local.namespaces import Namespaces
 from tackroom_local.view import O_READ, Deadline, Walk
 
 
-class ViewTransfers:
-    """The transfer half of :class:`~tackroom_local.sandbox.LocalSandbox`."""
+def sandbox_parts(path: str, workdir: str) -> list[str]:
+    """The names of ``path`` (relative ones from ``workdir``) as the sandbox sees it; ``..`` is refused."""
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise SandboxPathError(f"invalid sandbox path {path!r}")
+    if not path.startswith("/"):
+        path = posixpath.join(workdir, path)
+    if ".." in path.split("/"):
+        raise SandboxPathError(f"path {path!r} contains '..'; use a path without parent references")
+    return [p for p in posixpath.normpath(path).split("/") if p]
 
-    def _parts(self, path: str) -> list[str]:
-        if not isinstance(path, str) or not path or "\x00" in path:
-            raise SandboxPathError(f"invalid sandbox path {path!r}")
-        if not path.startswith("/"):
-            path = posixpath.join(self.workdir, path)
-        if ".." in path.split("/"):
-            raise SandboxPathError(f"path {path!r} contains '..'; use a path without parent references")
-        return [p for p in posixpath.normpath(path).split("/") if p]
+
+class ViewTransfers:
+    """Uploads and downloads through the sandbox's view (:attr:`Namespaces.view`); relative paths start at the
+    ``workdir`` each call is given. :meth:`put` and :meth:`get` do the work on the host, in a thread."""
+
+    def __init__(self, ns: Namespaces, storage_mb: int | None) -> None:
+        self.ns, self.storage_mb = ns, storage_mb
 
     @contextlib.contextmanager
     def _walk(self, path: str, timeout: float) -> Iterator[Walk]:
-        assert self._view is not None
-        walk = Walk(self._view, path, time.monotonic() + timeout, self.uid)
+        assert self.ns.view is not None
+        walk = Walk(self.ns.view, path, time.monotonic() + timeout, self.ns.uid)
         try:
             yield walk
         except Deadline:
@@ -40,20 +47,22 @@ class ViewTransfers:
         finally:
             walk.close()
 
-    def _is_dir(self, path: str) -> bool:
+    def is_dir(self, path: str, workdir: str) -> bool:
         """Whether ``path`` is a folder as the sandbox sees it (Docker's COPY puts a file into one)."""
         with self._walk(path, 60) as walk:
             try:
-                return walk.locate(self._parts(path)).kind == "dir"
+                return walk.locate(sandbox_parts(path, workdir)).kind == "dir"
             except (OSError, SandboxPathError):
                 return False
 
-    def _ensure_dir(self, path: str) -> None:
+    def ensure_dir(self, path: str, workdir: str) -> None:
+        """A folder at ``path``, made as needed (as an upload's parents are)."""
         with self._walk(path, 60) as walk:
-            walk.ensure_dir(self._parts(path), replace_last=False)
+            walk.ensure_dir(sandbox_parts(path, workdir), replace_last=False)
 
-    def _upload(self, source: Path, dest: str, timeout: float) -> None:
-        parts = self._parts(dest)
+    def put(self, source: Path, dest: str, workdir: str, timeout: float) -> None:
+        """Copy the host's ``source`` (a file or folder) to ``dest`` in the sandbox, replacing what is there."""
+        parts = sandbox_parts(dest, workdir)
         with self._walk(dest, timeout) as walk:
             if source.is_dir():
                 walk.put_tree(walk.ensure_dir(parts, replace_last=True), str(source))
@@ -62,8 +71,9 @@ class ViewTransfers:
                     raise SandboxPathError(f"cannot upload a file to {dest!r}")
                 walk.put_file(walk.ensure_dir(parts[:-1], replace_last=False), parts[-1], str(source))
 
-    def _download(self, source: str, dest: Path, timeout: float) -> None:
-        parts = self._parts(source)
+    def get(self, source: str, dest: Path, workdir: str, timeout: float) -> None:
+        """Copy ``source`` (a regular file or folder in the sandbox) to the host's ``dest``."""
+        parts = sandbox_parts(source, workdir)
         dest = Path(os.path.abspath(dest))
         with self._walk(source, timeout) as walk:
             found = walk.locate(parts)
@@ -103,15 +113,15 @@ class ViewTransfers:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 parent = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 try:
-                    walk._host_put(fd, st, parent, dest.name)
+                    walk.host_put(fd, st, parent, dest.name)
                 finally:
                     os.close(parent)
             finally:
                 os.close(fd)
 
-    async def _transfer(self, what: str, fn, *args, timeout: float) -> None:
-        await self._wait_ready(timeout)
-        self._alive()
+    async def _transfer(self, what: str, fn: Callable[..., None], *args: object, timeout: float) -> None:
+        await self.ns.wait_ready(timeout)
+        self.ns.alive()
         try:
             await asyncio.wait_for(asyncio.to_thread(fn, *args, timeout), timeout + 5)
         except TimeoutError as exc:
@@ -119,27 +129,27 @@ class ViewTransfers:
         except (SandboxError, FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT) and self.spec.storage_mb is not None:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT) and self.storage_mb is not None:
                 raise self._disk_full(what, exc) from exc
             raise SandboxError(f"{what} failed: {exc}") from exc
 
     def _disk_full(self, what: str, exc: OSError) -> Exception:
         """The sandbox's disk (``storage_mb``) is full: after the agent's turn, its doing (reward 0); before it, the
         task's files do not fit."""
-        if self._agent_done:
-            return SandboxExhaustedError(f"the agent filled the sandbox's disk (storage_mb = {self.spec.storage_mb}), so "
+        if self.ns.agent_done:
+            return SandboxExhaustedError(f"the agent filled the sandbox's disk (storage_mb = {self.storage_mb}), so "
                                          f"{what} failed ({exc.strerror}); graded 0")
-        return TaskError(f"{what} does not fit in the task's storage_mb = {self.spec.storage_mb} ({exc.strerror}); "
+        return TaskError(f"{what} does not fit in the task's storage_mb = {self.storage_mb} ({exc.strerror}); "
                          "raise storage_mb in task.toml")
 
-    async def upload(self, source: Path, dest: str, *, timeout: float = 120.0) -> None:
+    async def upload(self, source: Path, dest: str, *, workdir: str, timeout: float) -> None:
         source = Path(source)
         if not source.exists():
             raise FileNotFoundError(str(source))
-        await self._transfer(f"upload of {source} to {dest}", self._upload, source, dest, timeout=timeout)
+        await self._transfer(f"upload of {source} to {dest}", self.put, source, dest, workdir, timeout=timeout)
 
-    async def download(self, source: str, dest: Path, *, timeout: float = 120.0) -> None:
-        await self._transfer(f"download of {source}", self._download, source, Path(dest), timeout=timeout)
+    async def download(self, source: str, dest: Path, *, workdir: str, timeout: float) -> None:
+        await self._transfer(f"download of {source}", self.get, source, Path(dest), workdir, timeout=timeout)
 
 
 def _kind(mode: int) -> str:

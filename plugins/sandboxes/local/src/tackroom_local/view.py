@@ -74,8 +74,9 @@ class Dir:
     children: dict[str, _Bind | _Link | _Opaque | Dir] = field(default_factory=dict)
 
 
-def build_view(root: Path) -> Dir:
-    """What the sandbox sees at ``/``; bwrap's mounts and the transfers are both made from it."""
+def build_view(root: Path, mounts: dict[str, Path] | None = None) -> Dir:
+    """What the sandbox sees at ``/``; bwrap's mounts and the transfers are both made from it. ``mounts``: the
+    spec's read-only host folders, by sandbox path (:func:`add_mount`)."""
     top = Dir()
     for name in WRITABLE_ROOTS:
         top.children[name] = _Bind(str(root / name), writable=True)
@@ -106,7 +107,28 @@ def build_view(root: Path) -> Dir:
     top.children["etc"] = etc
     top.children["proc"] = _Opaque()
     top.children["dev"] = _Opaque()
+    for path, host in (mounts or {}).items():
+        add_mount(top, path, host)
     return top
+
+
+def add_mount(top: Dir, path: str, host: Path) -> None:
+    """The host folder ``host`` bound read-only at ``path`` (``SandboxSpec.mounts``), in folders of bwrap's own
+    read-only root: never inside a writable root, ``/usr`` or another bind (a folder the agent could rename), and
+    never over what is there. Links in it resolve inside the sandbox, as every bind's do."""
+    *parents, leaf = path.strip("/").split("/")
+    node = top
+    for depth, name in enumerate(parents, 1):
+        child = node.children.setdefault(name, Dir())
+        if not isinstance(child, Dir):
+            raise SandboxPathError(f"mount {path!r} lies inside /{'/'.join(parents[:depth])}, which the local sandbox "
+                                   "binds or links; mount under a folder of its own (e.g. /mnt/...)")
+        node = child
+    if leaf in node.children:
+        raise SandboxPathError(f"mount {path!r} would cover what the local sandbox already has there")
+    if not host.is_dir():
+        raise SandboxPathError(f"mount {path!r}: the host folder {host} does not exist (or is not a folder)")
+    node.children[leaf] = _Bind(str(host))
 
 
 def mount_args(node: Dir, remap: dict[str, str], prefix: str = "") -> list[str]:
@@ -153,7 +175,7 @@ class Deadline(Exception):
 
 
 @dataclass
-class _Here:
+class Here:
     """A directory of the view: a real one (``fd``) or one of bwrap's own (``node``)."""
 
     parts: tuple[str, ...]
@@ -163,9 +185,12 @@ class _Here:
 
 
 @dataclass
-class _Found:
+class Found:
+    """Where :meth:`Walk.locate` ended: a folder (``here``), an entry of one (``name``, ``st``), a file bound from the
+    host (``host``) or a missing last name."""
+
     kind: Literal["dir", "entry", "host_file", "missing"]
-    here: _Here
+    here: Here
     name: str = ""
     st: os.stat_result | None = None
     host: str = ""
@@ -203,20 +228,20 @@ class Walk:
         self.fds.append(fd)
         return fd
 
-    def _follow(self, target: str, here: _Here, todo: deque[str]) -> _Here:
+    def _follow(self, target: str, here: Here, todo: deque[str]) -> Here:
         self.links += 1
         if self.links > _MAX_LINKS:
             raise SandboxPathError(f"{self.path!r}: too many levels of symbolic links")
         todo.extendleft(reversed(target.split("/")))
-        return _Here((), node=self.view) if target.startswith("/") else here
+        return Here((), node=self.view) if target.startswith("/") else here
 
-    def _reopen(self, parts: tuple[str, ...]) -> _Here:
+    def _reopen(self, parts: tuple[str, ...]) -> Here:
         found = self.locate(list(parts))
         if found.kind != "dir":
             raise FileNotFoundError(errno.ENOENT, "a parent folder changed during the transfer", self.path)
         return found.here
 
-    def _next_name(self, todo: deque[str], here: _Here) -> tuple[str | None, _Here]:
+    def _next_name(self, todo: deque[str], here: Here) -> tuple[str | None, Here]:
         """The next name to step into and where from (``""`` and ``.`` skipped, ``..`` taken); None at the end."""
         while todo:
             self.tick()
@@ -227,10 +252,10 @@ class Walk:
                 return name, here
         return None, here
 
-    def locate(self, parts: Sequence[str], follow_last: bool = True) -> _Found:
+    def locate(self, parts: Sequence[str], follow_last: bool = True) -> Found:
         """Find ``parts`` as the sandbox would; the kernel never follows a link on the way."""
         todo: deque[str] = deque(parts)
-        here = _Here((), node=self.view)
+        here = Here((), node=self.view)
         while True:
             name, here = self._next_name(todo, here)
             if name is None:
@@ -241,20 +266,20 @@ class Walk:
                 child = here.node.children.get(name)
                 if child is None:
                     if last:
-                        return _Found("missing", here, name)
+                        return Found("missing", here, name)
                     raise FileNotFoundError(errno.ENOENT, "no such file or directory in the sandbox", self.path)
                 if isinstance(child, _Opaque):
                     raise SandboxPathError(f"{self.path!r} is under /{name}, which files are never copied to or from")
                 if isinstance(child, _Link):
                     here = self._follow(child.target, here, todo)
                 elif isinstance(child, Dir):
-                    here = _Here((*here.parts, name), node=child)
+                    here = Here((*here.parts, name), node=child)
                 else:
                     st = os.stat(child.host)
                     if stat.S_ISDIR(st.st_mode):
-                        here = _Here((*here.parts, name), fd=self._open(child.host, None), writable=child.writable)
+                        here = Here((*here.parts, name), fd=self._open(child.host, None), writable=child.writable)
                     elif last:
-                        return _Found("host_file", here, name, st=st, host=child.host)
+                        return Found("host_file", here, name, st=st, host=child.host)
                     else:
                         raise FileNotFoundError(errno.ENOTDIR, "not a directory in the sandbox", self.path)
                 continue
@@ -262,7 +287,7 @@ class Walk:
                 st = os.stat(name, dir_fd=here.fd, follow_symlinks=False)
             except FileNotFoundError:
                 if last:
-                    return _Found("missing", here, name)
+                    return Found("missing", here, name)
                 raise FileNotFoundError(errno.ENOENT, "no such file or directory in the sandbox", self.path) from None
             if stat.S_ISLNK(st.st_mode) and (follow_last or not last):
                 here = self._follow(os.readlink(name, dir_fd=here.fd), here, todo)
@@ -275,19 +300,19 @@ class Walk:
                     self.retry()
                     todo.appendleft(name)
                     continue
-                here = _Here((*here.parts, name), fd=fd, writable=here.writable)
+                here = Here((*here.parts, name), fd=fd, writable=here.writable)
             elif last:
-                return _Found("entry", here, name, st=st)
+                return Found("entry", here, name, st=st)
             else:
                 raise FileNotFoundError(errno.ENOTDIR, "not a directory in the sandbox", self.path)
-        return _Found("dir", here)
+        return Found("dir", here)
 
     # -- writing --------------------------------------------------------------------
     def _chown(self, name: str, dir_fd: int) -> None:
         if self.uid is not None:
             os.chown(name, self.uid, self.uid, dir_fd=dir_fd, follow_symlinks=False)
 
-    def _remove(self, here: _Here, name: str) -> None:
+    def _remove(self, here: Here, name: str) -> None:
         assert here.fd is not None
         try:
             st = os.stat(name, dir_fd=here.fd, follow_symlinks=False)
@@ -299,13 +324,13 @@ class Walk:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=here.fd)
 
-    def _mkdir(self, here: _Here, name: str, mode: int = 0o755) -> None:
+    def _mkdir(self, here: Here, name: str, mode: int = 0o755) -> None:
         assert here.fd is not None
         with contextlib.suppress(FileExistsError):
             os.mkdir(name, mode, dir_fd=here.fd)
             self._chown(name, here.fd)
 
-    def ensure_dir(self, parts: Sequence[str], *, replace_last: bool) -> _Here:
+    def ensure_dir(self, parts: Sequence[str], *, replace_last: bool) -> Here:
         """A writable real directory at ``parts``, created as needed.
 
         A link among the parents is followed when it leads to a directory in the writable roots, else it
@@ -313,7 +338,7 @@ class Walk:
         ``parts`` itself is replaced, never followed.
         """
         todo: deque[str] = deque(parts)
-        here = _Here((), node=self.view)
+        here = Here((), node=self.view)
         while True:
             name, here = self._next_name(todo, here)
             if name is None:
@@ -326,7 +351,7 @@ class Walk:
                     here = self._follow(child.target, here, todo)
                     continue
                 if isinstance(child, _Bind) and child.writable:
-                    here = _Here((*here.parts, name), fd=self._open(child.host, None), writable=True)
+                    here = Here((*here.parts, name), fd=self._open(child.host, None), writable=True)
                     continue
                 allowed = ", ".join(f"/{r}" for r in WRITABLE_ROOTS)
                 raise SandboxPathError(f"{self.path!r} is outside the local sandbox's writable roots ({allowed})")
@@ -348,7 +373,7 @@ class Walk:
                     self.retry()
                     todo.appendleft(name)
                     continue
-                here = _Here((*here.parts, name), fd=fd, writable=True)
+                here = Here((*here.parts, name), fd=fd, writable=True)
                 continue
             if stat.S_ISLNK(st.st_mode) and not (last and replace_last):
                 target = os.readlink(name, dir_fd=here.fd)
@@ -365,7 +390,7 @@ class Walk:
             raise SandboxPathError(f"{self.path!r} is not a writable folder of the local sandbox")
         return here
 
-    def _replace(self, here: _Here, tmp: str, name: str) -> None:
+    def _replace(self, here: Here, tmp: str, name: str) -> None:
         assert here.fd is not None
         for _ in range(10):
             try:
@@ -409,7 +434,7 @@ class Walk:
             while view:
                 view = view[os.write(dst, view) :]
 
-    def put_file(self, here: _Here, name: str, source: str) -> None:
+    def put_file(self, here: Here, name: str, source: str) -> None:
         assert here.fd is not None
         if not name or name in (".", ".."):
             raise SandboxPathError(f"{self.path!r} is not a file path")
@@ -431,14 +456,14 @@ class Walk:
         os.close(fd)
         self._replace(here, tmp, name)
 
-    def put_link(self, here: _Here, name: str, target: str) -> None:
+    def put_link(self, here: Here, name: str, target: str) -> None:
         assert here.fd is not None
         tmp = f".tackroom-upload-{secrets.token_hex(6)}"
         os.symlink(target, tmp, dir_fd=here.fd)
         self._chown(tmp, here.fd)
         self._replace(here, tmp, name)
 
-    def put_tree(self, here: _Here, source: str) -> None:
+    def put_tree(self, here: Here, source: str) -> None:
         assert here.fd is not None
         with os.scandir(source) as it:
             entries = sorted(it, key=lambda e: e.name)
@@ -457,13 +482,13 @@ class Walk:
             elif entry.is_file():
                 self.put_file(here, entry.name, entry.path)
 
-    def _child_dir(self, here: _Here, name: str, mode: int) -> _Here:
+    def _child_dir(self, here: Here, name: str, mode: int) -> Here:
         """A real directory ``name`` in ``here`` (whatever else is there is replaced); its fd is the caller's."""
         assert here.fd is not None
         for _ in range(10):
             try:
                 fd = os.open(name, _O_DIR, dir_fd=here.fd)
-                return _Here((*here.parts, name), fd=fd, writable=True)
+                return Here((*here.parts, name), fd=fd, writable=True)
             except FileNotFoundError:
                 pass
             except OSError as exc:
@@ -476,7 +501,7 @@ class Walk:
                 os.fchmod(fd, mode)
                 if self.uid is not None:
                     os.fchown(fd, self.uid, self.uid)
-                return _Here((*here.parts, name), fd=fd, writable=True)
+                return Here((*here.parts, name), fd=fd, writable=True)
         raise SandboxError(f"{self.path!r} kept changing during the transfer")
 
     # -- reading --------------------------------------------------------------------
@@ -512,7 +537,7 @@ class Walk:
                 try:
                     got = os.fstat(fd)
                     if stat.S_ISREG(got.st_mode):
-                        self._host_put(fd, got, dst, name)
+                        self.host_put(fd, got, dst, name)
                 finally:
                     os.close(fd)
             elif stat.S_ISLNK(st.st_mode) and links:
@@ -523,7 +548,8 @@ class Walk:
                     _host_replace(dst, tmp, name)
             # fifos, sockets and devices are never opened nor copied
 
-    def _host_put(self, src: int, st: os.stat_result, dst_dir: int, name: str) -> None:
+    def host_put(self, src: int, st: os.stat_result, dst_dir: int, name: str) -> None:
+        """Copy the open regular file ``src`` (``st``) to ``name`` in the host folder ``dst_dir``, via a temporary name."""
         tmp = f".tackroom-dl-{secrets.token_hex(6)}"
         fd = os.open(tmp, _O_NEW, 0o600, dir_fd=dst_dir)
         try:

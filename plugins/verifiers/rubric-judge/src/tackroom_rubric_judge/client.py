@@ -106,7 +106,7 @@ class JudgeEndpoint:
     @property
     def shown_url(self) -> str | None:
         """``base_url`` as it may be written (result details, errors): without its userinfo."""
-        from tackroom import redact_url
+        from tackroom.services import redact_url
 
         return redact_url(self.base_url) if self.base_url else None
 

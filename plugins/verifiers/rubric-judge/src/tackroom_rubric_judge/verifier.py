@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, SecretStr, model_validator
 
 import tackroom
-from tackroom import register_secret, register_url_secrets
+from tackroom.services import register_secret, register_url_secrets
 from tackroom_file_diff import ChangesReport, FileChangeTracker, ReportLimits, expected_files, expected_outputs
 from tackroom_rubric_judge.baseline import baseline_snapshot, task_settings
 from tackroom_rubric_judge.client import JudgeClient, JudgeEndpoint, RetryPolicy, shared_client

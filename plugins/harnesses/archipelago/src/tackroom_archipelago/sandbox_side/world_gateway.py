@@ -8,8 +8,11 @@ standard library and the ``mcp`` SDK):
 Servers are mounted with their tool names prefixed ``<server>_``. A server is
 either a Python module with ``build_server(root) -> MCPServer`` (run in this
 process) or a ``command`` speaking MCP over stdio (a child process, e.g. an MCP
-server package from PyPI or npm). ``GET /health`` answers once every server is
-mounted; the MCP endpoint is ``/mcp``.
+server package from PyPI or npm). Every stdio server starts at once, while the
+module servers import one after another in a thread; ``GET /health`` answers
+once every server has listed its tools; the MCP endpoint is ``/mcp``. A stdio
+server's ``copy`` (``[source, dest]`` folders) is copied right before it starts:
+its project out of a read-only build, to where it may write.
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
+import anyio.to_thread
 import uvicorn
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -53,7 +59,8 @@ class Mounted:
 
 async def mount_module(name: str, module: str, root: Path) -> Mounted:
     started = time.monotonic()
-    server = importlib.import_module(module).build_server(root)
+    # imported in a thread, so the stdio servers' start-up goes on meanwhile
+    server = await anyio.to_thread.run_sync(lambda: importlib.import_module(module).build_server(root))
 
     async def call(tool: str, args: dict[str, Any]) -> CallToolResult:
         try:
@@ -69,7 +76,8 @@ def child_env(own: dict[str, str]) -> dict[str, str]:
     """What a stdio server gets besides the SDK's safe defaults (PATH, HOME, ...): the gateway's PYTHONPATH (the
     world's site with ``mcp`` and its [runtime] pythonpath), WORLD_ROOT and WORLD_MOUNT, then its own ``env``.
     Without it a Python server started as ``python3 -m pkg`` cannot import ``mcp`` or the world's packages."""
-    inherited = {k: os.environ[k] for k in ("PYTHONPATH", "WORLD_ROOT", "WORLD_MOUNT") if os.environ.get(k)}
+    inherited = {k: os.environ[k] for k in ("PYTHONPATH", "WORLD_ROOT", "WORLD_MOUNT", "PYTHONPYCACHEPREFIX")
+                 if os.environ.get(k)}
     return {**inherited, **own}
 
 
@@ -101,33 +109,74 @@ def tail(path: Path, limit: int = 2000) -> str:
     return data.decode(errors="replace").strip()
 
 
-async def mount_command(name: str, spec: dict[str, Any], stack: contextlib.AsyncExitStack,
-                        logs: Path | None = None) -> Mounted:
-    """Start one stdio server and list its tools. Its stderr goes to ``<logs>/<name>.log`` (its own, so a failure
-    can quote it); one that dies first raises :class:`ServerStartError` naming it and quoting that log."""
+async def hold_command(name: str, spec: dict[str, Any], logs: Path | None, *,
+                       task_status: anyio.abc.TaskStatus[Mounted] = anyio.TASK_STATUS_IGNORED) -> None:
+    """Start one stdio server, list its tools (handed over through ``task_status``) and hold its session until the
+    gateway stops. Its stderr goes to ``<logs>/<name>.log`` (its own, so a failure can quote it); one that dies
+    first raises :class:`ServerStartError` naming it and quoting that log."""
     started = time.monotonic()
+    if spec.get("copy"):
+        source, dest = spec["copy"]
+        await anyio.to_thread.run_sync(lambda: shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True))
     command = spec["command"]
     params = StdioServerParameters(command=command[0], args=command[1:], env=child_env(spec.get("env") or {}),
                                    cwd=spec.get("cwd") or None)
     log_path = (logs / f"{name}.log") if logs else None
-    errlog = stack.enter_context(log_path.open("a", encoding="utf-8")) if log_path else sys.stderr
     print(f"world gateway: starting server {name!r}: {' '.join(command)} (in {spec.get('cwd') or '.'}; its output: "
           f"{log_path or 'here'})", file=sys.stderr, flush=True)
-    try:
-        client = await stack.enter_async_context(Client(stdio_client(params, errlog=errlog),
-                                                        read_timeout_seconds=spec.get("timeout_sec", 600)))
-        tools = (await client.list_tools()).tools
-    except Exception as exc:
-        said = tail(log_path) if log_path else ""
-        raise ServerStartError(
-            f"server {name!r} ({' '.join(command)}) stopped before it listed its tools "
-            f"({type(exc).__name__}: {exc}). {explain(said)}\nIts last output ({log_path}):\n{said or '(nothing)'}"
-        ) from exc
+    listed = False
+    with contextlib.ExitStack() as files:
+        errlog = files.enter_context(log_path.open("a", encoding="utf-8")) if log_path else sys.stderr
+        try:
+            async with Client(stdio_client(params, errlog=errlog),
+                              read_timeout_seconds=spec.get("timeout_sec", 600)) as client:
+                tools = (await client.list_tools()).tools
+                listed = True
 
-    async def call(tool: str, args: dict[str, Any]) -> CallToolResult:
-        return await client.call_tool(tool, args)
+                async def call(tool: str, args: dict[str, Any]) -> CallToolResult:
+                    return await client.call_tool(tool, args)
 
-    return Mounted(name, tools, call, time.monotonic() - started)
+                task_status.started(Mounted(name, tools, call, time.monotonic() - started))
+                await anyio.sleep_forever()
+        except Exception as exc:
+            if listed:  # it died later: its calls fail as tool errors, the other servers stay
+                print(f"world gateway: server {name!r} stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                return
+            said = tail(log_path) if log_path else ""
+            raise ServerStartError(
+                f"server {name!r} ({' '.join(command)}) stopped before it listed its tools "
+                f"({type(exc).__name__}: {exc}). {explain(said)}\nIts last output ({log_path}):\n{said or '(nothing)'}"
+            ) from exc
+
+
+async def mount_all(config: dict[str, Any], root: Path, logs: Path | None, holder: anyio.abc.TaskGroup) -> list[Mounted]:
+    """Every server of ``config``, in its order: the stdio ones started at once (each held by a task of ``holder``),
+    the module ones imported meanwhile."""
+    specs = config["servers"]
+    mounted: list[Mounted | None] = [None] * len(specs)
+
+    async def command(i: int, spec: dict[str, Any]) -> None:
+        mounted[i] = await holder.start(hold_command, spec["name"], spec, logs)
+
+    async with anyio.create_task_group() as starting:
+        for i, spec in enumerate(specs):
+            if not spec.get("module"):
+                starting.start_soon(command, i, spec)
+        for i, spec in enumerate(specs):
+            if spec.get("module"):
+                mounted[i] = await mount_module(spec["name"], spec["module"], root)
+    return [m for m in mounted if m is not None]
+
+
+def start_error(exc: BaseException) -> ServerStartError | None:
+    """The :class:`ServerStartError` inside ``exc`` (task groups wrap what their tasks raise)."""
+    if isinstance(exc, ServerStartError):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = start_error(inner)
+        if found is not None:
+            return found
+    return start_error(exc.__cause__) if exc.__cause__ is not None else None
 
 
 def build_gateway(mounted: list[Mounted], title: str) -> Server:
@@ -161,13 +210,8 @@ async def serve(config: dict[str, Any]) -> None:
     logs = Path(config["logs"]) if config.get("logs") else None
     if logs:
         logs.mkdir(parents=True, exist_ok=True)
-    async with contextlib.AsyncExitStack() as stack:
-        mounted = []
-        for spec in config["servers"]:
-            if spec.get("module"):
-                mounted.append(await mount_module(spec["name"], spec["module"], root))
-            else:
-                mounted.append(await mount_command(spec["name"], spec, stack, logs))
+    async with anyio.create_task_group() as holder:
+        mounted = await mount_all(config, root, logs, holder)
         gateway = build_gateway(mounted, config.get("name") or "world")
         tool_count = sum(len(m.tools) for m in mounted)
 
@@ -182,6 +226,7 @@ async def serve(config: dict[str, Any]) -> None:
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=int(config["port"]), log_level="warning",
                                                access_log=False, lifespan="on"))
         await server.serve()
+        holder.cancel_scope.cancel()
 
 
 def main() -> None:
@@ -191,8 +236,11 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     try:
         anyio.run(serve, json.loads(Path(args.config).read_text()))
-    except ServerStartError as exc:  # the reason, without the SDK's traceback burying it
-        print(f"world gateway: {exc}", file=sys.stderr, flush=True)
+    except Exception as exc:
+        found = start_error(exc)
+        if found is None:
+            raise
+        print(f"world gateway: {found}", file=sys.stderr, flush=True)  # the reason, not the SDK's traceback
         sys.exit(3)
 
 

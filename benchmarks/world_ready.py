@@ -1,0 +1,171 @@
+"""How long an archipelago world takes to be ready in a trial, phase by phase, beside a baseline from git.
+
+    uv run python benchmarks/world_ready.py                                  # acme on local, 6 trials a variant
+    uv run python benchmarks/world_ready.py --sandbox docker --trials 4 \\
+        --task examples/worlds/mercor/tasks/find-q3-revenue                   # Mercor's servers (Python 3.13)
+
+Three variants, each in a process of its own, their trials interleaved round by round (so a busy moment of a
+shared machine hits all three): ``baseline`` (the archipelago harness of ``--baseline-ref``, default HEAD, as
+git has it), ``uploaded`` (this checkout's, on a sandbox given no mounts: the build uploaded) and ``bound``
+(this checkout's as the runtime runs it: the build bound read-only through ``Harness.mounts``). Each variant's
+first trial makes what is cached (sites, the build, the chat template) and is left out. Per phase, the median of
+the rest: ``mounts`` (the harness's mounts), ``start`` (sandbox), ``install`` (interpreters, build, uploads),
+``gateway`` (start to ``/health``), ``ready`` (setup: the world ready, what a trial waits for), ``list`` (the
+MCP session's connect and tool list), ``stop`` (sandbox), ``execs`` and ``uploads`` (calls during setup).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = "plugins/harnesses/archipelago/src"
+PHASES = ("mounts", "start", "install", "gateway", "ready", "list", "stop", "execs", "uploads")
+
+
+# -- one variant's process: runs a trial each time it reads a line ------------------------------------
+async def serve(sandbox: str, task_dir: str, bound: bool) -> None:
+    from tackroom import load_task
+    from tackroom.sandbox_features import ReadOnlyMounts
+    from tackroom_app import sandbox_spec
+    from tackroom_archipelago import ArchipelagoHarness
+    from tackroom_archipelago import harness as module
+    from tackroom_archipelago.mcp_session import WorldMcp
+
+    if sandbox == "docker":
+        from tackroom_docker import DockerProvider
+
+        provider = DockerProvider({"cli_timeout_sec": 300})
+    else:
+        from tackroom_local import LocalSandboxProvider
+
+        provider = LocalSandboxProvider()
+    task = load_task(Path(task_dir))
+    await module.chat_template("smollm2")
+    timed: dict[str, float] = {}
+
+    def clock(owner, name: str, phase: str) -> None:
+        inner = getattr(owner, name)
+
+        async def wrapped(*args, **kwargs):
+            t0 = time.monotonic()
+            try:
+                return await inner(*args, **kwargs)
+            finally:
+                timed[phase] = timed.get(phase, 0.0) + time.monotonic() - t0
+
+        setattr(owner, name, wrapped)
+
+    clock(module, "install_world", "install")
+    clock(module, "start_gateway", "gateway")
+    loop = asyncio.get_running_loop()
+    while await loop.run_in_executor(None, sys.stdin.readline):
+        timed.clear()
+        harness = ArchipelagoHarness({})
+        spec = sandbox_spec(task, f"world-ready-{os.getpid()}")
+        t0 = time.monotonic()
+        if bound and isinstance(provider.create(spec), ReadOnlyMounts):
+            spec = spec.model_copy(update={"mounts": await harness.mounts(task)})
+        timed["mounts"] = time.monotonic() - t0
+        box = provider.create(spec)
+        t0 = time.monotonic()
+        await box.start()
+        timed["start"] = time.monotonic() - t0
+        counts = {"exec": 0, "upload": 0}
+        for name in counts:
+            inner = getattr(box, name)
+
+            def counted(*args, _inner=inner, _name=name, _counts=counts, **kwargs):
+                _counts[_name] += 1
+                return _inner(*args, **kwargs)
+
+            setattr(box, name, counted)
+        try:
+            t0 = time.monotonic()
+            await harness.setup(box, task)
+            timed["ready"] = time.monotonic() - t0 + timed["mounts"]
+            timed["execs"], timed["uploads"] = counts["exec"], counts["upload"]
+            t0 = time.monotonic()
+            session = WorldMcp(harness.mcp_client, connect_timeout=120)
+            await session.connect()
+            await session.list_tools()
+            await session.close()
+            timed["list"] = time.monotonic() - t0
+        finally:
+            t0 = time.monotonic()
+            await box.stop()
+            timed["stop"] = time.monotonic() - t0
+        print(json.dumps({k: round(timed.get(k, 0.0), 3) for k in PHASES}), flush=True)
+
+
+# -- the driver ---------------------------------------------------------------------------------------
+def baseline_tree(ref: str, into: Path) -> Path:
+    """``PACKAGE`` as ``ref`` has it, extracted under ``into``."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, PACKAGE], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into / PACKAGE
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sandbox", default="local", choices=["local", "docker"])
+    parser.add_argument("--task", default=str(REPO / "examples/worlds/acme/tasks/q3-revenue-by-region"))
+    parser.add_argument("--trials", type=int, default=6, help="per variant, the first (warm-up) included")
+    parser.add_argument("--baseline-ref", default="HEAD", help="git ref of the baseline harness; 'none' to skip it")
+    parser.add_argument("--serve", choices=["bound", "uploaded"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        asyncio.run(serve(args.sandbox, args.task, args.serve == "bound"))
+        return
+    with tempfile.TemporaryDirectory(prefix="world-ready-") as tmp:
+        variants: dict[str, tuple[list[str], dict[str, str]]] = {}
+        me = [sys.executable, __file__, "--sandbox", args.sandbox, "--task", args.task]
+        if args.baseline_ref != "none":
+            env = {**os.environ, "PYTHONPATH": str(baseline_tree(args.baseline_ref, Path(tmp)))}
+            variants[f"baseline ({args.baseline_ref})"] = ([*me, "--serve", "uploaded"], env)
+        variants["uploaded"] = ([*me, "--serve", "uploaded"], dict(os.environ))
+        variants["bound"] = ([*me, "--serve", "bound"], dict(os.environ))
+        procs = {name: subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                 for name, (argv, env) in variants.items()}
+        rows: dict[str, list[dict[str, float]]] = {name: [] for name in procs}
+        try:
+            for trial in range(args.trials):
+                for name, proc in procs.items():
+                    assert proc.stdin is not None and proc.stdout is not None
+                    proc.stdin.write("go\n")
+                    proc.stdin.flush()
+                    line = proc.stdout.readline()
+                    if not line:
+                        raise SystemExit(f"{name}: the trial process died (its output is above)")
+                    rows[name].append(json.loads(line))
+                    print(f"trial {trial} {name:>16}: " + " ".join(f"{k} {v:g}" for k, v in rows[name][-1].items()),
+                          file=sys.stderr, flush=True)
+        finally:
+            for proc in procs.values():
+                proc.stdin.close()  # type: ignore[union-attr]
+                proc.wait(timeout=120)
+    medians = {name: {k: statistics.median(r[k] for r in runs[1:] or runs) for k in PHASES} for name, runs in rows.items()}
+    names = list(medians)
+    print(f"\n{args.sandbox}, {Path(args.task).name}: median of {max(args.trials - 1, 1)} trials a variant "
+          "(seconds; execs and uploads are counts during setup)\n")
+    print("| phase | " + " | ".join(names) + (" | baseline ÷ bound |" if len(names) == 3 else " |"))
+    print("|---|" + "---:|" * (len(names) + (len(names) == 3)))
+    for phase in PHASES:
+        cells = [f"{medians[n][phase]:.3g}" for n in names]
+        if len(names) == 3:
+            base, bound = medians[names[0]][phase], medians["bound"][phase]
+            cells.append(f"{base / bound:.1f}×" if bound > 0 and base > 0 else "—")
+        print(f"| {phase} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""``tackroom train CONFIG.toml`` (added through the ``tackroom_commands`` hook): a dispatcher.
+
+It reads the config, claims the run folder, resolves the plan once (:func:`~tackroom_train.plan.resolve_plan`),
+writes the prompt dataset and hands the rest to the plan's backend (:mod:`tackroom_train.backends`): what to
+print, and the run in the mode the config and the flags ask for.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+def add_train_command(app: Any) -> None:
+    @app.command("train")
+    def train(
+        config_file: Path = typer.Argument(..., help="A train config TOML (see examples/train/)."),
+        backend: str = typer.Option(None, "--backend", help="skyrl (GPU cluster) or tinker; default: the config's."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Map the config and print it with the ceilings; train nothing."),
+        run_id: str = typer.Option(None, "--run-id", help="Run directory name (default: a timestamp)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+        preflight_only: bool = typer.Option(False, "--preflight", help="Run only the error-rate pass over the "
+                                            "training tasks (tinker backend) and report it; train nothing."),
+    ) -> None:
+        """Train with SkyRL's fully-async trainer, any harness as the rollout engine."""
+
+        from tackroom import TackroomError
+        from tackroom_app import command_console, print_error
+        from tackroom_train.backends import Output
+
+        out = Output(command_console(), command_console(stderr=True))
+        try:
+            code = run_train(config_file, out, backend=backend, run_id=run_id, dry_run=dry_run, as_json=as_json,
+                             preflight_only=preflight_only)
+        except TackroomError as exc:
+            print_error(exc, out.err)
+            raise typer.Exit(2) from None
+        if code:
+            raise typer.Exit(code)
+
+
+def run_train(config_file: Path, out: Any, *, backend: str | None = None, run_id: str | None = None,
+              dry_run: bool = False, as_json: bool = False, preflight_only: bool = False) -> int:
+    """``tackroom train``: the plan, what the backend prints for it, then (unless ``dry_run``) the run; the exit
+    status. A :class:`~tackroom.TackroomError` (a config the plugins or the backend refuse) propagates."""
+    from tackroom import ConfigError
+    from tackroom.services import redact
+    from tackroom_app import claim_run_dir
+    from tackroom_train.backends import BACKENDS, mode_of, open_backend
+    from tackroom_train.config import load_train_config
+    from tackroom_train.dataset import write_prompt_dataset
+    from tackroom_train.plan import resolve_plan
+
+    config = load_train_config(config_file)
+    if backend:
+        if backend not in BACKENDS:
+            raise ConfigError(f"--backend {backend!r}: one of {', '.join(BACKENDS)}")
+        config.backend = backend  # type: ignore[assignment]
+    # a plain --run-id (no path, no ..); a generated one has a random suffix, so two trains started
+    # in the same second never share a folder
+    run_dir = claim_run_dir(config.rollout.out, run_id)
+    plan = resolve_plan(config)
+    dataset = write_prompt_dataset(plan.rows, run_dir / "prompts.jsonl")
+    trainer = open_backend(plan, run_dir, dataset)
+    if as_json:
+        typer.echo(json.dumps(redact(trainer.view.model_dump(mode="json")), indent=2))
+    else:
+        out.console.print(f"[bold]tackroom train[/] {config_file}: {len(plan.rows)} tasks → {dataset}")
+        for line in trainer.describe():
+            out.console.print(line)
+        if dry_run:
+            for line in trainer.dry_run(config):
+                out.say(line)
+    if dry_run:
+        return 0
+    return trainer.run(config, mode_of(config, preflight_only=preflight_only), out)

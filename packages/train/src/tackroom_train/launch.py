@@ -1,0 +1,118 @@
+"""The ``skyrl`` backend: SkyRL's ``FullyAsyncRayPPOTrainer`` with :class:`TackroomGenerator` as its rollout engine.
+
+:class:`SkyrlBackend` maps the plan (ceilings, SkyRL's overrides) when it is opened and :func:`launch` runs it.
+Needs GPUs and vLLM (:func:`tackroom_train.preflight.check_machine` refuses
+early otherwise). Everything before the launch — dataset, config mapping,
+ceilings — is the same code the CPU tests and ``--dry-run`` exercise.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from tackroom import ConfigError
+from tackroom.services import redact
+from tackroom_train.backends import Mode, Output
+from tackroom_train.ceilings import Ceilings, derive_ceilings
+from tackroom_train.config import TrainConfig
+from tackroom_train.plan import TrainPlan
+from tackroom_train.preflight import check_machine
+from tackroom_train.skyrl_config import skyrl_overrides
+
+
+class SkyrlLaunch(BaseModel):
+    """What the SkyRL backend is about to do: the plan mapped onto SkyRL (``--json`` prints it)."""
+
+    run_dir: str
+    dataset: str
+    tasks: int
+    ceilings: Ceilings
+    overrides: dict[str, Any]
+
+
+class SkyrlBackend:
+    """The ``skyrl`` backend (:class:`~tackroom_train.backends.Backend`): SkyRL's fully-async trainer on GPU nodes.
+    Trains only: the error-rate pass, ``[[arms]]`` and ``[eval]`` run on the tinker backend."""
+
+    name = "skyrl"
+
+    def __init__(self, plan: TrainPlan, run_dir: Path, dataset: Path) -> None:
+        self.plan = plan
+        ceilings = derive_ceilings(plan.train, plan.gpus, plan.rollout.rollout.max_concurrency)
+        overrides = skyrl_overrides(plan, dataset_path=dataset, run_dir=run_dir, ceilings=ceilings)
+        self.view = SkyrlLaunch(run_dir=str(run_dir), dataset=str(dataset), tasks=len(plan.rows), ceilings=ceilings,
+                                overrides=overrides)
+
+    def describe(self) -> list[str]:
+        return ["  " + line for line in self.view.ceilings.lines()]
+
+    def dry_run(self, config: TrainConfig) -> list[str]:
+        return ["SkyRL overrides:", *(f"  {k} = {json.dumps(v)}" for k, v in redact(self.view.overrides).items())]
+
+    def run(self, config: TrainConfig, mode: Mode, out: Output) -> int:
+        if mode == "preflight":
+            raise ConfigError("--preflight runs on the tinker backend; on the SkyRL backend run the error-rate "
+                              "pass as a matrix over the training tasks (tackroom matrix --passes N)")
+        if mode != "train":
+            raise ConfigError("[[arms]] and [eval] run on the tinker backend (backend = \"tinker\"); on the SkyRL "
+                              "GPU backend train each arm as its own config and evaluate with tackroom matrix")
+        check_machine(self.plan.gpus)
+        launch(self.plan, self.view)
+        return 0
+
+
+def launch(plan: TrainPlan, mapped: SkyrlLaunch) -> None:
+    """Run SkyRL's fully-async trainer (blocks until training ends). GPU nodes only."""
+    import ray
+    from skyrl.train.entrypoints.main_base import BasePPOExp
+    from skyrl.train.fully_async_trainer import FullyAsyncRayPPOTrainer
+    from skyrl.train.utils.utils import initialize_ray, validate_cfg
+
+    from tackroom_train.losses import register_losses
+    from tackroom_train.skyrl_config import build_skyrl_config
+
+    cfg = build_skyrl_config(mapped.overrides)
+    validate_cfg(cfg)
+    register_losses()  # local registry first; initialize_ray syncs it into SkyRL's registry actor
+    initialize_ray(cfg)
+    # a copy, not JSON: a JSON dump masks the policy's api_key (SecretStr); the copy keeps it unrevealed
+    rollout = plan.rollout.model_copy(deep=True)
+    mismatch_warn = plan.train.logprob_mismatch_warn
+    rollout_root = str(Path(mapped.run_dir) / "rollouts")
+
+    class TackroomExp(BasePPOExp):
+        """SkyRL's experiment with tackroom's generator and the fully-async trainer."""
+
+        def get_generator(self, cfg: Any, tokenizer: Any, inference_engine_client: Any) -> Any:
+            from tackroom_train.generator import TackroomGenerator
+
+            url = getattr(inference_engine_client, "proxy_url", None)
+            if not url:
+                raise RuntimeError("SkyRL's inference client exposes no proxy_url; tackroom's generator needs the "
+                                   "engines' OpenAI-compatible endpoint (SkyRL >= 0.4 HTTP inference servers)")
+            side = rollout.model_copy(deep=True)
+            return TackroomGenerator(side, base_url=url.rstrip("/") + "/v1", tokenizer=tokenizer,
+                                     model=side.model.served_name or side.model.path, run_root=rollout_root)
+
+        def get_trainer(self, cfg, tracker, tokenizer, train_dataset, eval_dataset, inference_engine_client,
+                        generator, colocate_pg):
+            from tackroom_train.mismatch import MismatchWatch
+
+            tracker = MismatchWatch(tracker, mismatch_warn)
+            if not cfg.trainer.fully_async.enabled:
+                return super().get_trainer(cfg, tracker, tokenizer, train_dataset, eval_dataset,
+                                           inference_engine_client, generator, colocate_pg)
+            return FullyAsyncRayPPOTrainer(
+                cfg=cfg, tracker=tracker, tokenizer=tokenizer, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                inference_engine_client=inference_engine_client, generator=generator, colocate_pg=colocate_pg)
+
+    @ray.remote(num_cpus=1)
+    def entrypoint(cfg: Any) -> None:
+        TackroomExp(cfg).run()
+
+    (Path(mapped.run_dir) / "skyrl_overrides.json").write_text(json.dumps(redact(mapped.overrides), indent=2))
+    ray.get(entrypoint.remote(cfg))

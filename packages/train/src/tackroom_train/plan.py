@@ -1,0 +1,136 @@
+"""A train config resolved once into the plan every part of ``tackroom train`` reads.
+
+:func:`resolve_plan` is the one reader of ``[loss]``: the spec by name (an unknown name lists the installed
+losses), its options validated, and the aggregation in effect, by one rule for both backends and the arms table:
+
+1. ``[loss] aggregation`` when set;
+2. else the options' ``aggregation`` field (``[loss.options] aggregation``, or that field's default) when the
+   loss's ``Options`` has one;
+3. else the ``LossSpec``'s ``aggregation``.
+
+The options then carry the aggregation in effect, so the loss reads what the trainer applies. The plan also holds
+the task rows (read once), the backend, and the sections each part of a run takes: the loop's functions take the
+plan and their own two or three parts, never the config whole. How a loss runs on a backend is the loss's own
+declaration (``LossSpec.mappings``), read through :meth:`LossPlan.mapped`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from tackroom import Aggregation, ConfigError, LossSpec, PluginOptions
+from tackroom_app import Endpoint, PluginSelection, instantiate
+from tackroom_train.config import GpuSplit, LossSelection, ModelSection, RolloutRules, TrainConfig, TrainKnobs
+from tackroom_train.config_tinker import TinkerSettings
+from tackroom_train.dataset import prompt_rows
+from tackroom_train.mismatch import mismatch_threshold
+
+
+class LossMappingError(ConfigError):
+    """The selected loss declares no mapping for the backend that is to train it."""
+
+
+class LossPlan(BaseModel):
+    """``[loss]`` resolved: the spec, its validated options, and the aggregation in effect."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    spec: LossSpec
+    options: PluginOptions
+    aggregation: Aggregation
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def describe(self) -> str:
+        return f"{self.name}, {self.aggregation}"
+
+    def declares(self, backend: str) -> bool:
+        """Whether the loss declares a mapping for ``backend`` (``LossSpec.mappings``)."""
+        return backend in self.spec.mappings
+
+    def mapped(self, backend: str, *, expected: str, otherwise: str) -> Any:
+        """The loss's mapping for ``backend`` called with its options. Without one, a :class:`LossMappingError`
+        naming the loss, the backend, what the mapping would return (``expected``) and what to set instead
+        (``otherwise``)."""
+        mapping = self.spec.mapping(backend)
+        if mapping is None:
+            raise LossMappingError(
+                f"loss.name: loss {self.name!r} declares no mapping for the {backend} backend "
+                f"(LossSpec.mappings[{backend!r}]: {expected}); {otherwise}")
+        return mapping(self.options)
+
+
+def resolve_loss(selection: LossSelection, manager: Any = None) -> LossPlan:
+    """``[loss]`` as a :class:`LossPlan`, by the module docstring's aggregation rule."""
+    spec, options = instantiate("loss", PluginSelection(name=selection.name, **selection.options), where="loss",
+                                manager=manager)
+    aggregation = selection.aggregation or getattr(options, "aggregation", None) or spec.aggregation
+    if "aggregation" in type(options).model_fields and options.aggregation != aggregation:
+        options = options.model_copy(update={"aggregation": aggregation})
+    return LossPlan(spec=spec, options=options, aggregation=aggregation)
+
+
+class RolloutSide(BaseModel):
+    """What a rollout needs (:class:`~tackroom_train.generator.TackroomGenerator`'s part of the plan): the trial's
+    plugins, the policy endpoint, the model's names and the rollout rules. The sections are the config's own
+    objects, not copies."""
+
+    model_config = ConfigDict(frozen=True)
+
+    harness: PluginSelection
+    sandbox: PluginSelection
+    verifier: PluginSelection
+    policy: Endpoint
+    model: ModelSection
+    rollout: RolloutRules
+
+    @classmethod
+    def of(cls, config: TrainConfig) -> RolloutSide:
+        return cls(harness=config.harness, sandbox=config.sandbox, verifier=config.verifier, policy=config.policy,
+                   model=config.model, rollout=config.rollout)
+
+    @property
+    def served_name(self) -> str | None:
+        """The policy's name at the inference endpoint, when the config gives one."""
+        return self.model.served_name or self.policy.served_name
+
+
+class TrainPlan(BaseModel):
+    """A train config resolved once (:func:`resolve_plan`)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    backend: Literal["skyrl", "tinker"]
+    loss: LossPlan
+    model: ModelSection
+    rows: list[dict[str, Any]]
+    """The prompt rows, one per task (:func:`~tackroom_train.dataset.prompt_rows`); never empty."""
+    rollout: RolloutSide
+    train: TrainKnobs
+    """``[train]``, its ``logprob_mismatch_warn`` the threshold in effect on this backend."""
+    gpus: GpuSplit
+    tinker: TinkerSettings
+    skyrl: dict[str, Any]
+    """``[skyrl]``: raw SkyRL overrides by dotted path, applied last."""
+    record: dict[str, Any]
+    """The config as a run records it with its trackers (W&B's config, MLflow's params): JSON, secrets masked,
+    without ``[[arms]]`` and ``[eval]``."""
+
+
+def resolve_plan(config: TrainConfig, *, backend: Literal["skyrl", "tinker"] | None = None,
+                 manager: Any = None) -> TrainPlan:
+    """``config`` resolved for ``backend`` (default: the config's): the loss, the task rows and the mismatch
+    threshold in effect, which is written back into ``config`` so the summary, the log and whoever holds the
+    config agree. Unknown names and unloadable tasks are :class:`ConfigError` s here, before anything starts."""
+    backend = backend or config.backend
+    loss = resolve_loss(config.loss, manager)
+    on_engine = backend == "tinker" and config.tinker.sampler == "engine"
+    config.train.logprob_mismatch_warn = mismatch_threshold(config.train, on_engine=on_engine)
+    rows = prompt_rows(config.tasks, config.include, config.exclude)
+    return TrainPlan(backend=backend, loss=loss, model=config.model, rows=rows, rollout=RolloutSide.of(config),
+                     train=config.train, gpus=config.gpus, tinker=config.tinker, skyrl=config.skyrl,
+                     record=config.model_dump(mode="json", exclude={"arms", "eval"}))

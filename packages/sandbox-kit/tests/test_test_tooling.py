@@ -86,3 +86,15 @@ def test_a_deep_or_huge_tree_is_searched_only_so_far(tmp_path, monkeypatch):
     monkeypatch.setattr(tooling, "MAX_FOLDERS", 3)
     install(root, "pytest", "8.4.1", site="z/z/z/lib/python3.13/site-packages")
     assert dist_folders(root) == set()
+
+
+def test_record_paths_name_the_folder_the_files_and_their_top_level_packages():
+    from tackroom_sandbox_kit import record_paths, tooling_note
+
+    folder = "/v/lib/python3.13/site-packages/pytest-8.4.1.dist-info"
+    site = "/v/lib/python3.13/site-packages"
+    assert record_paths(folder, ["pytest/__init__.py,sha256=x,1", "../../../bin/pytest,,", "", "py.py,,"]) == [
+        folder, f"{site}/pytest/__init__.py", f"{site}/pytest", "/v/bin/pytest", f"{site}/py.py"]
+    assert tooling_note([folder, f"{site}/pytest"]).startswith("uninstalled test tooling the agent installed before "
+                                                               "grading (pytest-8.4.1.dist-info)")
+    assert tooling_note([f"{site}/pytest"]) is None

@@ -62,7 +62,9 @@ from tackroom_sandbox_kit.test_tooling import (
     dist_folders,
     dist_name,
     is_test_tooling,
+    record_paths,
     remove_added_tooling,
+    tooling_note,
 )
 
 __all__ = [
@@ -78,6 +80,8 @@ __all__ = [
     "dist_name",
     "dist_folders",
     "remove_added_tooling",
+    "record_paths",
+    "tooling_note",
     # Transfers that never follow what the agent planted
     "TarTransfer",
     "extract_tar",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 TEST_TOOLING = ("pytest", "pytest-*", "pluggy", "iniconfig", "uv", "pip", "coverage", "nose", "nose2")
@@ -69,6 +70,31 @@ def _inside(path: str, root: Path) -> bool:
     return path.startswith(str(root) + os.sep) and os.path.realpath(path) == path
 
 
+def record_paths(folder: str, entries: Iterable[str]) -> list[str]:
+    """What uninstalling the distribution in ``folder`` touches: the folder, each path its ``RECORD`` (or
+    ``installed-files.txt``) lines name, and the top-level package folder each lies in; normalised, once each.
+    The caller decides which of them it may remove (inside its root, added by the agent)."""
+    site = os.path.dirname(folder)
+    paths = [folder]
+    for line in entries:
+        rel = line.split(",", 1)[0].strip()
+        if not rel:
+            continue
+        paths.append(os.path.normpath(os.path.join(site, rel)))
+        if "/" in rel and not rel.startswith(".."):
+            paths.append(os.path.join(site, rel.split("/", 1)[0]))
+    return list(dict.fromkeys(paths))
+
+
+def tooling_note(removed: Iterable[str]) -> str | None:
+    """The trial's note for what :func:`remove_added_tooling` (or a sandbox's own removal) took away, else None."""
+    dists = [os.path.basename(p) for p in removed if p.endswith(DIST_SUFFIXES)]
+    if not dists:
+        return None
+    return (f"uninstalled test tooling the agent installed before grading ({', '.join(dists)}): test.sh installs "
+            "its own; what the image shipped is kept or put back")
+
+
 def remove_added_tooling(root: Path, before: set[Path]) -> list[Path]:
     """Uninstall, below ``root``, each test-tooling distribution not in ``before`` (what was there when the sandbox
     started): its folder, the files its RECORD names and the top-level packages they lie in, never through a link
@@ -77,16 +103,8 @@ def remove_added_tooling(root: Path, before: set[Path]) -> list[Path]:
     for folder in sorted(dist_folders(root) - before):
         if folder.is_symlink() or not is_test_tooling(folder.name, _read(folder / "entry_points.txt")):
             continue
-        site = folder.parent
-        doomed: list[str] = [str(folder)]
-        for line in (_read(folder / "RECORD") + _read(folder / "installed-files.txt")).splitlines():
-            rel = line.split(",", 1)[0].strip()
-            if not rel:
-                continue
-            path = os.path.normpath(os.path.join(site, rel))
-            top = os.path.join(site, rel.split("/", 1)[0]) if "/" in rel and not rel.startswith("..") else path
-            doomed += [path, top]
-        for path in dict.fromkeys(doomed):
+        listed = (_read(folder / "RECORD") + _read(folder / "installed-files.txt")).splitlines()
+        for path in record_paths(str(folder), listed):
             if not _inside(path, root) or not os.path.lexists(path):
                 continue
             try:

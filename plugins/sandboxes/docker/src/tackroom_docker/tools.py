@@ -44,7 +44,7 @@ from tackroom import SandboxError
 from tackroom_docker.container import Container
 from tackroom_docker.engine import CallResult
 from tackroom_docker.toolset import BIN, MOUNT, find_busybox, mount_args, toolset_dir
-from tackroom_sandbox_kit import is_test_tooling
+from tackroom_sandbox_kit import is_test_tooling, record_paths, tooling_note
 
 FIXED_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.preload",
                "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.cache", "/etc/alternatives",
@@ -213,10 +213,7 @@ async def remove_test_tooling(container: Container, added: set[str]) -> list[str
     for line in [*listed.out.splitlines(), "== "]:
         if line.startswith("== "):
             if folder and is_test_tooling(folder, "[pytest11]" if plugin else ""):
-                site = posixpath.dirname(folder)
-                paths = {posixpath.normpath(posixpath.join(site, f)) for f in files}
-                tops = {posixpath.join(site, f.split("/", 1)[0]) for f in files if "/" in f and not f.startswith("..")}
-                doomed += [folder, *sorted(p for p in paths | tops if p in added and not under(p, [folder]))]
+                doomed += [p for p in record_paths(folder, files) if p == folder or (p in added and not under(p, [folder]))]
             folder, files, plugin = line[3:], [], False
         elif line == "P":
             plugin = True
@@ -227,10 +224,8 @@ async def remove_test_tooling(container: Container, added: set[str]) -> list[str
         return []
     removed = await container.root_exec(REMOVE_TREES, timeout=container.options.cli_timeout_sec, stdin=_lines(doomed))
     gone = [p for p in removed.out.splitlines() if p]
-    if gone:
-        dists = [posixpath.basename(p) for p in gone if any(fnmatch.fnmatchcase(p, g) for g in DIST_INFO)]
-        container.notes.append(f"uninstalled test tooling the agent installed before grading ({', '.join(dists)}): "
-                             "test.sh installs its own; the image's is restored")
+    if note := tooling_note(gone):
+        container.notes.append(note)
     return gone
 
 

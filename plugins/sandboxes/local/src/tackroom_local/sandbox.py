@@ -138,8 +138,7 @@ from tackroom_local.namespaces import Namespaces
 from tackroom_local.services import SETTLE_SEC, describe, keep_listening
 from tackroom_local.transfers import ViewTransfers
 from tackroom_local.view import DEFAULT_PATH, WRITABLE_ROOTS, build_view, inside_path
-from tackroom_sandbox_kit import NamespacePorts, dist_folders, remove_added_tooling, run_process
-from tackroom_sandbox_kit.test_tooling import DIST_SUFFIXES
+from tackroom_sandbox_kit import NamespacePorts, dist_folders, remove_added_tooling, run_process, tooling_note
 
 HOST_UID_BASE = 1_000_000_000
 
@@ -455,10 +454,8 @@ class LocalSandbox(Sandbox):
         self.namespaces.alive()
         removed = await asyncio.to_thread(remove_added_tooling, self.root, self._dists_at_start)
         shown = ["/" + str(p.relative_to(self.root)) for p in removed]
-        if shown:
-            self.notes.append("uninstalled test tooling the agent installed before grading "
-                              f"({', '.join(p.rsplit('/', 1)[-1] for p in shown if p.endswith(DIST_SUFFIXES))}): "
-                              "test.sh installs its own")
+        if note := tooling_note(shown):
+            self.notes.append(note)
         return shown
 
     async def forward_host_port(self, port: int) -> str:

@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
@@ -184,12 +185,20 @@ async def test_a_project_server_writes_beside_its_code_in_a_copy_of_its_own(tmp_
     assert not list((tmp_path / "cache" / "builds").rglob("notes.txt"))
 
 
-SLOW_SERVER = '''
-import sys, time
-time.sleep(float(sys.argv[1]))  # a server that takes its time to start (Mercor's import litellm, pandas, ...)
+BARRIER_SERVER = '''
+import pathlib, sys, tempfile, time
+# A server that starts only once its sibling has begun to start: a gateway that starts its
+# servers one after another never gets the first one up.
+here, sibling = (pathlib.Path(tempfile.gettempdir()) / name for name in sys.argv[1:3])
+here.touch()
+deadline = time.monotonic() + 60
+while not sibling.exists():
+    if time.monotonic() > deadline:
+        sys.exit(f"{sibling.name} never began to start while {here.name} was starting")
+    time.sleep(0.05)
 from mcp.server.mcpserver import MCPServer
 
-server = MCPServer("slow")
+server = MCPServer("barrier")
 
 
 @server.tool()
@@ -203,22 +212,22 @@ server.run("stdio")
 
 
 async def test_the_gateway_starts_its_stdio_servers_at_once(tmp_path):
-    """Two servers that take 4 s each to start are up in about 4 s, not 8."""
-    world = make_world(tmp_path, textwrap.dedent("""
+    """Each server waits for the other to begin starting, so only a gateway that starts them together gets both up."""
+    token = uuid.uuid4().hex
+    world = make_world(tmp_path, textwrap.dedent(f"""
         [runtime]
         pythonpath = ["servers"]
 
         [[servers]]
         name = "one"
-        command = ["python3", "-m", "slow_server", "4"]
+        command = ["python3", "-m", "barrier_server", "{token}-one", "{token}-two"]
 
         [[servers]]
         name = "two"
-        command = ["python3", "-m", "slow_server", "4"]
+        command = ["python3", "-m", "barrier_server", "{token}-two", "{token}-one"]
         """))
     (world / "servers").mkdir()
-    (world / "servers" / "slow_server.py").write_text(SLOW_SERVER)
+    (world / "servers" / "barrier_server.py").write_text(BARRIER_SERVER)
     harness, said = await trial(load_task(world / "tasks" / "t"), [call("two_ping"), "Done."])
-    listing = harness.gateway.listing
-    assert said == ["pong"] and listing["one"].seconds >= 4 and listing["two"].seconds >= 4
-    assert harness.gateway.startup_s < 8, harness.gateway.describe()
+    assert said == ["pong"], harness.gateway.describe()
+    assert harness.gateway.listing["one"].tools == 1 and harness.gateway.listing["two"].tools == 1

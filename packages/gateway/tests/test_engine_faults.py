@@ -147,7 +147,7 @@ async def test_the_retry_budget_bounds_the_total_wait(smollm2_tokenizer):
         r = await c.post(gw.session_base_url("s") + "/chat/completions", json=HI)
         took = time.monotonic() - start
     openai_error(r, 503, "engine_unavailable")
-    assert took < 2.5, f"a 1.5 s budget took {took:.1f}s"
+    assert took < 10, f"a 1.5 s budget took {took:.1f}s"  # 100 retries 0.4 s apart would take 40 s
     assert 3 <= len(engine.requests) <= 5, len(engine.requests)  # Retry-After 0.4 s apart, not 101 attempts
     assert isinstance(gw.session_error("s"), EngineUnavailableError)
 

@@ -5,7 +5,8 @@ the policy, the :class:`AttemptDeadlines`, the run's network default); an execut
 here or in another process (a plan pickles by reference), and never sees the runtime.
 
 An attempt is five phases, each a method of :class:`Attempt` with its own limit, error class and notes: start,
-setup (verifier prepare, harness setup), agent (its own failure is the model's; grading still runs), stop (the
+setup (verifier prepare, harness setup), then its turn where the runtime prepares trials ahead (``prepare_ahead``:
+started and set up, the attempt waits for one of ``concurrency`` turns, off its clock), agent (its own failure is the model's; grading still runs), stop (the
 agent's processes; listening ones kept frozen where the task wants them) and grade (the grading network, the
 image's tools, the verifier, a regrade). Failures are classified by the ``tackroom_classify_error`` hook (then
 built-in rules), and :meth:`Attempt.decide` is the one place that picks the trial's error.
@@ -255,8 +256,9 @@ class Attempt:
     """One attempt's shared state and its phases (:meth:`start`, :meth:`setup`, :meth:`agent`, :meth:`stop`,
     :meth:`grade`), each run under its own limit, cut to what is left of the attempt's one deadline."""
 
-    def __init__(self, plan: AttemptPlan, manager: PluginManager) -> None:
+    def __init__(self, plan: AttemptPlan, manager: PluginManager, turn: asyncio.Semaphore | None = None) -> None:
         self.plan, self.task, self.manager, self.deadlines = plan, plan.task, manager, plan.deadlines
+        self.turn, self.has_turn = turn, False
         self.result = plan.blank_result()
         self.trajectory = Trajectory(stop_reason="not_started")
         harness_cls, harness_options = plan.harness.resolve(manager)
@@ -313,6 +315,18 @@ class Attempt:
     async def setup(self) -> None:
         await self.timed("verifier_prepare", self.verifier.prepare(self.task, self.sandbox), self.deadlines.setup_timeout_sec)
         await self.timed("harness_setup", self.harness.setup(self.sandbox, self.task), self.deadlines.setup_timeout_sec)
+
+    async def take_turn(self) -> None:
+        """Prepared (sandbox started, harness set up), wait for one of the runtime's turns; the wait is the
+        ``prepared_wait`` timing and moves the attempt's deadline (it is no phase's time)."""
+        if self.turn is None:
+            return
+        t0 = time.monotonic()
+        await self.turn.acquire()
+        self.has_turn = True
+        waited = time.monotonic() - t0
+        self.deadline += waited
+        self.result.timings["prepared_wait"] = round(waited, 4)
 
     async def agent(self) -> None:
         """The harness's run. Its own failure (a timeout, a model error) is recorded and grading still runs on
@@ -450,7 +464,7 @@ class Attempt:
         if on_started is not None:
             on_started()
         try:
-            for phase in (self.start, self.setup, self.agent, self.stop, self.grade):
+            for phase in (self.start, self.setup, self.take_turn, self.agent, self.stop, self.grade):
                 try:
                     await phase()
                 except asyncio.CancelledError:
@@ -459,6 +473,8 @@ class Attempt:
                     self.errors.append(error_info(exc, self.step, classify(exc, self.step, self.manager)))
                     break
         finally:
+            if self.has_turn:  # the next prepared attempt goes on while this one tears down
+                self.turn.release()
             await self.teardown()
         self.decide()
         self.network_notes()
@@ -505,14 +521,16 @@ OFFLINE = ("name resolution", "could not resolve", "network is unreachable", "fa
 
 
 async def run_attempt(plan: AttemptPlan, *, manager: PluginManager | None = None,
-                      on_started: Callable[[], None] | None = None) -> tuple[TrialResult, Trajectory]:
+                      on_started: Callable[[], None] | None = None,
+                      turn: asyncio.Semaphore | None = None) -> tuple[TrialResult, Trajectory]:
     """Run one attempt end to end in this process; never raises (but on cancellation).
 
-    ``on_started`` is called once the sandbox object exists, before anything runs in it.
+    ``on_started`` is called once the sandbox object exists, before anything runs in it. With ``turn``, the
+    attempt holds one of its places from the agent's run to grading's end (:meth:`Attempt.take_turn`).
     Lifecycle hooks are the caller's (the runtime fires them around the executor).
     """
     if manager is None:
         from tackroom._manager import get_plugin_manager
 
         manager = get_plugin_manager()
-    return await Attempt(plan, manager).run(on_started)
+    return await Attempt(plan, manager, turn).run(on_started)

@@ -209,6 +209,9 @@ class RuntimeConfig(BaseModel):
 
     attempts: int = Field(default=3, ge=1, strict=True)
     concurrency: int = Field(default=4, ge=1, strict=True)
+    prepare_ahead: int = Field(default=0, ge=0, strict=True)
+    """Trials started and set up (sandbox up, a world's servers listening) beyond ``concurrency``, each waiting,
+    idle, for a turn: start-up runs while other trials' agents do. Each holds a started sandbox (memory, not CPU)."""
     out: str = "runs"
     run_id: RunId | None = None
     """A plain folder name under ``out`` (no path separators, no ``..``); default: a fresh, unique one."""

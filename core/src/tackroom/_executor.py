@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
@@ -24,6 +25,9 @@ class Executor(Plugin):
 
     kind: ClassVar[PluginKind] = "executor"
     Options: ClassVar[type[PluginOptions]] = NoOptions
+    prepares_ahead: ClassVar[bool] = False
+    """Whether :meth:`run` takes ``turn`` (an :class:`asyncio.Semaphore` of the runtime's ``concurrency``) and
+    passes it to :func:`~tackroom.executors.run_attempt`, so the runtime can prepare trials ahead of their turn."""
 
     async def start(self, plans: list[AttemptPlan]) -> None:
         """Called by ``run_all`` before the first trial with every trial's first attempt: connect, and
@@ -46,7 +50,8 @@ class AsyncioExecutor(Executor):
     """In-process: every attempt shares this Python process; the cheapest way to run up to a few dozen trials."""
 
     name = "asyncio"
+    prepares_ahead = True
 
-    async def run(self, plan: AttemptPlan, *, manager: PluginManager,
-                  on_started: Callable[[], None]) -> tuple[TrialResult, Trajectory]:
-        return await run_attempt(plan, manager=manager, on_started=on_started)
+    async def run(self, plan: AttemptPlan, *, manager: PluginManager, on_started: Callable[[], None],
+                  turn: asyncio.Semaphore | None = None) -> tuple[TrialResult, Trajectory]:
+        return await run_attempt(plan, manager=manager, on_started=on_started, turn=turn)

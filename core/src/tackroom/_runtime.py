@@ -11,6 +11,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from inspect import signature
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt, wait_ex
 
 from tackroom._attempt import AttemptDeadlines, AttemptPlan, PluginRef, error_info
 from tackroom._config import NetworkDefaults
+from tackroom._errors import ConfigError
 from tackroom._executor import Executor
 from tackroom._harness import Harness
 from tackroom._manager import PluginManager, get_plugin_manager
@@ -85,6 +87,7 @@ class TrialRuntime:
         *,
         attempts: int = 3,
         concurrency: int = 4,
+        prepare_ahead: int = 0,
         setup_timeout_sec: float = 600.0,
         start_timeout_sec: float = 120.0,
         teardown_timeout_sec: float = 60.0,
@@ -108,6 +111,12 @@ class TrialRuntime:
         self.console = console or Console(stderr=True)
         self.executor = make_executor(executor, executor_options)
         """Where attempts run: a registered executor (``asyncio``, in-process; ``ray`` from tackroom-ray)."""
+        if prepare_ahead and not (self.executor.prepares_ahead and "turn" in signature(self.executor.run).parameters):
+            raise ConfigError(f"the {self.executor.name!r} executor cannot hold prepared trials at their turn "
+                              f"(prepare_ahead = {prepare_ahead}): set prepare_ahead = 0, or executor = \"asyncio\"")
+        self.prepare_ahead = prepare_ahead
+        """Trials started and set up beyond ``concurrency``, waiting for a turn (:meth:`Attempt.take_turn`)."""
+        self._turns: asyncio.Semaphore | None = None
         self.network = network or NetworkDefaults()
         """Each phase's network for tasks that declare none (``[runtime] network``)."""
         self.force_build = force_build
@@ -135,8 +144,9 @@ class TrialRuntime:
                 announced = True
                 self._notify("tackroom_trial_started", trial=trial)
 
+        turn = {"turn": self._turns} if self._turns is not None else {}
         result, trajectory = await self.executor.run(self.plan(trial, task, plugins, attempt, policy),
-                                                     manager=self.manager, on_started=started)
+                                                     manager=self.manager, on_started=started, **turn)
         started()  # an attempt that failed before it began (a lost worker) is still reported as one
         self._notify("tackroom_trial_finished", trial=trial, result=result)
         return result, trajectory
@@ -233,7 +243,9 @@ class TrialRuntime:
                 todo.append((trial, task, plugins))
         if todo:
             await self.executor.start([self.plan(trial, task, plugins, 1) for trial, task, plugins in todo])
-        semaphore = asyncio.Semaphore(self.executor.max_in_flight(self.concurrency))
+        in_flight = self.executor.max_in_flight(self.concurrency)
+        self._turns = asyncio.Semaphore(in_flight) if self.prepare_ahead else None
+        semaphore = asyncio.Semaphore(in_flight + self.prepare_ahead)
 
         with Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -122,7 +122,7 @@ async def run_config(config: RunConfig, *, progress: bool = True, run_id: str | 
     check_and_record(run_dir, config, fingerprint)
     runtime = TrialRuntime(
         run_dir, attempts=config.runtime.attempts, concurrency=config.runtime.concurrency,
-        teardown_timeout_sec=config.runtime.teardown_timeout_sec,
+        prepare_ahead=config.runtime.prepare_ahead, teardown_timeout_sec=config.runtime.teardown_timeout_sec,
         retry_backoff_sec=config.runtime.retry_backoff_sec, progress=progress,
         executor=config.runtime.executor, executor_options=config.runtime.executor_options(),
         network=config.runtime.network, force_build=config.runtime.force_build,

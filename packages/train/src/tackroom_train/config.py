@@ -158,6 +158,9 @@ class RolloutRules(BaseModel):
     """Run directory root: one folder per generate() call, with each trial's result and trajectory."""
     max_concurrency: int | None = Field(default=None, ge=1)
     """Cap on trials in flight; default: the derived rollout concurrency."""
+    prepare_ahead: int = Field(default=0, ge=0, strict=True)
+    """Trials of a batch started and set up beyond ``max_concurrency`` while others run, each waiting, prepared,
+    for a turn (as ``[runtime] prepare_ahead`` of a run); only where ``max_concurrency`` holds a batch back."""
     network: NetworkDefaults = NetworkDefaults()
     """Each phase's network for tasks that declare none (as ``[runtime] network`` of a run): offline by default;
     ``{agent = "none", grading = "public"}`` keeps the policy offline while test.sh fetches its tools."""

@@ -189,6 +189,7 @@ class TackroomGenerator(GeneratorInterface):
             items.append((trial, task, plugins))
         runtime = TrialRuntime(run_dir, attempts=self.config.rollout.infra_attempts,
                                concurrency=min(n, self.concurrency or n), retry_backoff_sec=self.retry_backoff_sec,
+                               prepare_ahead=min(self.config.rollout.prepare_ahead, max(n - (self.concurrency or n), 0)),
                                progress=False, manager=self.manager, executor=self.config.rollout.executor,
                                network=self.config.rollout.network)
         outcomes = await runtime.run_outcomes(items)

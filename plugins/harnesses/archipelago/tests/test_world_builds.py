@@ -6,6 +6,7 @@ beside its code writes into a copy of its own."""
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 import re
 import shutil
@@ -231,3 +232,39 @@ async def test_the_gateway_starts_its_stdio_servers_at_once(tmp_path):
     harness, said = await trial(load_task(world / "tasks" / "t"), [call("two_ping"), "Done."])
     assert said == ["pong"], harness.gateway.describe()
     assert harness.gateway.listing["one"].tools == 1 and harness.gateway.listing["two"].tools == 1
+
+
+def test_builds_no_trial_used_lately_are_pruned_when_a_new_one_is_made(tmp_path):
+    """Another version of the same world goes after a day unused, any build after a week; a build in use stays."""
+    from tackroom_archipelago.builds import mark_used, prune_builds
+
+    builds = tmp_path / "builds"
+    now, day = 1_000_000_000.0, 24 * 3600.0
+    ages = {"acme-0000000000000001": 2 * day, "acme-0000000000000002": 0.5 * day, "other-0000000000000003": 3 * day,
+            "other-0000000000000004": 8 * day, "acme-2-0000000000000005": 2 * day, "acme-0000000000000009": 0}
+    for name, age in ages.items():
+        part = builds / name / "gateway" / "site"
+        part.mkdir(parents=True)
+        (part / "mod.py").write_text("x = 1\n")
+        part.chmod(0o555)  # parts are read-only
+        mark_used(builds, name)
+        os.utime(builds / ".used" / name, (now - age, now - age))
+    (builds / "not-a-build").mkdir()
+    os.utime(builds / "not-a-build", (now - 30 * day, now - 30 * day))
+    removed = prune_builds(builds, "acme-0000000000000009", now=now)
+    assert removed == ["acme-0000000000000001", "other-0000000000000004"]
+    left = sorted(p.name for p in builds.iterdir())
+    assert left == [".used", "acme-0000000000000002", "acme-0000000000000009", "acme-2-0000000000000005",
+                    "not-a-build", "other-0000000000000003"]
+    assert sorted(p.name for p in (builds / ".used").iterdir()) == sorted(set(ages) - set(removed))
+
+
+async def test_a_trial_marks_its_build_used(tmp_path):
+    from tackroom_archipelago.world import world_build
+
+    world = load_world(WORLD)
+    cache = tmp_path / "cache"
+    folder = world_build(world, cache)
+    marker = cache / "builds" / ".used" / folder.name
+    os.utime(marker, (0, 0))
+    assert world_build(world, cache) == folder and marker.stat().st_mtime > 0

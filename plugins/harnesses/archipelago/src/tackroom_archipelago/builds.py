@@ -24,9 +24,11 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,64 @@ def make_build_dir(builds: Path, name: str) -> Path:
     for path in (builds, folder):
         path.chmod(path.stat().st_mode | 0o755)
     return folder
+
+
+# -- pruning: builds no trial has used for a while ------------------------------------------------------
+USED = ".used"
+"""``builds/.used/<name>``: touched each time a trial asks for build ``<name>`` (its mtime is the last use)."""
+SUPERSEDED_AFTER_S = 24 * 3600.0
+"""Another version of the same world, unused this long, goes when a new version is built."""
+UNUSED_AFTER_S = 7 * 24 * 3600.0
+"""Any build unused this long goes when a new one is built."""
+_VERSION = re.compile(r"-[0-9a-f]{16}$")
+
+
+def mark_used(builds: Path, name: str) -> None:
+    used = builds / USED
+    used.mkdir(exist_ok=True)
+    (used / name).touch()
+
+
+def last_used(builds: Path, name: str) -> float:
+    for path in (builds / USED / name, builds / name):  # a build made before markers: its folder's time
+        with contextlib.suppress(OSError):
+            return path.stat().st_mtime
+    return 0.0
+
+
+def prune_builds(builds: Path, keep: str, *, now: float | None = None) -> list[str]:
+    """Remove the builds no trial asked for lately, but ``keep``: another version of the same world unused for
+    :data:`SUPERSEDED_AFTER_S`, any build unused for :data:`UNUSED_AFTER_S`. Each is renamed aside first, so no
+    trial binds half of one; a trial still running on a removed build keeps what it has bound. Returns their names."""
+    now = time.time() if now is None else now
+    world = _VERSION.sub("", keep)
+    removed = []
+    for folder in sorted(builds.iterdir()):
+        name = folder.name
+        if name == keep or name.startswith(".") or not folder.is_dir() or not _VERSION.search(name):
+            continue
+        idle = now - last_used(builds, name)
+        if idle < (SUPERSEDED_AFTER_S if _VERSION.sub("", name) == world else UNUSED_AFTER_S):
+            continue
+        aside = builds / f".removing-{name}-{os.getpid()}"
+        try:
+            folder.rename(aside)
+        except OSError:
+            continue  # another process prunes it
+        _make_writable(aside)
+        shutil.rmtree(aside, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (builds / USED / name).unlink()
+        removed.append(name)
+    return removed
+
+
+def _make_writable(root: Path) -> None:
+    """Parts are opened read-only to every uid; their folders need write permission to be emptied."""
+    for path in (root, *root.rglob("*")):
+        with contextlib.suppress(OSError):
+            if path.is_dir() and not path.is_symlink():
+                path.chmod(path.stat().st_mode | 0o700)
 
 
 # -- bytecode compiled on the host -----------------------------------------------------------------------
@@ -210,4 +270,4 @@ def tree_signature(root: Path) -> list[tuple[str, int, int]]:
 
 
 __all__ = ["BUILD_SCHEME", "COMPLETE", "builds_dir", "compile_bytecode", "copy_tree", "ensure_part", "hash_tree",
-           "host_python", "link_tree", "make_build_dir", "open_to_all", "tree_signature"]
+           "host_python", "link_tree", "make_build_dir", "mark_used", "open_to_all", "prune_builds", "tree_signature"]

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import logging
 import posixpath
 import random
 import re
@@ -38,6 +39,8 @@ from tackroom_archipelago.builds import (
     link_tree,
     link_without_bytecode,
     make_build_dir,
+    mark_used,
+    prune_builds,
     tree_signature,
 )
 from tackroom_archipelago.errors import McpGatewayError, WorldBuildError, WorldFormatError, WorldRuntimeError
@@ -57,6 +60,7 @@ from tackroom_worlds import (  # the task-side tables every harness reads
     task_world_dir,
 )
 
+log = logging.getLogger(__name__)
 SANDBOX_SIDE = Path(__file__).with_name("sandbox_side")
 WORLD_FILE = "world.toml"
 MIN_PYTHON = (3, 10)
@@ -393,7 +397,15 @@ def _hash_world(world: WorldSpec) -> str:
 def world_build(world: WorldSpec, cache_dir: Path | None = None) -> Path:
     """The host folder of this world version's build, made (empty at first) and open to every uid."""
     slug = re.sub(r"[^A-Za-z0-9_.-]", "-", world.name)[:60]
-    return make_build_dir(builds_dir(cache_dir), f"{slug}-{world_version(world)}")
+    builds, name = builds_dir(cache_dir), f"{slug}-{world_version(world)}"
+    new = not (builds / name).is_dir()
+    folder = make_build_dir(builds, name)
+    mark_used(builds, name)
+    if new:
+        removed = prune_builds(builds, name)
+        if removed:
+            log.info("removed world builds no trial used lately: %s", ", ".join(removed))
+    return folder
 
 
 class WorldLayout(BaseModel):

@@ -43,7 +43,7 @@ from tackroom._sandbox import (
     ServiceKeeper,
     ToolRestorer,
 )
-from tackroom._task import Task, phase_networks
+from tackroom._task import Task, phase_networks, sandbox_refusal
 from tackroom._trajectory import Trajectory
 from tackroom._trial import Trial, TrialErrorInfo, TrialResult, slug
 
@@ -301,9 +301,8 @@ class Attempt:
 
     # -- the phases ------------------------------------------------------------------------------
     async def start(self) -> None:
-        refused = (self.networks.refused_by(self.plan.trial.sandbox, type(self.provider).capabilities)
-                   or self.provider.refuses(self.task))
-        if refused:  # drivers refuse it before the run (sandbox_refusal); a driver that did not reaches here
+        refused = sandbox_refusal(self.provider, self.task, self.plan.network)
+        if refused:  # drivers refuse it before the run; a driver that did not reaches here
             raise TaskError(refused)
         if isinstance(self.sandbox, ReadOnlyMounts):  # what the harness prepared once is bound, not uploaded
             mounts = await self.timed("harness_mounts", self.harness.mounts(self.task), self.deadlines.setup_timeout_sec)

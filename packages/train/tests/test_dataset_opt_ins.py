@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
+from tackroom import ConfigError
 from tackroom_train.dataset import prompt_rows
 
 
@@ -23,3 +26,20 @@ def test_a_task_that_grades_its_services_writes_is_named_in_a_warning(tmp_path, 
     assert len(rows) == 2
     warned = [r.getMessage() for r in caplog.records if "grade_service_writes" in r.getMessage()]
     assert len(warned) == 1 and "steerable" in warned[0] and "plain" not in warned[0], warned
+
+
+def test_a_task_the_sandbox_cannot_run_is_left_out_and_named(tmp_path, caplog):
+    """As `tackroom run` and the matrix refuse it before the run: a task error named up front, not a masked rollout."""
+    from tackroom_local import LocalSandboxProvider
+
+    make_task(tmp_path, "plain")
+    make_task(tmp_path, "unreadable")
+    (tmp_path / "unreadable" / "environment").mkdir()
+    (tmp_path / "unreadable" / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nRUN echo \\\n")
+    with caplog.at_level(logging.WARNING, logger="tackroom_train.dataset"):
+        rows = prompt_rows([str(tmp_path)], sandbox=LocalSandboxProvider())
+    assert [r["task_id"] for r in rows] == ["plain"]
+    (warned,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("not training on")]
+    assert "unreadable" in warned and "line continuation" in warned, warned
+    with pytest.raises(ConfigError, match="no loadable task .*line continuation"):
+        prompt_rows([str(tmp_path)], include=["unreadable"], sandbox=LocalSandboxProvider())

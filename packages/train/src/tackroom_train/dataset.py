@@ -7,15 +7,18 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tackroom import ConfigError
-from tackroom_app import load_dataset
+from tackroom import ConfigError, SandboxProvider
+from tackroom._config import NetworkDefaults
+from tackroom_app import load_dataset, refuse_unrunnable
 
 ENV_CLASS = "tackroom"
 """``env_class`` of every prompt row: the generator, not a SkyRL-Gym env, runs it."""
 
 
-def prompt_rows(tasks: list[str], include: list[str] | None = None, exclude: list[str] | None = None) -> list[dict[str, Any]]:
-    """Rows of SkyRL's ``PromptDataset``: ``prompt`` (chat messages), ``env_class`` and the extras.
+def prompt_rows(tasks: list[str], include: list[str] | None = None, exclude: list[str] | None = None, *,
+                sandbox: SandboxProvider | None = None, network: NetworkDefaults | None = None) -> list[dict[str, Any]]:
+    """Rows of SkyRL's ``PromptDataset``: ``prompt`` (chat messages), ``env_class`` and the extras. Tasks
+    ``sandbox`` cannot run as they ask (``tackroom_app.refuse_unrunnable``) are left out, each named in a warning.
 
     The prompt is the task's instruction as one user message (SkyRL filters
     prompts longer than ``max_prompt_length`` with it); what the model really
@@ -23,6 +26,11 @@ def prompt_rows(tasks: list[str], include: list[str] | None = None, exclude: lis
     generator as ``env_extras``.
     """
     dataset = load_dataset(tasks, include=include or None, exclude=exclude or None)
+    if sandbox is not None:
+        loaded = len(dataset.failures)
+        refuse_unrunnable(dataset, sandbox, network)
+        for failure in dataset.failures[loaded:]:
+            logging.getLogger(__name__).warning("not training on %s: %s", failure.path, failure.message)
     if not dataset.tasks:
         detail = "; ".join(f"{f.path}: {f.message}" for f in dataset.failures) or "no task directories found"
         raise ConfigError(f"tasks: no loadable task in {', '.join(tasks)} ({detail})")

@@ -130,7 +130,8 @@ def resolve_plan(config: TrainConfig, *, backend: Literal["skyrl", "tinker"] | N
     loss = resolve_loss(config.loss, manager)
     on_engine = backend == "tinker" and config.tinker.sampler == "engine"
     config.train.logprob_mismatch_warn = mismatch_threshold(config.train, on_engine=on_engine)
-    rows = prompt_rows(config.tasks, config.include, config.exclude)
+    sandbox = instantiate("sandbox", config.sandbox, where="sandbox", manager=manager)
+    rows = prompt_rows(config.tasks, config.include, config.exclude, sandbox=sandbox, network=config.rollout.network)
     return TrainPlan(backend=backend, loss=loss, model=config.model, rows=rows, rollout=RolloutSide.of(config),
                      train=config.train, gpus=config.gpus, tinker=config.tinker, skyrl=config.skyrl,
                      record=config.model_dump(mode="json", exclude={"arms", "eval"}))

@@ -72,3 +72,14 @@ def test_a_flag_naming_the_configured_plugin_keeps_its_options(tmp_path):
     assert out.returncode == 2 and "sandbox.output_limit_bytes" in out.stderr
     other = tackroom("run", "--config", str(cfg), "--sandbox", "local", "--harness", "nop", "--json")
     assert other.returncode == 2, "options stay with the configured sandbox"
+
+
+def test_run_prepares_trials_ahead_from_the_command_line(tmp_path):
+    args = ["run", str(EXAMPLES / "hello-file"), str(EXAMPLES / "csv-totals"), "--harness", "oracle",
+            "--out", str(tmp_path), "--concurrency", "1", "--json"]
+    out = tackroom(*args, "--prepare-ahead", "1")
+    assert out.returncode == 0, out.stderr
+    trials = json.loads(out.stdout)["trials"]
+    assert [t["reward"] for t in trials] == [1.0, 1.0] and all("prepared_wait" in t["timings"] for t in trials)
+    bad = tackroom(*args, "--prepare-ahead", "-2")
+    assert bad.returncode == 2 and "--prepare-ahead" in bad.stderr, bad.stderr

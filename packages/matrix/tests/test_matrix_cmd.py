@@ -86,3 +86,16 @@ def test_table_output_resume_and_errors(tmp_path):
     note = tackroom("matrix", str(down), "--out", str(tmp_path / "runs"))
     assert note.returncode == 0 and "no listed harness calls a model" in note.stderr
     assert tackroom("matrix", str(tmp_path / "missing.toml")).returncode == 2
+
+
+def test_prepare_ahead_from_the_command_line(tmp_path):
+    cfg = tmp_path / "ahead.toml"
+    cfg.write_text(f'tasks = ["{EXAMPLES / "tasks"}"]\ninclude = ["hello-file"]\npasses = 3\nk = 1\n'
+                   f'[[harnesses]]\nname = "oracle"\n[runtime]\nout = "{tmp_path / "runs"}"\nconcurrency = 1\n')
+    out = tackroom("matrix", str(cfg), "--prepare-ahead", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["totals"]["n_trials"] == 3
+    results = [json.loads(p.read_text()) for p in (tmp_path / "runs" / "matrix-ahead").glob("*/result.json")]
+    assert len(results) == 3 and all("prepared_wait" in r["timings"] for r in results)
+    bad = tackroom("matrix", str(cfg), "--prepare-ahead", "-1")
+    assert bad.returncode == 2 and "--prepare-ahead" in bad.stderr and "greater than or equal to 0" in bad.stderr

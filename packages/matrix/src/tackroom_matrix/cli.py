@@ -16,6 +16,8 @@ def matrix(
     require_models: bool = typer.Option(False, "--require-models",
                                         help="Stop at once when a model endpoint is unreachable."),
     concurrency: int = typer.Option(None, "--concurrency", help="Trials at once, >= 1 (overrides runtime.concurrency)."),
+    prepare_ahead: int = typer.Option(None, "--prepare-ahead", help="Trials started and set up beyond --concurrency "
+                                      "while others run, >= 0 (overrides runtime.prepare_ahead)."),
     force_new: bool = typer.Option(False, "--force-new", help="Never resume: when the run folder already holds a "
                                    "run, start a new one beside it (<run-id>-<time>-<random>)."),
     allow_internet: bool = typer.Option(False, "--allow-internet", help="Give tasks that declare no network the "
@@ -37,6 +39,8 @@ def matrix(
         overrides["require_models"] = True
     if concurrency is not None:
         overrides["runtime.concurrency"] = concurrency
+    if prepare_ahead is not None:
+        overrides["runtime.prepare_ahead"] = prepare_ahead
     if out is not None:
         overrides["runtime.out"] = out
     if run_id is not None:
@@ -47,7 +51,7 @@ def matrix(
         overrides["runtime.force_build"] = True
     # the flags get the checks the file's values get (--concurrency 0 or --run-id ../x are refused, not clamped)
     config = with_overrides(config, overrides, source=str(config_file), flags={
-        "runtime.concurrency": "--concurrency", "runtime.out": "--out", "runtime.run_id": "--run-id",
+        "runtime.concurrency": "--concurrency", "runtime.prepare_ahead": "--prepare-ahead", "runtime.out": "--out", "runtime.run_id": "--run-id",
         "require_models": "--require-models", "runtime.network": "--allow-internet",
         "runtime.force_build": "--force-build"})
     outcome = run_to_completion(run_matrix(config, progress=not as_json, console=err_console, force_new=force_new))

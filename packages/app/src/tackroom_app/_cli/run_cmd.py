@@ -23,6 +23,7 @@ from tackroom_app._run import run_config
 
 RUN_FLAGS = {
     "runtime.attempts": "--attempts", "runtime.concurrency": "--concurrency", "runtime.out": "--out",
+    "runtime.prepare_ahead": "--prepare-ahead",
     "runtime.executor": "--executor", "runtime.run_id": "--run-id", "include": "--include", "exclude": "--exclude",
     "policy.base_url": "--base-url", "policy.model": "--model", "harness": "--harness/--harness-option",
     "sandbox": "--sandbox", "verifier": "--verifier", "tasks": "SOURCES", "runtime.network": "--allow-internet",
@@ -41,6 +42,8 @@ def run(
     verifier: str = typer.Option(None, "--verifier", help="Verifier name (default: test-script)."),
     attempts: int = typer.Option(None, "--attempts", help="Attempts per trial for infra failures (>= 1)."),
     concurrency: int = typer.Option(None, "--concurrency", help="Trials at once (>= 1)."),
+    prepare_ahead: int = typer.Option(None, "--prepare-ahead", help="Trials started and set up beyond --concurrency "
+                                      "while others run, each waiting for a turn (>= 0)."),
     executor: str = typer.Option(None, "--executor", help="Where trials run: asyncio (in-process, default), "
                                  "ray (tackroom-ray) or another registered executor."),
     out: str = typer.Option(None, "--out", help="Runs directory (default: runs)."),
@@ -65,8 +68,8 @@ def run(
     for field, value in (("harness", harness), ("sandbox", sandbox), ("verifier", verifier)):
         if value and value != getattr(config, field).name:
             overrides[field] = PluginSelection(name=value).model_dump()
-    for field, value in (("attempts", attempts), ("concurrency", concurrency), ("out", out), ("executor", executor),
-                         ("run_id", run_id)):
+    for field, value in (("attempts", attempts), ("concurrency", concurrency), ("prepare_ahead", prepare_ahead),
+                         ("out", out), ("executor", executor), ("run_id", run_id)):
         if value is not None:
             overrides[f"runtime.{field}"] = value
     try:

@@ -24,9 +24,9 @@ async def must_succeed(sandbox: Sandbox, cmd: str, what: str, *, error: type[Exc
 async def check_it_runs(sandbox: Sandbox, cmd: str, *, agent: str, version: str, reads_right: Callable[[str], bool],
                         shown: str, crash: type[AgentCrashError], error: type[Exception], hint: str = "") -> None:
     """Run the agent's version command ``cmd`` (``shown`` in messages) in the sandbox and check its output with
-    ``reads_right``. Killed by a signal, it raises ``crash`` (a crash at start-up, as Bun's "Bus error" under load:
-    retried); otherwise a wrong answer raises ``error`` (the agent does not run in this sandbox), ``hint`` saying why
-    it might not."""
+    ``reads_right``. Killed by a signal, it raises ``crash`` (a crash at start-up, as the "Bus error" of a binary
+    cut short: retried); otherwise a wrong answer raises ``error`` (the agent does not run in this sandbox),
+    ``hint`` saying why it might not."""
     for attempt in range(TEXT_BUSY_TRIES):
         result = await sandbox.exec(cmd, timeout=120)
         # ETXTBSY: the binary was uploaded a moment ago, and a process forked meanwhile (another trial's) may still

@@ -1,8 +1,8 @@
-"""An agent binary that dies by a signal (Bun's "Bus error" at start-up under load, a segfault mid-run, an OOM
-kill) is an ``infra`` failure naming the signal, retried within the run's attempts and counted: in ``tackroom
-run``'s output, in result.json's ``previous_attempts`` and in the matrix's statistics.
+"""An agent binary that dies by a signal (a "Bus error" at start-up, as a binary cut short gives, a segfault
+mid-run, an OOM kill) is an ``infra`` failure naming the signal, retried within the run's attempts and counted: in
+``tackroom run``'s output, in result.json's ``previous_attempts`` and in the matrix's statistics.
 
-The crashing binaries are stand-ins for OpenCode (bash scripts that kill themselves with the signal), shipped into
+The crashing binaries are stand-ins for OpenCode (bash scripts that kill themselves with the signal), bound into
 the sandbox by the real harness exactly as OpenCode is; the attempt after them runs the real OpenCode against the
 scripted engine through the real gateway, so the retried trial ends as a normal, graded one.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import runpy
+import shutil
 import sys
 import threading
 import time
@@ -41,11 +42,14 @@ kill -SEGV $$
 
 
 def fake_install(tmp_path: Path, name: str, script: str, real: OpenCodeInstall) -> OpenCodeInstall:
-    binary = tmp_path / "fake" / name / "opencode"
-    binary.parent.mkdir(parents=True)
-    binary.write_text(script.format(version=real.version))
-    binary.chmod(0o755)
-    return real.model_copy(update={"binary": binary})
+    """What the sandbox gets, with ``script`` as its ``opencode``."""
+    shipped = tmp_path / "fake" / name
+    shipped.mkdir(parents=True)
+    (shipped / "opencode").write_text(script.format(version=real.version))
+    shutil.copyfile(real.shipped / "rg", shipped / "rg")
+    for binary in shipped.iterdir():
+        binary.chmod(0o555)
+    return real.model_copy(update={"binary": shipped / "opencode", "shipped": shipped})
 
 
 class EngineThread:

@@ -12,7 +12,7 @@ def _install(version: str | None, cache_dir: Path | None, timeout: float) -> str
     from tackroom_opencode.install import DEFAULT_VERSION, ensure_installed
 
     found = asyncio.run(ensure_installed(version or DEFAULT_VERSION, cache_dir=cache_dir, timeout=timeout))
-    return f"opencode {found.version}: {found.binary}\nripgrep: {found.ripgrep}"
+    return f"opencode {found.version}: {found.binary}\nripgrep: {found.ripgrep}\nwhat sandboxes get: {found.shipped}"
 
 
 opencode_app = install_app("OpenCode", package="opencode-ai", cache_name="opencode", install=_install)

@@ -1,8 +1,10 @@
 """The ``opencode`` harness: the real OpenCode agent, headless, inside the sandbox.
 
-Setup ships the pinned OpenCode binary (and a static ripgrep) from the host's
-install into the sandbox under ``sandbox_dir`` — nothing is downloaded at trial
-time. Run writes an ``opencode.json`` whose only provider is the trial's policy
+The pinned OpenCode binary and a static ripgrep are prepared once on the host
+(:mod:`tackroom_opencode.install`) and bound read-only into the sandbox at
+``bin_path`` (:meth:`OpenCodeHarness.mounts`), or uploaded into ``sandbox_dir``
+by a sandbox that binds nothing — nothing is downloaded at trial time. Run
+writes an ``opencode.json`` whose only provider is the trial's policy
 (a gateway session, so the token trajectory is exact) reached through a
 :class:`~tackroom_agent_kit.ModelRelay` (turn limit, failing endpoint, calls
 in flight), starts ``opencode run --format json`` in its own session, watches
@@ -13,12 +15,15 @@ agent timeout, a hang and the turn limit stop every process OpenCode started.
 from __future__ import annotations
 
 import functools
+import re
 import shlex
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
 from tackroom import ConfigError, Harness, InfraError, Policy, Sandbox, Task, Trajectory
+from tackroom.sandbox_features import ReadOnlyMounts
 from tackroom_agent_kit import (
     AgentControl,
     AgentControlError,
@@ -74,7 +79,11 @@ class OpenCodeOptions(AgentOptions):
         description="Output limit per turn unless the policy's sampling sets max_tokens (default: 4096 full, 512 compact)")
     context_length: int | None = Field(default=None, gt=0, description="The model's context (default: asked from the policy's /models)")
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict, description="MCP servers to give OpenCode (none by default)")
-    sandbox_dir: str = Field(default="/opt/opencode", description="Where OpenCode, its config and state live in the sandbox")
+    sandbox_dir: str = Field(default="/opt/opencode", description="Where OpenCode's config, state and run files live in the sandbox")
+    bin_path: str = Field(
+        default="/mnt/tackroom-opencode",
+        description="Where the sandbox binds the host's prepared opencode and rg read-only (a sandbox that binds "
+        "nothing gets them uploaded into sandbox_dir/bin)")
     hang_timeout_sec: float = Field(
         default=900.0, gt=0,
         description="No output and no model call in flight for this long is a hang (infra error); OpenCode's bash "
@@ -97,6 +106,8 @@ class OpenCodeHarness(Harness):
         super().__init__(options)
         self.install: OpenCodeInstall | None = None
         self.world_note: str | None = None
+        self.bin_dir = self._path("bin")
+        """Where opencode and rg are in the sandbox: ``bin_path`` when bound, else ``sandbox_dir/bin``."""
         self.control = AgentControl(self.options.sandbox_dir, agent="OpenCode", log_glob="xdg/data/opencode/log/*.log")
 
     # -- paths inside the sandbox ------------------------------------------------------
@@ -104,26 +115,43 @@ class OpenCodeHarness(Harness):
         return "/".join([self.options.sandbox_dir.rstrip("/"), *parts])
 
     # -- setup -------------------------------------------------------------------------
+    async def _installed(self) -> OpenCodeInstall:
+        if self.install is None:
+            self.install = await ensure_installed(
+                self.options.version,
+                cache_dir=self.options.cache_path(),
+                timeout=self.options.install_timeout_sec,
+            )
+        return self.install
+
+    async def mounts(self, task: Task) -> dict[str, Path]:
+        """The host's prepared opencode and rg (made once per version, never written again), bound read-only at
+        ``bin_path``: nothing is copied per trial."""
+        return {self.options.bin_path: (await self._installed()).shipped}
+
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
         self.world_note = await mount_world_files(sandbox, task)  # a world task's data, where its instruction says
-        self.install = await ensure_installed(
-            self.options.version,
-            cache_dir=self.options.cache_path(),
-            timeout=self.options.install_timeout_sec,
-        )
+        install = await self._installed()
+        at = sandbox.spec.mounts.get(self.options.bin_path) if isinstance(sandbox, ReadOnlyMounts) else None
+        bound = at is not None and at.resolve() == install.shipped.resolve()
+        self.bin_dir = self.options.bin_path.rstrip("/") if bound else self._path("bin")
         dirs = " ".join(shlex.quote(self._path(*p)) for p in [
-            ("bin",), ("run",), ("xdg", "config", "opencode", "node_modules"), ("xdg", "data"), ("xdg", "cache"),
-            ("xdg", "state")])
+            ("run",), ("xdg", "config", "opencode", "node_modules"), ("xdg", "data"), ("xdg", "cache"),
+            ("xdg", "state"), *([] if bound else [("bin",)])])
         await must_succeed(sandbox, f"mkdir -p {dirs}", "create OpenCode's directories", error=OpenCodeSetupError)
         await self._seed_config_dir(sandbox)
         await self.control.install(sandbox)
-        await sandbox.upload(self.install.binary, self._path("bin", "opencode"), timeout=300)
-        await sandbox.upload(self.install.ripgrep, self._path("bin", "rg"), timeout=60)
-        binary = shlex.quote(self._path("bin", "opencode"))
-        await must_succeed(sandbox, f"chmod 755 {binary} {shlex.quote(self._path('bin', 'rg'))}",
-                         "make OpenCode executable", error=OpenCodeSetupError)
-        await check_it_runs(sandbox, f"HOME=/tmp {binary} --version", agent="OpenCode", version=self.options.version,
-                            reads_right=lambda out: out.strip() == self.options.version, shown="opencode --version",
+        binary = shlex.quote(f"{self.bin_dir}/opencode")
+        if not bound:
+            for name, timeout in (("opencode", 300), ("rg", 60)):
+                await sandbox.upload(install.shipped / name, f"{self.bin_dir}/{name}", timeout=timeout)
+            await must_succeed(sandbox, f"chmod 755 {binary} {shlex.quote(f'{self.bin_dir}/rg')}",
+                               "make OpenCode executable", error=OpenCodeSetupError)
+        # The build was checked once on the host (`opencode --version`, which loads all of OpenCode's JavaScript: a
+        # second of CPU). Here only whether this sandbox runs the binary at all: as plain Bun (BUN_BE_BUN), the same
+        # executable, loader, libraries and Bun runtime start without OpenCode's code, in milliseconds.
+        await check_it_runs(sandbox, f"HOME=/tmp BUN_BE_BUN=1 {binary} --version", agent="OpenCode",
+                            version=self.options.version, reads_right=_a_version, shown="BUN_BE_BUN=1 opencode --version",
                             crash=OpenCodeCrashError, error=OpenCodeSetupError,
                             hint="The binary needs a glibc userland (Debian, Ubuntu …); for musl images (Alpine) no "
                             "build is shipped yet")
@@ -254,11 +282,11 @@ class OpenCodeHarness(Harness):
         return env
 
     async def _start(self, sandbox: Sandbox, task: Task, policy: Policy) -> None:
-        argv = [self._path("bin", "opencode"), "run", "--format", "json", "--title", "tackroom trial",
+        argv = [f"{self.bin_dir}/opencode", "run", "--format", "json", "--title", "tackroom trial",
                 "--model", f"{PROVIDER_ID}/{policy.model}"]
         # OpenCode reads the message verbatim from its standard input.
         await self.control.start(sandbox, argv, env=self._env(), stdin=task.instruction,
-                                 prelude=f'export PATH={shlex.quote(self._path("bin"))}:"$PATH"; ')
+                                 prelude=f'export PATH={shlex.quote(self.bin_dir)}:"$PATH"; ')
 
     async def _logs(self, sandbox: Sandbox) -> str:
         """The tails of OpenCode's stderr and of its own log, for an error message."""
@@ -279,6 +307,11 @@ class OpenCodeHarness(Harness):
             notes.append(f"{episode.unparsed_lines} lines of OpenCode's output were not JSON events")
         return Trajectory(messages=episode.messages(instruction), final_answer=episode.final_answer,
                           stop_reason=stop, metrics=metrics, notes=notes)
+
+
+def _a_version(out: str) -> bool:
+    """``x.y.z`` (Bun's version; OpenCode's own from a build without BUN_BE_BUN, or a stand-in)."""
+    return re.fullmatch(r"\d+\.\d+\.\d+\S*", out.strip()) is not None
 
 
 def _rejected(status: int | None) -> bool:

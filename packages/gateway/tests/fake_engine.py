@@ -31,6 +31,9 @@ class Scripted:
     """vLLM's ``stop_reason``: the stop string (or stop token id) the completion ended on."""
     token_delay_s: float = 0.0
     """Streaming only: the wait between two tokens, as a real engine's decoding takes time."""
+    burst: bool = False
+    """Streaming only: every event (one per token) and ``[DONE]`` in one write, as the gateway finds them when it
+    reads the engine late."""
 
 
 class FakeEngineForTests:
@@ -121,6 +124,13 @@ class FakeEngineForTests:
             )
 
         async def events() -> AsyncIterator[bytes]:
+            if answer.burst:
+                yield b"".join([event async for event in one_by_one()])
+            else:
+                async for event in one_by_one():
+                    yield event
+
+        async def one_by_one() -> AsyncIterator[bytes]:
             sent_text = ""
             for k, tid in enumerate(ids):
                 if answer.die_after_tokens is not None and k >= answer.die_after_tokens:

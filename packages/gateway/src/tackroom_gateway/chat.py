@@ -33,7 +33,15 @@ from tackroom_gateway.errors import (
 )
 from tackroom_gateway.protocol import PASSTHROUGH, ChatCompletionRequest, forced_tool_call_tag
 from tackroom_gateway.sessions import SessionStore
-from tackroom_gateway.streaming import CANCELLED, END, ClientGone, chat_logprobs, client_gone, pump_stream
+from tackroom_gateway.streaming import (
+    CANCELLED,
+    END,
+    ClientGone,
+    chat_logprobs,
+    client_gone,
+    pump_stream,
+    queued_behind,
+)
 from tackroom_gateway.tito import OpenRequest, PromptPlan, TitoSession
 from tackroom_gateway.tool_parsers import ParsedOutput
 
@@ -323,22 +331,28 @@ class ChatHandler:
                 if isinstance(piece, BaseException):
                     raise piece
                 self.backend.liveness.answered()
-                if piece.prompt_ids is not None and piece.prompt_ids != plan.prompt_ids:
-                    session.notes.append(f"turn {len(session.turns)}: engine echoed prompt ids that differ from those sent")
-                ids.extend(piece.token_ids)
-                logprobs.extend(piece.logprobs)
-                if piece.finish_reason is not None:
-                    engine_reason, engine_stop = piece.finish_reason, piece.stop_reason
-                delta = incremental.feed(piece.text)
+                # the chunks queued behind this one go out with it, as one event (each recorded as it came)
+                pieces, after = queued_behind(piece, queue)
+                for part in pieces:
+                    if part.prompt_ids is not None and part.prompt_ids != plan.prompt_ids:
+                        session.notes.append(f"turn {len(session.turns)}: engine echoed prompt ids that differ from those sent")
+                    ids.extend(part.token_ids)
+                    logprobs.extend(part.logprobs)
+                    if part.finish_reason is not None:
+                        engine_reason, engine_stop = part.finish_reason, part.stop_reason
+                delta = incremental.feed(piece.text if len(pieces) == 1 else "".join(part.text for part in pieces))
                 out: dict[str, Any] = {}
                 if delta.reasoning:
                     out["reasoning_content"] = delta.reasoning
                 if delta.content:
                     out["content"] = delta.content
-                lp = chat_logprobs(piece.tokens, piece.logprobs, piece.top_logprobs) if req.logprobs else None
+                lp = None
+                if req.logprobs:  # per token, each chunk's own as the engine sent it
+                    lp = {"content": [entry for part in pieces
+                                      for entry in chat_logprobs(part.tokens, part.logprobs, part.top_logprobs)["content"]]}
                 if out or lp:
                     yield chunk(out, logprobs=lp)
-                piece = await queue.get()
+                piece = await queue.get() if after is None else after
             owed, parsed = incremental.finish()
             self._record(session, plan, ids, logprobs if len(logprobs) == len(ids) else None, engine_reason, parsed,
                          constrained=constrained)

@@ -12,28 +12,39 @@ first. What is left is raised as a typed error:
 * 429 after retries -> :class:`EngineRateLimitedError` (infra, HTTP 429)
 * engine unreachable / died / 5xx after retries, or 401/403/404... -> :class:`EngineUnavailableError` (infra, 503)
 * 200 that is not a completion after retries -> :class:`EngineBadResponseError` (infra, 502)
-* no answer within the read timeout -> :class:`EngineTimeoutError` (infra, 504; not retried)
+* no answer within the read timeout, or no free connection within the pool timeout -> :class:`EngineTimeoutError`
+  (infra, 504; not retried)
 * context length exceeded -> :class:`ContextLengthExceededError` (model)
 * any other 400/413/422 -> :class:`EngineRequestError` (model)
 
 :meth:`EngineClient.probe` is the gateway's liveness check: one 1-token completion, on
 its own small connection pool, without retries, bounded by a short timeout; it
 answers what went wrong instead of raising.
+
+The transport is aiohttp (its HTTP parser is C): the gateway sits on every model call, and the engine hop on
+httpcore (h11, anyio) cost several times the CPU per request (packages/gateway/README.md, "At RL concurrency").
+``EngineTimeouts`` maps onto it as follows: ``connect`` bounds resolving and connecting (aiohttp's ``connect`` and
+``sock_connect``); ``read`` bounds each wait for a piece of the answer (``sock_read``: the head, each body read, the
+gap between stream events); ``pool`` bounds the wait for one of ``max_connections`` request slots (the client's own,
+aiohttp's connector is unlimited behind it). aiohttp has no write timeout: the request is written beside the wait
+for the answer, with ``read`` already running, so an engine that never takes the request ends as a read timeout
+(``write`` is kept for compatibility and bounds nothing). One thing aiohttp adds: a ``GET`` (``/models``) whose
+kept-alive connection turns out closed is sent again at once on a new one, before the retries above.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
-import httpcore
+import aiohttp
+from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, Field
 from tenacity import (
     AsyncRetrying,
@@ -57,7 +68,9 @@ T = TypeVar("T")
 
 
 class EngineTimeouts(BaseModel):
-    """Seconds. ``read`` bounds the wait for each piece of an answer (a whole non-streamed completion)."""
+    """Seconds. ``read`` bounds the wait for each piece of an answer (a whole non-streamed completion); ``pool`` the
+    wait for a free request slot; ``write`` bounds nothing on aiohttp (a stuck write ends as a read timeout; see the
+    module's docstring)."""
 
     connect: float = 10.0
     read: float = 600.0
@@ -84,8 +97,8 @@ class EngineSettings(BaseModel):
     retry_budget_s: float = 60.0
     """Retrying stops once the next wait would end later than this many seconds after the first attempt began."""
     max_connections: int = 256
-    """Engine requests in flight at once; kept in pools of 32 taken in turn, each with room for twice its share, so
-    the engine may see up to twice this many connections (``ShardedPool``)."""
+    """Engine requests in flight at once (a request past it waits up to ``timeouts.pool`` for a slot), and so the
+    most connections the engine sees from the gateway's requests (probes have their own two)."""
     probe_interval_s: float = 2.0
     """While requests wait on the engine and it has answered nothing for this long, the gateway sends it a
     liveness probe (a 1-token completion), one at a time; see ``PolicyGateway`` and the README's Errors."""
@@ -145,8 +158,26 @@ class _BadAnswer(_Retryable):
         super().__init__(200, message)
 
 
-# Failures where nothing reached the caller yet, so trying again is safe.
-_RETRY_ON = (httpcore.ConnectError, httpcore.ConnectTimeout, httpcore.RemoteProtocolError, httpcore.ReadError, httpcore.WriteError, _Retryable)
+class _PoolTimeout(TimeoutError):
+    """No request slot came free within ``timeouts.pool`` (all ``max_connections`` in flight)."""
+
+
+# Failures where nothing reached the caller yet, so trying again is safe: the connection could not be made (refused,
+# timed out), the engine closed or reset it, or sent something that is not HTTP or a body cut short.
+_RETRY_ON = (
+    aiohttp.ClientOSError,  # refused / unreachable (ClientConnectorError), reset while reading or writing
+    aiohttp.ClientConnectionResetError,  # a write to a connection the engine closed
+    aiohttp.ServerDisconnectedError,  # closed before the answer
+    aiohttp.ConnectionTimeoutError,  # no connection within ``connect``
+    aiohttp.ClientPayloadError,  # a body cut short
+    aiohttp.ClientResponseError,  # not HTTP (the parser's error, as aiohttp raises it)
+    HttpProcessingError,
+    _Retryable,
+)
+# Failures of the transport that are final (after the retryable ones above): a timeout reading the answer or waiting
+# for a slot is EngineTimeoutError, anything else EngineUnavailableError.
+_TIMEOUTS = (aiohttp.ServerTimeoutError, _PoolTimeout)
+_TRANSPORT = (aiohttp.ClientError, HttpProcessingError)
 _RETRY_STATUS = frozenset({408, 429})
 
 
@@ -168,10 +199,6 @@ def parse_retry_after(value: str | bytes | None, *, now: datetime | None = None)
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-
-
-def _header(resp: httpcore.Response, name: bytes) -> bytes | None:
-    return next((v for k, v in resp.headers if k.lower() == name), None)
 
 
 def _error_message(body: bytes) -> str:
@@ -197,65 +224,47 @@ def _logprob_fields(lp: dict[str, Any] | None) -> tuple[list[float], list[str], 
     return values, list(lp.get("tokens") or []), [dict(t or {}) for t in lp.get("top_logprobs") or []]
 
 
-class ShardedPool:
-    """httpcore connection pools of at most ``SHARD`` connections each, taken in turn, ``max_connections`` in all.
-
-    httpcore's pool does work quadratic in its connections on every request it assigns and every response it
-    closes (its idle-connection check lists all connections for each idle one): at RL concurrency, 256 open
-    engine requests, that was the largest single item in a profile of the gateway (benchmarks/gateway_overhead.py);
-    plain requests went from 5.1 to 2.9 ms of gateway CPU each.
-    Shards of ``SHARD`` keep each pool small; a shard that is full queues its request (``pool`` timeout), so each
-    has room for twice its share, and the engine sees at most ``2 * max_connections`` connections at once."""
-
-    SHARD = 32
-
-    def __init__(self, max_connections: int, *, keepalive_expiry: float) -> None:
-        shards = max(1, -(-max_connections // self.SHARD))
-        size = min(max_connections, 2 * -(-max_connections // shards))
-        self._pools = [httpcore.AsyncConnectionPool(max_connections=size, max_keepalive_connections=size,
-                                                    keepalive_expiry=keepalive_expiry) for _ in range(shards)]
-        self._turn = itertools.cycle(self._pools)
-
-    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
-        return await next(self._turn).handle_async_request(request)
-
-    async def aclose(self) -> None:
-        for pool in self._pools:
-            await pool.aclose()
-
-
 class EngineClient:
     """One pooled HTTP/1.1 client per engine; safe to share between sessions and tasks.
 
-    Built on httpcore (httpx's transport) directly: the gateway sits on every model
-    call, and httpx's per-request URL/cookie handling costs more than the hop itself.
+    Built on aiohttp (a C HTTP parser): the gateway sits on every model call, so the hop's CPU is the gateway's.
+    Its sessions are opened on first use, in the running event loop (the client may be made outside one).
     """
 
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
         t = settings.timeouts
         self.base_url = settings.base_url.rstrip("/")
-        url = httpcore.URL(self.base_url)
-        self._host = url.host + (b":%d" % url.port if url.port else b"")
-        self._timeouts = {"connect": t.connect, "read": t.read, "write": t.write, "pool": t.pool}
-        self._headers = [
-            (b"content-type", b"application/json"),
-            (b"authorization", f"Bearer {settings.api_key}".encode()),
-        ]
-        # Idle connections are let go before the engine's own keep-alive timeout (uvicorn's, vLLM's server: 5 s)
-        # closes them: a request sent just as the server closes its connection fails at once.
-        self._pool = ShardedPool(settings.max_connections, keepalive_expiry=4.0)
-        # Probes get their own connections: agents' requests filling the main pool must not look like a dead engine.
-        # And a fresh one each (no keep-alive): a probe is never retried, so one lost to that close race would read
-        # as a silent engine and turn every waiting trial into infra.
-        self._probe_pool = httpcore.AsyncConnectionPool(max_connections=2, max_keepalive_connections=0)
+        self._client_timeout = aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect, sock_read=t.read)
+        self._headers = {"Content-Type": "application/json", "Authorization": f"Bearer {settings.api_key}"}
+        self._slots = asyncio.Semaphore(max(1, settings.max_connections))
+        self._session: aiohttp.ClientSession | None = None
+        self._probe_session: aiohttp.ClientSession | None = None
         self.info: EngineInfo | None = None
 
+    def _open(self, *, probe: bool) -> aiohttp.ClientSession:
+        if probe:
+            # Probes get their own connections: agents' requests filling the main pool must not look like a dead
+            # engine. And a fresh one each (no keep-alive): a probe is never retried, so one lost to the race of the
+            # engine closing an idle connection would read as a silent engine and turn every waiting trial into infra.
+            connector = aiohttp.TCPConnector(limit=2, force_close=True)
+        else:
+            # Unlimited: the request slots (``max_connections``) bound the connections in use. Idle ones are let go
+            # before the engine's own keep-alive timeout (uvicorn's, vLLM's server: 5 s) closes them: a request sent
+            # just as the server closes its connection fails at once.
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0)
+        # No Accept-Encoding (as before, on httpcore): the engine's answers come uncompressed.
+        return aiohttp.ClientSession(connector=connector, timeout=self._client_timeout, headers=self._headers,
+                                     skip_auto_headers=("Accept-Encoding",), cookie_jar=aiohttp.DummyCookieJar())
+
     async def aclose(self) -> None:
-        await self._pool.aclose()
-        await self._probe_pool.aclose()
+        for session in (self._session, self._probe_session):
+            if session is not None:
+                await session.close()
+        self._session = self._probe_session = None
 
     def _wait(self, state: RetryCallState) -> float:
+        """The wait before the next attempt: the engine's ``Retry-After`` (capped), else exponential backoff."""
         exc = state.outcome.exception() if state.outcome is not None else None
         asked = getattr(exc, "retry_after", None)
         if asked is not None:
@@ -292,65 +301,121 @@ class EngineClient:
         )
 
     def _timeout(self, exc: BaseException) -> EngineTimeoutError:
+        if isinstance(exc, _PoolTimeout):
+            return EngineTimeoutError(f"engine at {self.base_url}: {exc}; the engine is overloaded or stuck, "
+                                      "or raise max_connections or the pool timeout")
         return EngineTimeoutError(
             f"engine at {self.base_url} sent nothing for {self.settings.timeouts.read:g}s "
             f"({type(exc).__name__}); the engine is overloaded or stuck, or raise the read timeout"
         )
 
-    async def _send(self, method: str, path: str, content: bytes, answer: Callable[[httpcore.Response], Any],
-                    *, retry: bool = True, pool: httpcore.AsyncConnectionPool | ShardedPool | None = None) -> Any:
+    async def _acquire(self) -> None:
+        """Take a request slot, waiting at most ``timeouts.pool``."""
+        if not self._slots.locked():
+            await self._slots.acquire()  # free: no wait
+            return
+        try:
+            async with asyncio.timeout(self.settings.timeouts.pool):
+                await self._slots.acquire()
+        except TimeoutError as exc:
+            raise _PoolTimeout(f"no free connection within {self.settings.timeouts.pool:g}s "
+                               f"({self.settings.max_connections} requests in flight)") from exc
+
+    async def _send(self, method: str, path: str, content: bytes | None,
+                    answer: Callable[[aiohttp.ClientResponse], Awaitable[T]], *, retry: bool = True, probe: bool = False,
+                    hold: bool = False) -> T:
         """One logical request with retries (``retry=False``: one attempt); ``answer`` turns a response into the
         result or raises.
 
-        ``answer`` runs inside the attempt, so a retryable status or a garbled body it
-        reports (``_Retryable``) is tried again; any other error it raises is final.
+        ``answer`` runs inside the attempt, so a retryable status or a garbled body it reports (``_Retryable``)
+        is tried again; any other error it raises is final. Connection failures, 408/429/5xx and garbled answers
+        are retried up to ``retries`` times, with exponential backoff or the engine's ``Retry-After`` (capped),
+        stopping early once the next wait would end ``retry_budget_s`` after the first attempt began.
+        ``hold``: the response stays open after ``answer`` (a stream), holding its request slot; the caller
+        releases both (:meth:`_release`). On failure they are released here.
         """
         url = f"{self.base_url}/{path}"
         started = time.monotonic()
         attempts = 0
-        pool = pool or self._pool
+        if probe:
+            session = self._probe_session or self._set_session(probe=True)
+        else:
+            session = self._session or self._set_session(probe=False)
         try:
             async for attempt in self._retrying(retry):
                 with attempt:
                     attempts += 1
-                    headers = [*self._headers, (b"host", self._host), (b"content-length", str(len(content)).encode())]
-                    resp = await pool.handle_async_request(
-                        httpcore.Request(method, url, headers=headers, content=content, extensions={"timeout": self._timeouts})
-                    )
-                    return await answer(resp)
+                    return await self._attempt(session, method, url, content, answer, probe=probe, hold=hold)
         except _RETRY_ON as exc:
             raise self._gave_up(exc, attempts, started) from exc
-        except httpcore.TimeoutException as exc:
+        except _TIMEOUTS as exc:
             raise self._timeout(exc) from exc
-        except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
+        except _TRANSPORT as exc:
             raise self._gave_up(exc, attempts, started) from exc
-        raise AssertionError("unreachable: tenacity either returns or raises")
+        raise AssertionError("unreachable: tenacity re-raises the last failure")
+
+    async def _attempt(self, session: aiohttp.ClientSession, method: str, url: str, content: bytes | None,
+                       answer: Callable[[aiohttp.ClientResponse], Awaitable[T]], *, probe: bool, hold: bool) -> T:
+        """One attempt: a request slot (not for a probe), the request, ``answer``; the slot and the response are
+        released here unless ``hold`` passes them to the caller."""
+        slot = False
+        try:
+            if not probe:
+                await self._acquire()
+                slot = True
+            resp = await session.request(method, url, data=content, allow_redirects=False)
+            try:
+                result = await answer(resp)
+            except BaseException:
+                resp.release()  # back to the pool when its answer was read whole, else closed
+                raise
+            if hold:
+                slot = False  # the caller's now, with the response
+            else:
+                resp.release()
+            return result
+        finally:
+            if slot:
+                self._slots.release()
+
+    def _set_session(self, *, probe: bool) -> aiohttp.ClientSession:
+        session = self._open(probe=probe)
+        if probe:
+            self._probe_session = session
+        else:
+            self._session = session
+        return session
+
+    def _release(self, resp: aiohttp.ClientResponse, *, finished: bool) -> None:
+        """End a held response (:meth:`_send`'s ``hold``): its connection back to the pool when the answer was read
+        to its end, else closed (the engine sees its client go away); and its request slot."""
+        try:
+            if finished:
+                resp.release()
+            else:
+                resp.close()
+        finally:
+            self._slots.release()
 
     @staticmethod
-    async def _check_status(resp: httpcore.Response) -> None:
-        """Raise for a non-200 answer (closing it): retryable statuses as ``_Retryable``, others typed."""
+    async def _check_status(resp: aiohttp.ClientResponse) -> None:
+        """Raise for a non-200 answer: retryable statuses as ``_Retryable``, others typed."""
         if resp.status == 200:
             return
-        try:
-            body = await resp.aread()
-        finally:
-            await resp.aclose()
+        body = await resp.read()
         message = _error_message(body)
         if resp.status >= 500 or resp.status in _RETRY_STATUS:
-            raise _Retryable(resp.status, message, parse_retry_after(_header(resp, b"retry-after")))
+            raise _Retryable(resp.status, message, parse_retry_after(resp.headers.get("Retry-After")))
         raise classify_engine_rejection(resp.status, message)
 
     async def _call(self, method: str, path: str, payload: dict[str, Any] | None, parse: Callable[[Any], T],
                     **send: Any) -> T:
         """A JSON request whose JSON answer ``parse`` reads; a garbled answer is retried like a 5xx."""
-        content = json.dumps(payload).encode() if payload is not None else b""
+        content = json.dumps(payload).encode() if payload is not None else None
 
-        async def answer(resp: httpcore.Response) -> T:
+        async def answer(resp: aiohttp.ClientResponse) -> T:
             await self._check_status(resp)
-            try:
-                body = await resp.aread()
-            finally:
-                await resp.aclose()
+            body = await resp.read()
             try:
                 data = json.loads(body)
             except ValueError as exc:
@@ -423,7 +488,7 @@ class EngineClient:
                                 stream=False)
         try:
             async with asyncio.timeout(limit) as deadline:
-                await self._call("POST", "completions", payload, self._completion, retry=False, pool=self._probe_pool)
+                await self._call("POST", "completions", payload, self._completion, retry=False, probe=True)
         except TimeoutError as exc:
             return f"no answer within {limit:g}s" if deadline.expired() else f"{type(exc).__name__}: {exc}"
         except Exception as exc:
@@ -459,23 +524,20 @@ class EngineClient:
         """
         content = json.dumps(self._payload(body, stream=True)).encode()
 
-        async def opened(resp: httpcore.Response) -> httpcore.Response:
+        async def opened(resp: aiohttp.ClientResponse) -> aiohttp.ClientResponse:
             await self._check_status(resp)
-            kind = (_header(resp, b"content-type") or b"").split(b";")[0].strip().lower()
-            if kind != b"text/event-stream":  # an error page or a plain JSON body instead of a stream
-                try:
-                    body = await resp.aread()
-                finally:
-                    await resp.aclose()
-                raise _BadAnswer(f"a {kind.decode('latin-1') or 'untyped'} answer instead of an event stream: "
+            kind = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
+            if kind != "text/event-stream":  # an error page or a plain JSON body instead of a stream
+                body = await resp.read()
+                raise _BadAnswer(f"a {kind or 'untyped'} answer instead of an event stream: "
                                  f"{_error_message(body)[:200]}")
             return resp
 
-        resp: httpcore.Response = await self._send("POST", "completions", content, opened)
+        resp = await self._send("POST", "completions", content, opened, hold=True)
+        finished = False
         try:
-            finished = False
             buffer = b""
-            async for data in resp.aiter_stream():
+            async for data in resp.content.iter_any():
                 buffer += data
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
@@ -497,12 +559,17 @@ class EngineClient:
                     break
             if not finished:
                 raise EngineUnavailableError(f"engine at {self.base_url} closed the stream before it finished (did it die?)")
-        except httpcore.TimeoutException as exc:
+            if not resp.content.at_eof():
+                # the body's last chunk is sent right after [DONE]: one turn of the event loop reads it when it has
+                # come, and the connection can be kept (else it is closed, not waited for)
+                await asyncio.sleep(0)
+        except aiohttp.ServerTimeoutError as exc:
             raise self._timeout(exc) from exc
-        except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
+        except _TRANSPORT as exc:
             raise EngineUnavailableError(f"engine at {self.base_url} failed mid-stream: {type(exc).__name__}: {exc}") from exc
         finally:
-            await resp.aclose()
+            # [DONE] is the last event: the connection goes back to the pool once the body's end came with it
+            self._release(resp, finished=finished and resp.content.at_eof())
 
     @staticmethod
     def _chunks(obj: Any) -> list[EngineChunk]:

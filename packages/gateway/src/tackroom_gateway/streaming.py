@@ -1,5 +1,5 @@
-"""The gateway's streaming plumbing: server-sent events, an engine stream moved into a queue, a client that
-hung up and chat logprobs."""
+"""The gateway's streaming plumbing: server-sent events, an engine stream moved into a queue (and the chunks that
+queued up behind one taken together), a client that hung up and chat logprobs."""
 
 from __future__ import annotations
 
@@ -55,6 +55,20 @@ async def pump_stream(chunks: AsyncIterator[EngineChunk], queue: asyncio.Queue[A
         if aclose is not None:
             with contextlib.suppress(Exception):
                 await aclose()
+
+
+def queued_behind(first: EngineChunk, queue: asyncio.Queue[Any]) -> tuple[list[EngineChunk], Any]:
+    """``first`` and the engine chunks already queued behind it, taken without waiting, to go out as one event: when
+    the gateway falls behind the engine (or one read brought many events), the agent gets one event instead of one
+    per token, with the same text and tokens. Also returns the item that stopped the taking (``END``, ``CANCELLED``
+    or an error, to be handled after these chunks), or None when the queue ran empty."""
+    pieces = [first]
+    while not queue.empty():
+        item = queue.get_nowait()
+        if not isinstance(item, EngineChunk):
+            return pieces, item
+        pieces.append(item)
+    return pieces, None
 
 
 def chat_logprobs(tokens: list[str], values: list[float], tops: list[dict[str, float]]) -> dict[str, Any]:

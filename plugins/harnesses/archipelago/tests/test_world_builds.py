@@ -6,8 +6,8 @@ beside its code writes into a copy of its own."""
 from __future__ import annotations
 
 import hashlib
-import os
 import json
+import os
 import re
 import shutil
 import textwrap

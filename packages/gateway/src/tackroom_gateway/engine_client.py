@@ -258,10 +258,14 @@ class EngineClient:
                                      skip_auto_headers=("Accept-Encoding",), cookie_jar=aiohttp.DummyCookieJar())
 
     async def aclose(self) -> None:
-        for session in (self._session, self._probe_session):
-            if session is not None:
-                await session.close()
+        """Close both sessions; one cancelled or failing to close does not keep the other open."""
+        sessions = [s for s in (self._session, self._probe_session) if s is not None]
         self._session = self._probe_session = None
+        for session in sessions:
+            try:
+                await asyncio.shield(session.close())
+            except Exception:  # a connection that fails to close cleanly is closed all the same
+                continue
 
     def _wait(self, state: RetryCallState) -> float:
         """The wait before the next attempt: the engine's ``Retry-After`` (capped), else exponential backoff."""

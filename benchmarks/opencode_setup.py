@@ -1,7 +1,7 @@
 """How long the opencode harness takes to set a trial up, step by step, beside a baseline from git.
 
-    uv run python plugins/harnesses/opencode/benchmarks/setup_time.py                  # local, 6 rounds
-    uv run python plugins/harnesses/opencode/benchmarks/setup_time.py --concurrent 4 --load 2   # a busy machine
+    uv run python benchmarks/opencode_setup.py                  # local, 6 rounds
+    uv run python benchmarks/opencode_setup.py --concurrent 4 --load 2   # a busy machine
 
 Three variants, each in a process of its own, their rounds interleaved (so a busy moment of a shared machine hits
 all three): ``baseline`` (the harness and agent kit of ``--baseline-ref``, default HEAD, as git has them),
@@ -27,7 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[4]
+from variants import REPO, baseline_tree, print_phase_table
+
 PACKAGES = ("plugins/harnesses/opencode/src", "packages/agent-kit/src")
 PHASES = ("mounts", "start", "setup", "ready", "stop", "execs", "uploads")
 TASK = REPO / "examples" / "tasks" / "hello-file"
@@ -93,14 +94,6 @@ async def serve(sandbox: str, bound: bool, concurrent: int) -> None:
 
 
 # -- the driver ---------------------------------------------------------------------------------------
-def baseline_tree(ref: str, into: Path) -> list[Path]:
-    """``PACKAGES`` as ``ref`` has them, extracted under ``into``."""
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, *PACKAGES], check=True,
-                             capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return [into / p for p in PACKAGES]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sandbox", default="local", choices=["local", "docker"])
@@ -118,7 +111,7 @@ def main() -> None:
         variants: dict[str, tuple[list[str], dict[str, str]]] = {}
         me = [sys.executable, __file__, "--sandbox", args.sandbox, "--concurrent", str(args.concurrent)]
         if args.baseline_ref != "none":
-            paths = os.pathsep.join(str(p) for p in baseline_tree(args.baseline_ref, Path(tmp)))
+            paths = os.pathsep.join(str(p) for p in baseline_tree(args.baseline_ref, PACKAGES, Path(tmp)))
             variants[f"baseline ({args.baseline_ref})"] = ([*me, "--serve", "uploaded"], {**os.environ, "PYTHONPATH": paths})
         variants["uploaded"] = ([*me, "--serve", "uploaded"], dict(os.environ))
         variants["bound"] = ([*me, "--serve", "bound"], dict(os.environ))
@@ -150,18 +143,10 @@ def main() -> None:
                 proc.wait(timeout=120)
     kept = {name: [row for rnd in (rounds[1:] or rounds) for row in rnd] for name, rounds in rows.items()}
     medians = {name: {k: statistics.median(r[k] for r in runs) for k in PHASES} for name, runs in kept.items()}
-    names = list(medians)
     trials = len(next(iter(kept.values())))
     print(f"\n{args.sandbox}, {TASK.name}, {args.concurrent} at once, {args.load} busy processes: median of {trials} "
           "trials a variant (seconds; execs and uploads are counts during setup)\n")
-    print("| phase | " + " | ".join(names) + (" | baseline ÷ bound |" if len(names) == 3 else " |"))
-    print("|---|" + "---:|" * (len(names) + (len(names) == 3)))
-    for phase in PHASES:
-        cells = [f"{medians[n][phase]:.3g}" for n in names]
-        if len(names) == 3:
-            base, bound = medians[names[0]][phase], medians["bound"][phase]
-            cells.append(f"{base / bound:.1f}×" if bound > 0 and base > 0 else "—")
-        print(f"| {phase} | " + " | ".join(cells) + " |")
+    print_phase_table(medians, PHASES)
 
 
 if __name__ == "__main__":

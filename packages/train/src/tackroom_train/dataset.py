@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tackroom import ConfigError, SandboxProvider
-from tackroom._config import NetworkDefaults
-from tackroom_app import load_dataset, refuse_unrunnable
+from tackroom_app import NetworkDefaults, load_dataset, refuse_unrunnable
 
 ENV_CLASS = "tackroom"
 """``env_class`` of every prompt row: the generator, not a SkyRL-Gym env, runs it."""

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from variants import REPO, baseline_tree, print_phase_table
+from variants import REPO, baseline_tree, print_phase_table, sandbox_provider, started_sandbox
 
 PACKAGES = ("plugins/harnesses/opencode/src", "packages/agent-kit/src")
 PHASES = ("mounts", "start", "setup", "ready", "stop", "execs", "uploads")
@@ -36,30 +36,12 @@ TASK = REPO / "examples" / "tasks" / "hello-file"
 
 # -- one variant's process: runs a round of trials each time it reads a line -------------------------
 async def trial(provider, task, bound: bool, n: int) -> dict[str, float]:
-    from tackroom.sandbox_features import ReadOnlyMounts
-    from tackroom_app import sandbox_spec
     from tackroom_opencode.harness import OpenCodeHarness
 
     timed: dict[str, float] = {}
+    counts: dict[str, int] = {}
     harness = OpenCodeHarness({})
-    spec = sandbox_spec(task, f"opencode-setup-{os.getpid()}-{n}")
-    t0 = time.monotonic()
-    if bound and isinstance(provider.create(spec), ReadOnlyMounts):
-        spec = spec.model_copy(update={"mounts": await harness.mounts(task)})
-    timed["mounts"] = time.monotonic() - t0
-    box = provider.create(spec)
-    t0 = time.monotonic()
-    await box.start()
-    timed["start"] = time.monotonic() - t0
-    counts = {"exec": 0, "upload": 0}
-    for name in counts:
-        inner = getattr(box, name)
-
-        def counted(*args, _inner=inner, _name=name, **kwargs):
-            counts[_name] += 1
-            return _inner(*args, **kwargs)
-
-        setattr(box, name, counted)
+    box = await started_sandbox(provider, harness, task, f"opencode-setup-{os.getpid()}-{n}", bound, timed, counts)
     try:
         t0 = time.monotonic()
         await harness.setup(box, task)
@@ -76,14 +58,7 @@ async def trial(provider, task, bound: bool, n: int) -> dict[str, float]:
 async def serve(sandbox: str, bound: bool, concurrent: int) -> None:
     from tackroom import load_task
 
-    if sandbox == "docker":
-        from tackroom_docker import DockerProvider
-
-        provider = DockerProvider({"cli_timeout_sec": 300})
-    else:
-        from tackroom_local import LocalSandboxProvider
-
-        provider = LocalSandboxProvider()
+    provider = sandbox_provider(sandbox)
     task = load_task(TASK)
     loop = asyncio.get_running_loop()
     n = 0

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from variants import REPO, baseline_tree, print_phase_table
+from variants import REPO, baseline_tree, print_phase_table, sandbox_provider, started_sandbox
 
 PACKAGE = "plugins/harnesses/archipelago/src"
 PHASES = ("mounts", "start", "install", "gateway", "ready", "list", "stop", "execs", "uploads")
@@ -36,20 +36,11 @@ PHASES = ("mounts", "start", "install", "gateway", "ready", "list", "stop", "exe
 # -- one variant's process: runs a trial each time it reads a line ------------------------------------
 async def serve(sandbox: str, task_dir: str, bound: bool) -> None:
     from tackroom import load_task
-    from tackroom.sandbox_features import ReadOnlyMounts
-    from tackroom_app import sandbox_spec
     from tackroom_archipelago import ArchipelagoHarness
     from tackroom_archipelago import harness as module
     from tackroom_archipelago.mcp_session import WorldMcp
 
-    if sandbox == "docker":
-        from tackroom_docker import DockerProvider
-
-        provider = DockerProvider({"cli_timeout_sec": 300})
-    else:
-        from tackroom_local import LocalSandboxProvider
-
-        provider = LocalSandboxProvider()
+    provider = sandbox_provider(sandbox)
     task = load_task(Path(task_dir))
     await module.chat_template("smollm2")
     timed: dict[str, float] = {}
@@ -72,24 +63,8 @@ async def serve(sandbox: str, task_dir: str, bound: bool) -> None:
     while await loop.run_in_executor(None, sys.stdin.readline):
         timed.clear()
         harness = ArchipelagoHarness({})
-        spec = sandbox_spec(task, f"world-ready-{os.getpid()}")
-        t0 = time.monotonic()
-        if bound and isinstance(provider.create(spec), ReadOnlyMounts):
-            spec = spec.model_copy(update={"mounts": await harness.mounts(task)})
-        timed["mounts"] = time.monotonic() - t0
-        box = provider.create(spec)
-        t0 = time.monotonic()
-        await box.start()
-        timed["start"] = time.monotonic() - t0
-        counts = {"exec": 0, "upload": 0}
-        for name in counts:
-            inner = getattr(box, name)
-
-            def counted(*args, _inner=inner, _name=name, _counts=counts, **kwargs):
-                _counts[_name] += 1
-                return _inner(*args, **kwargs)
-
-            setattr(box, name, counted)
+        counts: dict[str, int] = {}
+        box = await started_sandbox(provider, harness, task, f"world-ready-{os.getpid()}", bound, timed, counts)
         try:
             t0 = time.monotonic()
             await harness.setup(box, task)

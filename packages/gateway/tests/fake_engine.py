@@ -185,3 +185,19 @@ async def gateway_over_fake(tokenizer: Any, *, max_model_len: int = 4096, **engi
             yield fake, gw
         finally:
             await gw.stop()
+
+
+# -- engines written on raw sockets (what a connection carries, counted exactly) ----------------------
+COMPLETION = {"choices": [{"index": 0, "text": "x", "token_ids": [5], "prompt_token_ids": [1, 2],
+                           "finish_reason": "length", "stop_reason": None, "logprobs": None}]}
+"""A one-token completion as an engine's JSON body."""
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """One HTTP/1.1 request off a keep-alive connection (its head, then as many body bytes as it says); raises
+    ``asyncio.IncompleteReadError`` when the client closed the connection."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    await reader.readexactly(length)
+    return head

@@ -8,11 +8,9 @@ import asyncio
 import json
 
 import pytest
+from fake_engine import COMPLETION, read_request
 
 from tackroom_gateway import EngineClient, EngineSettings, EngineTimeoutError, EngineTimeouts
-
-COMPLETION = {"choices": [{"index": 0, "text": "x", "token_ids": [5], "prompt_token_ids": [1, 2],
-                           "finish_reason": "length", "stop_reason": None, "logprobs": None}]}
 
 
 class BarrierEngine:
@@ -30,10 +28,7 @@ class BarrierEngine:
         self.connections += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
-                await reader.readexactly(length)
+                await read_request(reader)
                 self.requests += 1
                 self.open += 1
                 self.most_open = max(self.most_open, self.open)
@@ -120,10 +115,7 @@ async def test_a_finished_stream_gives_its_connection_back() -> None:
         connections += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
-                await reader.readexactly(length)
+                await read_request(reader)
                 body = f"data: {event}\n\ndata: [DONE]\n\n".encode()
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
                              b"%x\r\n%s\r\n" % (len(body), body))

@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from tackroom_gateway import EngineClient, EngineSettings
+from fake_engine import COMPLETION, read_request
 
-COMPLETION = {"choices": [{"index": 0, "text": "x", "token_ids": [5], "prompt_token_ids": [1, 2],
-                           "finish_reason": "length", "stop_reason": None, "logprobs": None}]}
+from tackroom_gateway import EngineClient, EngineSettings
 
 
 async def _engine_that_closes_as_a_second_request_arrives() -> tuple[asyncio.Server, list[int]]:
@@ -26,10 +25,7 @@ async def _engine_that_closes_as_a_second_request_arrives() -> tuple[asyncio.Ser
         per_connection.append(0)
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
-                await reader.readexactly(length)
+                await read_request(reader)
                 per_connection[-1] += 1
                 if per_connection[-1] > 1:
                     return

@@ -5,10 +5,10 @@ the policy, the :class:`AttemptDeadlines`, the run's network default); an execut
 here or in another process (a plan pickles by reference), and never sees the runtime.
 
 An attempt is five phases, each a method of :class:`Attempt` with its own limit, error class and notes: start,
-setup (verifier prepare, harness setup), then its turn where the runtime prepares trials ahead (``prepare_ahead``:
-started and set up, the attempt waits for one of ``concurrency`` turns, off its clock), agent (its own failure is the model's; grading still runs), stop (the
+setup (verifier prepare, harness setup), agent (its own failure is the model's; grading still runs), stop (the
 agent's processes; listening ones kept frozen where the task wants them) and grade (the grading network, the
-image's tools, the verifier, a regrade). Failures are classified by the ``tackroom_classify_error`` hook (then
+image's tools, the verifier, a regrade). Where the runtime prepares trials ahead (``prepare_ahead``), the attempt
+waits between setup and agent, started and set up, for one of ``concurrency`` turns, off its clock. Failures are classified by the ``tackroom_classify_error`` hook (then
 built-in rules), and :meth:`Attempt.decide` is the one place that picks the trial's error.
 """
 

@@ -51,8 +51,8 @@ def matrix(
         overrides["runtime.force_build"] = True
     # the flags get the checks the file's values get (--concurrency 0 or --run-id ../x are refused, not clamped)
     config = with_overrides(config, overrides, source=str(config_file), flags={
-        "runtime.concurrency": "--concurrency", "runtime.prepare_ahead": "--prepare-ahead", "runtime.out": "--out", "runtime.run_id": "--run-id",
-        "require_models": "--require-models", "runtime.network": "--allow-internet",
+        "runtime.concurrency": "--concurrency", "runtime.prepare_ahead": "--prepare-ahead", "runtime.out": "--out",
+        "runtime.run_id": "--run-id", "require_models": "--require-models", "runtime.network": "--allow-internet",
         "runtime.force_build": "--force-build"})
     outcome = run_to_completion(run_matrix(config, progress=not as_json, console=err_console, force_new=force_new))
     report = build_report(outcome)

@@ -320,7 +320,8 @@ async def run_matrix(
     record_identity(run_dir, identity, config, cells)
     runtime = TrialRuntime(
         run_dir, attempts=config.runtime.attempts, concurrency=config.runtime.concurrency,
-        prepare_ahead=config.runtime.prepare_ahead, teardown_timeout_sec=config.runtime.teardown_timeout_sec, retry_backoff_sec=config.runtime.retry_backoff_sec,
+        prepare_ahead=config.runtime.prepare_ahead, teardown_timeout_sec=config.runtime.teardown_timeout_sec,
+        retry_backoff_sec=config.runtime.retry_backoff_sec,
         manager=manager, progress=False, console=console, network=config.runtime.network,
         force_build=config.runtime.force_build, **executor_args,
     )

@@ -4,6 +4,8 @@
   speaks; counts model calls, refuses past a turn limit, knows a call in flight from a hang, and fills what an agent
   cannot be told (the policy's sampling) into its calls.
 - :func:`ensure_npm_install`: a pinned npm package installed once into tackroom's cache (agents ship as npm packages).
+- :func:`make_once`: a host folder made once, whole (filled in a staging folder renamed into place), safe from
+  concurrent trials and processes: what an agent runs from is never seen half written.
 - :func:`reach_relay`, :func:`check_reachable`, :func:`served_context_length`: the policy from inside the sandbox.
 - :class:`AgentControl`: start, watch and stop the agent headless, with every process it starts.
 - :class:`AgentOptions`: the ``[harness]`` options every such harness has (a base to subclass).
@@ -24,6 +26,7 @@ import tackroom
 _EXPORTS = tackroom.LazyExports(__name__, {
     "tackroom_agent_kit.control": ["AgentControl", "AgentControlError", "AgentState"],
     "tackroom_agent_kit.errors": ["AgentCrashError", "AgentModelError", "AgentTimeoutError"],
+    "tackroom_agent_kit.made_once": ["make_once"],
     "tackroom_agent_kit.npm": ["NpmInstallError", "ensure_npm_install", "npm_arch"],
     "tackroom_agent_kit.options": ["AgentOptions", "Profile"],
     "tackroom_agent_kit.outcome": ["answered", "crash_or_model", "exit_described"],

@@ -9,22 +9,18 @@ nothing is fetched at trial time.
 npm writes each file in place, executable from its first byte, so a prefix npm is still writing already looks
 installed: a trial that copied a binary from it then got a truncated file, which dies at start-up with a bus error
 (its segments reach past the end of the file). npm therefore installs into a staging folder beside the prefix,
-renamed to the prefix once whole: the prefix never holds a partial install.
+renamed to the prefix once whole (:mod:`tackroom_agent_kit.made_once`): the prefix never holds a partial install.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import fcntl
-import os
 import platform
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from tackroom import InfraError
+from tackroom_agent_kit.made_once import make_once
 from tackroom_sandbox_kit import run_process
 
 
@@ -62,17 +58,13 @@ async def _npm_install(root: Path, specs: list[str], npm: str, timeout: float, i
         )
 
 
-_locks: dict[Path, asyncio.Lock] = {}
-STAGING_MARK = ".installing-"
-"""Names a staging prefix: ``.<version>.installing-<random>`` beside ``<version>``."""
-
-
 async def ensure_npm_install(specs: list[str], root: Path, *, ready: Callable[[Path], bool], timeout: float = 600.0,
                              ignore_scripts: bool = True) -> Path:
     """Return ``root``, an npm prefix holding ``specs`` (``name@version`` each), installing them first unless
     ``ready(root)`` already says the install is whole. npm installs into a staging folder beside ``root`` that is
-    renamed to ``root`` once ``ready`` holds for it, so ``root`` only ever holds a whole install and a caller that
-    finds it ready never reads a file npm is still writing. Raises :class:`NpmInstallError` with the fix."""
+    renamed to ``root`` once ``ready`` holds for it (:func:`~tackroom_agent_kit.made_once.make_once`), so ``root``
+    only ever holds a whole install and a caller that finds it ready never reads a file npm is still writing.
+    Raises :class:`NpmInstallError` with the fix."""
     if ready(root):
         return root
     npm = shutil.which("npm")
@@ -82,41 +74,13 @@ async def ensure_npm_install(specs: list[str], root: Path, *, ready: Callable[[P
             f"npm (e.g. `apt-get install nodejs npm`), or install it yourself with `npm install --prefix {root} "
             f"{' '.join(specs)}`"
         )
-    lock = _locks.setdefault(root, asyncio.Lock())
-    async with lock:
-        root.parent.mkdir(parents=True, exist_ok=True)
-        with open(root.parent / f".{root.name}.lock", "w") as fh:
-            await asyncio.wait_for(asyncio.to_thread(fcntl.flock, fh, fcntl.LOCK_EX), timeout)
-            try:
-                if not ready(root):
-                    await _install_staged(root, specs, npm, timeout, ignore_scripts, ready)
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-    return root
 
-
-async def _install_staged(root: Path, specs: list[str], npm: str, timeout: float, ignore_scripts: bool,
-                          ready: Callable[[Path], bool]) -> None:
-    """npm into a staging folder, then that folder renamed to ``root`` (the file lock held)."""
-    for mark in (STAGING_MARK, ".old-"):  # left by a process killed mid-install
-        for stale in root.parent.glob(f".{root.name}{mark}*"):
-            await asyncio.to_thread(shutil.rmtree, stale, True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}{STAGING_MARK}", dir=root.parent))
-    try:
+    async def install(staging: Path) -> None:
         await _npm_install(staging, specs, npm, timeout, ignore_scripts)
         if not ready(staging):
             raise NpmInstallError(
                 f"npm installed {' '.join(specs)} for {root}, but what the harness runs is not there; this "
                 f"platform ({platform.system()} {platform.machine()}) may have no prebuilt binary"
             )
-        os.chmod(staging, 0o755)  # mkdtemp made it 0700
-        if root.exists() or root.is_symlink():  # an incomplete install from before: moved aside, then removed
-            old = Path(tempfile.mkdtemp(prefix=f".{root.name}.old-", dir=root.parent))
-            os.rename(root, old / root.name)
-            os.rename(staging, root)
-            await asyncio.to_thread(shutil.rmtree, old, True)
-        else:
-            os.rename(staging, root)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            await asyncio.to_thread(shutil.rmtree, staging)
+
+    return await make_once(root, install, done=ready, lock_timeout=timeout)

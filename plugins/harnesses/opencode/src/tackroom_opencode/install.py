@@ -20,17 +20,15 @@ have its files uploaded; a copy taken from it is always whole.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import importlib.metadata
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from tackroom import cache_root
-from tackroom_agent_kit import NpmInstallError, ensure_npm_install, npm_arch
+from tackroom_agent_kit import NpmInstallError, ensure_npm_install, make_once, npm_arch
 from tackroom_sandbox_kit import run_process
 
 DEFAULT_VERSION = "1.18.33"
@@ -119,42 +117,18 @@ async def _check_version(binary: Path, version: str, remove: Path) -> None:
         )
 
 
-_ship_locks: dict[Path, asyncio.Lock] = {}
-
-
 async def ensure_shipped(binary: Path, ripgrep: Path, version: str, folder: Path, *, remove: Path) -> Path:
     """``folder``, holding copies of ``binary`` (as ``opencode``) and ``ripgrep`` (as ``rg``), read-only: made once
-    (a staging folder beside it, checked with ``opencode --version``, then renamed into place) and never written
-    again. Safe from concurrent trials and processes: the first makes it, the others wait or find it whole."""
-    if folder.is_dir():
-        return folder
-    lock = _ship_locks.setdefault(folder, asyncio.Lock())
-    async with lock:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        with open(folder.parent / f".{folder.name}.lock", "w") as fh:
-            await asyncio.to_thread(fcntl.flock, fh, fcntl.LOCK_EX)
-            try:
-                if not folder.is_dir():
-                    await _make_shipped(binary, ripgrep, version, folder, remove)
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-    return folder
+    (:func:`~tackroom_agent_kit.make_once`: filled and checked with ``opencode --version`` in a staging folder,
+    then renamed into place) and never written again."""
 
-
-async def _make_shipped(binary: Path, ripgrep: Path, version: str, folder: Path, remove: Path) -> None:
-    for stale in folder.parent.glob(f".{folder.name}.staging-*"):  # left by a process killed while making it
-        await asyncio.to_thread(shutil.rmtree, stale, True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.staging-", dir=folder.parent))
-    try:
+    async def fill(staging: Path) -> None:
         for source, name in ((binary, "opencode"), (ripgrep, "rg")):
             await asyncio.to_thread(shutil.copyfile, source, staging / name)
             (staging / name).chmod(0o555)
         await _check_version(staging / "opencode", version, remove)
-        staging.chmod(0o755)  # mkdtemp made it 0700; the sandbox's uid reads it
-        os.rename(staging, folder)
-    finally:
-        if staging.exists():
-            await asyncio.to_thread(shutil.rmtree, staging, True)
+
+    return await make_once(folder, fill, done=Path.is_dir)
 
 
 async def ensure_installed(version: str = DEFAULT_VERSION, *, cache_dir: Path | None = None,

@@ -340,7 +340,7 @@ class ChatHandler:
                     logprobs.extend(part.logprobs)
                     if part.finish_reason is not None:
                         engine_reason, engine_stop = part.finish_reason, part.stop_reason
-                delta = incremental.feed(piece.text if len(pieces) == 1 else "".join(part.text for part in pieces))
+                delta = incremental.feed("".join(part.text for part in pieces))
                 out: dict[str, Any] = {}
                 if delta.reasoning:
                     out["reasoning_content"] = delta.reasoning

@@ -564,7 +564,9 @@ async def start_gateway(sandbox: Sandbox, world: WorldSpec, layout: WorldLayout,
                         port: int | None = None, transport: str = "auto") -> GatewayHandle:
     """Start the world gateway in the background (one exec, its config on stdin) and wait until ``/health``
     answers (one more: the relay waits inside the sandbox, watching the gateway's pid)."""
-    port = port or random.randint(20000, 60000)
+    # Below Linux's ephemeral range (32768-60999): in a sandbox on the host's network, a port in that range may be
+    # the local end of any outgoing connection or a listener bound to port 0, and the gateway's bind then fails.
+    port = port or random.randint(20000, 32767)
     timeout = max(timeout, world.runtime.startup_timeout_sec or 0.0)
     base, gateway, scripts = layout.base, layout.gateway_dir, layout.scripts_dir
     config = {

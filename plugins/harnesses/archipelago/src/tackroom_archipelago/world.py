@@ -15,7 +15,6 @@ import hashlib
 import json
 import logging
 import posixpath
-import random
 import re
 import shlex
 import shutil
@@ -564,13 +563,13 @@ async def start_gateway(sandbox: Sandbox, world: WorldSpec, layout: WorldLayout,
                         port: int | None = None, transport: str = "auto") -> GatewayHandle:
     """Start the world gateway in the background (one exec, its config on stdin) and wait until ``/health``
     answers (one more: the relay waits inside the sandbox, watching the gateway's pid)."""
-    # Below Linux's ephemeral range (32768-60999): in a sandbox on the host's network, a port in that range may be
-    # the local end of any outgoing connection or a listener bound to port 0, and the gateway's bind then fails.
-    port = port or random.randint(20000, 32767)
+    # With no port named the gateway binds port 0 and writes the port the kernel gave it to gateway.port: a port
+    # drawn here could be in use (on the host's network, by any listener or outgoing connection) by the time it binds.
     timeout = max(timeout, world.runtime.startup_timeout_sec or 0.0)
     base, gateway, scripts = layout.base, layout.gateway_dir, layout.scripts_dir
     config = {
-        "name": world.name, "root": world.files.mount, "mount": world.files.mount, "host": "127.0.0.1", "port": port,
+        "name": world.name, "root": world.files.mount, "mount": world.files.mount, "host": "127.0.0.1", "port": port or 0,
+        "port_file": f"{base}/gateway.port",
         "logs": f"{base}/servers",  # each stdio server's stderr, apart, so a failure can quote its own words
         "servers": [gateway_server_config(world, s, layout) for s in world.servers],
     }
@@ -580,7 +579,7 @@ async def start_gateway(sandbox: Sandbox, world: WorldSpec, layout: WorldLayout,
         env["PYTHONPYCACHEPREFIX"] = f"{base}/pycache"
     log = f"{base}/gateway.log"
     q = shlex.quote
-    cmd = (f"cat > {q(base)}/gateway.json || exit 1; cd {q(world.files.mount)} || exit 1; "
+    cmd = (f"rm -f {q(base)}/gateway.port; cat > {q(base)}/gateway.json || exit 1; cd {q(world.files.mount)} || exit 1; "
            f"{' '.join(q(f'{k}={v}') for k, v in env.items())} nohup {q(layout.python.executable)} "
            f"{q(scripts)}/world_gateway.py --config {q(base)}/gateway.json > {q(log)} 2>&1 < /dev/null & "
            f"echo $! > {q(base)}/gateway.pid")
@@ -588,7 +587,7 @@ async def start_gateway(sandbox: Sandbox, world: WorldSpec, layout: WorldLayout,
     result = await sandbox.exec(cmd, stdin=json.dumps(config), timeout=60)
     if not result.ok:
         raise WorldRuntimeError(f"could not start the world gateway: {(result.stderr or result.stdout)[-1000:]}")
-    handle = GatewayHandle(port=port, base=base, python=layout.python.executable, relay=f"{scripts}/http_relay.py",
+    handle = GatewayHandle(port=port or 0, base=base, python=layout.python.executable, relay=f"{scripts}/http_relay.py",
                            log=log)
     health = await _wait_healthy(sandbox, handle, timeout)
     if health.get("error") == "exited":
@@ -600,6 +599,7 @@ async def start_gateway(sandbox: Sandbox, world: WorldSpec, layout: WorldLayout,
         raise McpGatewayError(f"the world gateway did not answer /health within {timeout:.0f}s (the last server it "
                               f"started is the one still starting; [runtime] startup_timeout_sec gives it longer)"
                               f"{'' if health['error'] == 'timeout' else ' (' + health['error'] + ')'}:\n{tail.stdout}")
+    handle.port = int(health["port"])
     handle.tools = int(health.get("tools", 0))
     handle.listing = {k: ServerListing.model_validate(v) for k, v in (health.get("listing") or {}).items()}
     handle.startup_s = round(time.monotonic() - started, 3)
@@ -616,6 +616,7 @@ async def _wait_healthy(sandbox: Sandbox, handle: GatewayHandle, timeout: float)
     """``/health``'s answer, waited for inside the sandbox by the relay; ``{"error": "exited" | "timeout" | ...}``
     when the gateway died or did not answer in time."""
     request = json.dumps({"method": "GET", "path": "/health", "headers": [], "body": "", "port": handle.port,
+                          "port_file": f"{handle.base}/gateway.port",
                           "wait": {"pid_file": f"{handle.base}/gateway.pid", "seconds": timeout}})
     result = await sandbox.exec([handle.python, handle.relay], stdin=request, timeout=timeout + 60)
     try:

@@ -2,7 +2,7 @@
 
 Standard library only, so it starts fast. The host runs it through
 ``Sandbox.exec`` when the sandbox cannot publish ports: stdin is
-``{"method", "path", "headers": [[k, v], ...], "body": <base64>, "port", "timeout"}``;
+``{"method", "path", "headers": [[k, v], ...], "body": <base64>, "port" (or "port_file"), "timeout"}``;
 stdout is ``{"status", "headers": [[k, v], ...], "body": <base64>}`` or
 ``{"error": "..."}`` when the server could not be reached.
 
@@ -19,9 +19,23 @@ import sys
 import time
 
 
-def ask(req: dict, timeout: float) -> dict:
+def port_of(req: dict) -> int | None:
+    """``port``, or the one the server wrote to ``port_file`` once it listens (None until then)."""
+    if req.get("port"):
+        return int(req["port"])
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", int(req["port"]), timeout=timeout)
+        with open(req["port_file"]) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def ask(req: dict, timeout: float) -> dict:
+    port = port_of(req)
+    if port is None:
+        return {"error": "the server has not written its port yet"}
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         conn.request(req["method"], req["path"], body=base64.b64decode(req.get("body") or ""),
                      headers=dict(req.get("headers") or []))
         resp = conn.getresponse()

@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import sys
 import time
 from pathlib import Path
@@ -215,18 +216,35 @@ async def serve(config: dict[str, Any]) -> None:
         gateway = build_gateway(mounted, config.get("name") or "world")
         tool_count = sum(len(m.tools) for m in mounted)
 
+        host = config.get("host", "127.0.0.1")
+        sock = listening_socket(host, int(config.get("port") or 0), config.get("port_file"))
+        port = sock.getsockname()[1]
+
         async def health(request: Request) -> JSONResponse:
-            return JSONResponse({"status": "ok", "servers": [m.name for m in mounted], "tools": tool_count,
+            return JSONResponse({"status": "ok", "port": port, "servers": [m.name for m in mounted], "tools": tool_count,
                                  "listing": {m.name: {"tools": len(m.tools), "seconds": round(m.seconds, 3)}
                                              for m in mounted}})
 
-        host = config.get("host", "127.0.0.1")
         app = gateway.streamable_http_app(json_response=True, host=host,
                                           custom_starlette_routes=[Route("/health", health, methods=["GET"])])
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=int(config["port"]), log_level="warning",
-                                               access_log=False, lifespan="on"))
-        await server.serve()
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+        await server.serve(sockets=[sock])
         holder.cancel_scope.cancel()
+
+
+def listening_socket(host: str, port: int, port_file: str | None) -> socket.socket:
+    """The gateway's socket, bound before it serves: port 0 lets the kernel pick a free port, which goes to
+    ``port_file`` (written whole, then renamed) for the relay to ask; no port drawn at random can be taken."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    if port_file:
+        tmp = f"{port_file}.tmp"
+        Path(tmp).write_text(str(sock.getsockname()[1]))
+        os.replace(tmp, port_file)
+    return sock
 
 
 def main() -> None:

@@ -37,6 +37,7 @@ from tackroom_gemini_cli.errors import GeminiCliCrashError, GeminiCliModelError,
 from tackroom_gemini_cli.install import DEFAULT_VERSION, GeminiCliInstall, ensure_installed
 from tackroom_gemini_cli.sampling import fill_generation, generation_config
 from tackroom_gemini_cli.settings import COMPACT_PROMPT, COMPACT_TOOLS, FULL_TOOLS, build_settings
+from tackroom_worlds import mount_world_files
 
 
 class GeminiCliSetupError(InfraError):
@@ -71,6 +72,7 @@ class GeminiCliHarness(Harness):
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
         self.install: GeminiCliInstall | None = None
+        self.world_note: str | None = None
         self.control = AgentControl(self.options.sandbox_dir, agent="the Gemini CLI")
 
     def _path(self, *parts: str) -> str:
@@ -78,6 +80,7 @@ class GeminiCliHarness(Harness):
 
     # -- setup -------------------------------------------------------------------------
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
+        self.world_note = await mount_world_files(sandbox, task)  # a world task's data, where its instruction says
         self.install = await ensure_installed(
             self.options.version,
             cache_dir=self.options.cache_path(),
@@ -199,7 +202,7 @@ class GeminiCliHarness(Harness):
         if answer is not None:
             messages.append({"role": "assistant", "content": answer})
         notes = [f"gemini-cli {self.options.version}, profile {profile} (context {context}), tools {', '.join(tools)}; "
-                 "the turns' exact tokens are the gateway session's"]
+                 "the turns' exact tokens are the gateway session's", *([self.world_note] if self.world_note else [])]
         return Trajectory(messages=messages, final_answer=answer, stop_reason="completed", metrics=metrics, notes=notes)
 
 

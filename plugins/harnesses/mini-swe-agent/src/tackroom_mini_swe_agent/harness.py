@@ -28,6 +28,7 @@ from tackroom import ConfigError, Harness, PluginOptions, Policy, Sandbox, Tackr
 from tackroom_mini_swe_agent.errors import MiniSweAgentInfraError, MiniSweAgentModelError
 from tackroom_mini_swe_agent.trajectory import STOP_REASONS, chat_messages, exit_status, format_errors
 from tackroom_sandbox_kit import AgentDeadlineError, SyncSandbox, run_sync_agent
+from tackroom_worlds import mount_world_files
 
 AGENT_MODULE = "tackroom_mini_swe_agent.agent"
 """Where mini-swe-agent is assembled; imported in ``setup`` (litellm takes seconds), not at plugin discovery."""
@@ -78,7 +79,10 @@ class MiniSweAgentHarness(Harness):
     capabilities = frozenset({"needs_policy", "chat"})
     options: MiniSweAgentOptions
 
+    world_note: str | None = None
+
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
+        self.world_note = await mount_world_files(sandbox, task)  # a world task's data, where its instruction says
         await asyncio.to_thread(importlib.import_module, AGENT_MODULE)
 
     async def run(self, task: Task, sandbox: Sandbox, policy: Policy | None) -> Trajectory:
@@ -161,7 +165,8 @@ class MiniSweAgentHarness(Harness):
             final_answer=(submission or None) if status == "Submitted" else None,
             stop_reason=stop_reason or STOP_REASONS.get(status or "", status or "completed"),
             metrics=metrics,
-            notes=[f"{note}, mini-swe-agent {importlib.import_module(AGENT_MODULE).MINI_SWE_AGENT_VERSION}"],
+            notes=[f"{note}, mini-swe-agent {importlib.import_module(AGENT_MODULE).MINI_SWE_AGENT_VERSION}",
+                   *([self.world_note] if self.world_note else [])],
         )
 
 

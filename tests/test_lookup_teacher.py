@@ -1,0 +1,106 @@
+"""The lookup family's scripted teacher (examples/worlds/lookup/teacher.py): in each harness's protocol it reads
+the file the instruction names, then answers with the value it was shown, and never with a value it was not."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+TEACHER = Path(__file__).resolve().parents[1] / "examples" / "worlds" / "lookup" / "teacher.py"
+CSV = ("The file /workspace/inventory.csv lists items with their codes (columns item,code,qty). Read it and find the "
+       "row of item zinc-bracket-01. Answer with the code only, nothing else (write it to /app/answer.txt).")
+SHOWN = "1: item,code,qty\n2: glass-panel-x1,TTK0QI,5\n3: zinc-bracket-01,YN1B7O,481\n"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("lookup_teacher", TEACHER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+teacher = load()
+
+
+def tool(name: str, *params: str) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": {p: {"type": "string"} for p in params}, "required": list(params)}}}
+
+
+def args(message: dict) -> tuple[str, dict]:
+    fn = message["tool_calls"][0]["function"]
+    return fn["name"], json.loads(fn["arguments"])
+
+
+def test_archipelago_reads_then_calls_final_answer_with_the_value_shown():
+    tools = [tool("files_read_file", "path"), tool("final_answer", "answer")]
+    first = teacher.next_message([{"role": "user", "content": CSV}], tools)
+    assert args(first) == ("files_read_file", {"path": "/workspace/inventory.csv"})
+    second = teacher.next_message([{"role": "user", "content": CSV}, first,
+                                   {"role": "tool", "content": SHOWN}], tools)
+    assert args(second) == ("final_answer", {"answer": "YN1B7O"})
+
+
+def test_opencode_writes_the_value_to_the_answer_path_then_says_it():
+    tools = [tool("read", "filePath"), tool("write", "content", "filePath"), tool("bash", "command")]
+    history = [{"role": "user", "content": CSV}]
+    history.append(teacher.next_message(history, tools))
+    assert args(history[-1]) == ("read", {"filePath": "/workspace/inventory.csv"})
+    history.append({"role": "tool", "content": SHOWN})
+    history.append(teacher.next_message(history, tools))
+    assert args(history[-1]) == ("write", {"filePath": "/app/answer.txt", "content": "YN1B7O"})
+    history.append({"role": "tool", "content": "Wrote file successfully."})
+    assert teacher.next_message(history, tools) == {"role": "assistant", "content": "YN1B7O"}
+
+
+def test_terminus_cats_the_file_writes_the_value_and_confirms():
+    history = [{"role": "system", "content": 'answer {"keystrokes": "ls -la\\n"}'}, {"role": "user", "content": CSV}]
+    turn = json.loads(teacher.next_message(history, [])["content"])
+    assert turn["commands"][0]["keystrokes"] == "cat /workspace/inventory.csv\n" and not turn["task_complete"]
+    history += [{"role": "assistant", "content": json.dumps(turn)}, {"role": "user", "content": SHOWN}]
+    turn = json.loads(teacher.next_message(history, [])["content"])
+    assert turn["commands"][0]["keystrokes"] == "printf %s YN1B7O > /app/answer.txt\n" and turn["task_complete"]
+    history += [{"role": "assistant", "content": json.dumps(turn)}, {"role": "user", "content": "Are you sure?"}]
+    turn = json.loads(teacher.next_message(history, [])["content"])
+    assert turn["commands"] == [] and turn["task_complete"]
+
+
+def test_mini_swe_agent_uses_the_fence_its_prompt_shows():
+    system = "Format:\n```mswea_bash_command\nyour_command_here\n```"
+    history = [{"role": "system", "content": system}, {"role": "user", "content": CSV}]
+    assert "```mswea_bash_command\ncat /workspace/inventory.csv\n```" in teacher.next_message(history, [])["content"]
+    history += [{"role": "assistant", "content": "..."}, {"role": "user", "content": SHOWN}]
+    last = teacher.next_message(history, [])["content"]
+    assert "printf %s YN1B7O > /app/answer.txt && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in last
+
+
+@pytest.mark.parametrize("shown", ["(empty)", "1: item,code,qty\n2: zinc-bracket-010,AAAAAA,1\n"])
+def test_a_value_it_was_not_shown_is_never_answered(shown):
+    """A tool result without the row (or with a longer item name that contains it) gets another read, not a guess."""
+    tools = [tool("files_read_file", "path"), tool("final_answer", "answer")]
+    again = teacher.next_message([{"role": "user", "content": CSV}, {"role": "tool", "content": shown}], tools)
+    assert args(again)[0] == "files_read_file"
+
+
+def test_levels_it_cannot_solve_get_a_plain_refusal():
+    mail = "The folder /workspace/mail/ holds mails. The mail from Ana Ruiz gives an access code."
+    assert teacher.next_message([{"role": "user", "content": mail}], [])["content"].startswith("I cannot")
+
+
+async def test_it_serves_chat_completions_plain_and_streamed_and_no_completions():
+    transport = httpx.ASGITransport(app=teacher.app())
+    async with httpx.AsyncClient(transport=transport, base_url="http://teacher") as client:
+        assert (await client.get("/v1/models")).json()["data"][0]["id"] == "teacher"
+        body = {"model": "teacher", "messages": [{"role": "user", "content": CSV}],
+                "tools": [tool("files_read_file", "path")]}
+        plain = (await client.post("/v1/chat/completions", json=body)).json()
+        assert plain["choices"][0]["finish_reason"] == "tool_calls"
+        streamed = (await client.post("/v1/chat/completions", json=body | {"stream": True})).text
+        events = [json.loads(line[6:]) for line in streamed.splitlines() if line.startswith("data: {")]
+        assert events[0]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "files_read_file"
+        assert streamed.rstrip().endswith("data: [DONE]")
+        assert (await client.post("/v1/completions", json={})).status_code in (404, 405)

@@ -67,7 +67,7 @@ def test_every_command_entry_names_the_distribution_that_adds_that_command():
     load_plugin_commands()  # the workspace installs every distribution
     commands = catalogue_commands()
     assert {c.name for c in commands} == {"matrix", "gateway", "model", "train", "view", "export", "import",
-                                          "archipelago"}
+                                          "archipelago", "serve", "collect"}
     for command in commands:
         project = tomllib.loads((ROOT / command.path / "pyproject.toml").read_text())["project"]
         assert project["name"] == command.distribution, command.name

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from tackroom import Policy, PolicySession, TackroomError, Trajectory
 from tackroom_gateway.sessions import SessionStore
+from tackroom_gateway.tito import RecordedTurn
 
 
 class SessionHost(Protocol):
@@ -57,6 +58,13 @@ class GatewayTrialSession(PolicySession):
         with no turn after it), or None; see ``TitoSession.unrecovered_error``. For an attempt whose harness
         finished normally: its episode may have been cut short by the engine."""
         return self.store.unrecovered_error(self.session_id)
+
+    def recorded_turns(self) -> list[RecordedTurn]:
+        """The engine calls this session recorded so far, in order (each with the messages, tools and template
+        options it was rendered from: ``RecordedTurn.context``); empty when the harness made none. Read it before
+        :meth:`complete`, which closes the session. `tackroom collect` keeps demonstrations from it."""
+        session = self.store.sessions.get(self.session_id)
+        return list(session.turns) if session is not None else []
 
     async def complete(self, trajectory: Trajectory) -> Trajectory:
         """Merge the session's exact tokens into the harness's trajectory (the harness's own tokens win)."""

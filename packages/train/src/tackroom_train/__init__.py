@@ -19,8 +19,10 @@ tackroom_contract = 3
 @tackroom.hookimpl
 def tackroom_commands(app: Any) -> None:
     from tackroom_train.cli import add_train_command
+    from tackroom_train.collect.cli import add_collect_command
 
     add_train_command(app)
+    add_collect_command(app)
 
 
 __all__ = ["tackroom_commands"]

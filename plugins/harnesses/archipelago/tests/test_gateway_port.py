@@ -33,7 +33,7 @@ def load_relay():
 
 
 class Ok(BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 (the standard library's name)
+    def do_GET(self):
         self.send_response(200)
         self.end_headers()
         self.wfile.write(b"{}")

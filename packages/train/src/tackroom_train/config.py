@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tackroom import AGGREGATIONS, ConfigError
 from tackroom_app import Endpoint, ExecutorName, NetworkDefaults, PluginSelection, TaskSelection, read_toml, validate
 from tackroom_train.config_arms import ArmSpec, EvalSection, unique_labels
+from tackroom_train.config_sft import SftSection
 from tackroom_train.config_tinker import TinkerSettings
 from tackroom_train.tracking import TrackerName
 
@@ -60,6 +61,11 @@ class ModelSection(BaseModel):
     """Tokenizer for the rollout side (gateway, harnesses); default: the model path."""
     served_name: str | None = None
     """Model name at the inference endpoint; default: the path."""
+    init_from: str | None = None
+    """Start from an earlier ``tackroom train`` run: its folder (its ``policy/``, the weights it trained, e.g. an
+    ``[sft] then_rl = false`` warm start) or a policy folder itself. That folder becomes the weights this run
+    trains (the Tinker server's base model, SkyRL's ``trainer.policy.model.path``); ``path`` and ``tokenizer``
+    still name the model and its tokenizer. A relative path resolves against the config file's folder."""
 
 
 class TrainKnobs(BaseModel):
@@ -191,6 +197,13 @@ class TrainConfig(TaskSelection):
     """``[[arms]]``: ablation arms, each the whole config with a few overrides (see tackroom_train.arms)."""
     eval: EvalSection | None = None
     """``[eval]``: serve the final policy (each arm's) and evaluate it with the matrix (see tackroom_train.arms)."""
+    sft: SftSection | None = None
+    """``[sft]``: a supervised warm start on demonstrations before RL (see tackroom_train.config_sft)."""
+
+    @property
+    def sft_only(self) -> bool:
+        """Whether the run trains the ``[sft]`` warm start and no RL (``then_rl = false``)."""
+        return self.sft is not None and not self.sft.then_rl
 
     @model_validator(mode="after")
     def _aggregation(self) -> TrainConfig:
@@ -204,10 +217,18 @@ def load_train_config(path: str | Path) -> TrainConfig:
     """Read and validate a train config; relative task paths resolve against the file's folder."""
     p = Path(path)
     config = validate(TrainConfig, read_toml(p), source=str(p))
-    config.tasks = [str((p.parent / t).resolve()) if not Path(t).is_absolute() else t for t in config.tasks]
+
+    def beside(t: str) -> str:
+        return str((p.parent / t).resolve()) if not Path(t).is_absolute() else t
+
+    config.tasks = [beside(t) for t in config.tasks]
     if config.eval is not None:
-        config.eval.tasks = [str((p.parent / t).resolve()) if not Path(t).is_absolute() else t
-                             for t in config.eval.tasks]
-    if not config.tasks:
-        raise ConfigError(f"{p}: tasks: no tasks given; list task or dataset directories, e.g. tasks = [\"../tasks\"]")
+        config.eval.tasks = [beside(t) for t in config.eval.tasks]
+    if config.sft is not None:
+        config.sft.dataset = beside(config.sft.dataset)
+    if config.model.init_from is not None:
+        config.model.init_from = beside(config.model.init_from)
+    if not config.tasks and not config.sft_only:
+        raise ConfigError(f"{p}: tasks: no tasks given; list task or dataset directories, e.g. tasks = [\"../tasks\"]"
+                          " (a run that trains only an [sft] warm start, then_rl = false, needs none)")
     return config

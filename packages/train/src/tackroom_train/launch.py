@@ -22,6 +22,7 @@ from tackroom_train.config import TrainConfig
 from tackroom_train.plan import TrainPlan
 from tackroom_train.preflight import check_machine
 from tackroom_train.skyrl_config import skyrl_overrides
+from tackroom_train.skyrl_sft import sft_overrides, sft_policy_dir
 
 
 class SkyrlLaunch(BaseModel):
@@ -32,6 +33,9 @@ class SkyrlLaunch(BaseModel):
     tasks: int
     ceilings: Ceilings
     overrides: dict[str, Any]
+    """SkyRL's RL config (empty for an ``[sft]`` warm start alone)."""
+    sft_overrides: dict[str, Any] | None = None
+    """SkyRL's ``SFTConfig`` for the ``[sft]`` warm start, run before RL (:mod:`tackroom_train.skyrl_sft`)."""
 
 
 class SkyrlBackend:
@@ -42,16 +46,33 @@ class SkyrlBackend:
 
     def __init__(self, plan: TrainPlan, run_dir: Path, dataset: Path) -> None:
         self.plan = plan
+        self.run_dir = run_dir
         ceilings = derive_ceilings(plan.train, plan.gpus, plan.rollout.rollout.max_concurrency)
-        overrides = skyrl_overrides(plan, dataset_path=dataset, run_dir=run_dir, ceilings=ceilings)
+        warm = sft_overrides(plan, run_dir) if plan.sft is not None else None
+        start = sft_policy_dir(plan.sft, run_dir) if plan.sft is not None else None
+        overrides = skyrl_overrides(plan, dataset_path=dataset, run_dir=run_dir, ceilings=ceilings,
+                                    start=start) if plan.rl else {}
         self.view = SkyrlLaunch(run_dir=str(run_dir), dataset=str(dataset), tasks=len(plan.rows), ceilings=ceilings,
-                                overrides=overrides)
+                                overrides=overrides, sft_overrides=warm)
 
     def describe(self) -> list[str]:
-        return ["  " + line for line in self.view.ceilings.lines()]
+        lines = ["  " + line for line in self.view.ceilings.lines()] if self.plan.rl else []
+        if self.plan.sft is not None:
+            lines.append(f"  {self.plan.sft.describe()}; SkyRL's SFT trainer, then "
+                         + ("RL from its export" if self.plan.rl else f"{self.run_dir / 'policy'}"))
+        return lines
 
     def dry_run(self, config: TrainConfig) -> list[str]:
-        return ["SkyRL overrides:", *(f"  {k} = {json.dumps(v)}" for k, v in redact(self.view.overrides).items())]
+        lines = []
+        if self.view.sft_overrides is not None:
+            from tackroom_train.skyrl_sft import build_sft_config
+
+            build_sft_config(self.view.sft_overrides)  # SkyRL's own check of the mapped SFTConfig
+            lines += ["SkyRL SFT overrides (skyrl.train.main_sft):",
+                      *(f"  {k} = {json.dumps(v)}" for k, v in self.view.sft_overrides.items())]
+        if self.plan.rl:
+            lines += ["SkyRL overrides:", *(f"  {k} = {json.dumps(v)}" for k, v in redact(self.view.overrides).items())]
+        return lines
 
     def run(self, config: TrainConfig, mode: Mode, out: Output) -> int:
         if mode == "preflight":
@@ -61,6 +82,14 @@ class SkyrlBackend:
             raise ConfigError("[[arms]] and [eval] run on the tinker backend (backend = \"tinker\"); on the SkyRL "
                               "GPU backend train each arm as its own config and evaluate with tackroom matrix")
         check_machine(self.plan.gpus)
+        if self.view.sft_overrides is not None:
+            from tackroom_train.skyrl_sft import run_sft
+
+            policy = run_sft(self.plan, self.view.sft_overrides, self.run_dir)
+            out.say(f"sft: the warm policy is {policy} (SkyRL's SFT log: {self.run_dir / 'sft' / 'sft.log'})")
+            if not self.plan.rl:
+                out.say(f"start RL from it: [model] init_from = \"{self.run_dir}\"")
+                return 0
         launch(self.plan, self.view)
         return 0
 

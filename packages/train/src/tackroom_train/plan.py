@@ -9,13 +9,15 @@ losses), its options validated, and the aggregation in effect, by one rule for b
 3. else the ``LossSpec``'s ``aggregation``.
 
 The options then carry the aggregation in effect, so the loss reads what the trainer applies. The plan also holds
-the task rows (read once), the backend, and the sections each part of a run takes: the loop's functions take the
-plan and their own two or three parts, never the config whole. How a loss runs on a backend is the loss's own
+the task rows (read once), ``[sft]``'s demonstrations (read and checked once, :mod:`tackroom_train.sft`),
+``[model] init_from``'s policy folder, the backend, and the sections each part of a run takes: the loop's functions
+take the plan and their own two or three parts, never the config whole. How a loss runs on a backend is the loss's own
 declaration (``LossSpec.mappings``), read through :meth:`LossPlan.mapped`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -26,6 +28,7 @@ from tackroom_train.config import GpuSplit, LossSelection, ModelSection, Rollout
 from tackroom_train.config_tinker import TinkerSettings
 from tackroom_train.dataset import prompt_rows
 from tackroom_train.mismatch import mismatch_threshold
+from tackroom_train.sft import SftPlan, resolve_sft
 
 
 class LossMappingError(ConfigError):
@@ -108,7 +111,8 @@ class TrainPlan(BaseModel):
     loss: LossPlan
     model: ModelSection
     rows: list[dict[str, Any]]
-    """The prompt rows, one per task (:func:`~tackroom_train.dataset.prompt_rows`); never empty."""
+    """The prompt rows, one per task (:func:`~tackroom_train.dataset.prompt_rows`); empty only for a run that
+    trains an ``[sft]`` warm start alone (``then_rl = false``)."""
     rollout: RolloutSide
     train: TrainKnobs
     """``[train]``, its ``logprob_mismatch_warn`` the threshold in effect on this backend."""
@@ -119,6 +123,27 @@ class TrainPlan(BaseModel):
     record: dict[str, Any]
     """The config as a run records it with its trackers (W&B's config, MLflow's params): JSON, secrets masked,
     without ``[[arms]]`` and ``[eval]``."""
+    sft: SftPlan | None = None
+    """``[sft]`` resolved: the demonstrations read and checked once (:func:`~tackroom_train.sft.resolve_sft`)."""
+    start_from: Path | None = None
+    """``[model] init_from`` resolved to the policy folder the run's weights start from (None: ``[model] path``)."""
+
+    @property
+    def rl(self) -> bool:
+        """Whether the run trains RL (every run but an ``[sft]`` warm start alone)."""
+        return self.sft is None or self.sft.then_rl
+
+
+def resolve_init_from(init_from: str) -> Path:
+    """``[model] init_from`` as the policy folder it names: ``<run>/policy`` of a run folder, or a policy folder
+    (an HF model folder: ``config.json``) itself."""
+    given = Path(init_from)
+    for folder in (given / "policy", given):
+        if (folder / "config.json").is_file():
+            return folder.resolve()
+    raise ConfigError(f"model.init_from: {given} holds no policy: neither {given / 'policy'} (the trained policy a "
+                      f"tackroom train run writes; see its summary.json's policy_error) nor {given} itself has a "
+                      "config.json; name the earlier run's folder, or its policy folder")
 
 
 def resolve_plan(config: TrainConfig, *, backend: Literal["skyrl", "tinker"] | None = None,
@@ -130,8 +155,21 @@ def resolve_plan(config: TrainConfig, *, backend: Literal["skyrl", "tinker"] | N
     loss = resolve_loss(config.loss, manager)
     on_engine = backend == "tinker" and config.tinker.sampler == "engine"
     config.train.logprob_mismatch_warn = mismatch_threshold(config.train, on_engine=on_engine)
-    sandbox = instantiate("sandbox", config.sandbox, where="sandbox", manager=manager)
-    rows = prompt_rows(config.tasks, config.include, config.exclude, sandbox=sandbox, network=config.rollout.network)
+    start_from = None
+    if config.model.init_from is not None:
+        if config.tinker.base_model is not None and backend == "tinker":
+            raise ConfigError("model.init_from and tinker.base_model both name the weights the run starts from; "
+                              "keep one")
+        start_from = resolve_init_from(config.model.init_from)
+    sft = None
+    if config.sft is not None:
+        sft = resolve_sft(config.sft, tokenizer=config.model.tokenizer or config.model.path)
+    rows: list[dict[str, Any]] = []
+    if not config.sft_only:
+        sandbox = instantiate("sandbox", config.sandbox, where="sandbox", manager=manager)
+        rows = prompt_rows(config.tasks, config.include, config.exclude, sandbox=sandbox,
+                           network=config.rollout.network)
     return TrainPlan(backend=backend, loss=loss, model=config.model, rows=rows, rollout=RolloutSide.of(config),
                      train=config.train, gpus=config.gpus, tinker=config.tinker, skyrl=config.skyrl,
-                     record=config.model_dump(mode="json", exclude={"arms", "eval"}))
+                     record=config.model_dump(mode="json", exclude={"arms", "eval"}), sft=sft,
+                     start_from=start_from)

@@ -50,8 +50,9 @@ def skyrl_logger(t: Any) -> str:
 
 
 def skyrl_overrides(plan: TrainPlan, *, dataset_path: str | Path, run_dir: str | Path,
-                    ceilings: Ceilings | None = None) -> dict[str, Any]:
-    """Every SkyRL field ``tackroom train`` sets, by dotted path."""
+                    ceilings: Ceilings | None = None, start: str | Path | None = None) -> dict[str, Any]:
+    """Every SkyRL field ``tackroom train`` sets, by dotted path; the policy starts from ``start`` (the ``[sft]``
+    warm start's export), else ``[model] init_from``'s folder, else ``[model] path``."""
     t, g = plan.train, plan.gpus
     ceilings = ceilings or derive_ceilings(t, g, plan.rollout.rollout.max_concurrency)
     run_dir = Path(run_dir)
@@ -61,7 +62,7 @@ def skyrl_overrides(plan: TrainPlan, *, dataset_path: str | Path, run_dir: str |
         "data.val_data": [],
         "environment.env_class": ENV_CLASS,
         # the policy
-        "trainer.policy.model.path": plan.model.path,
+        "trainer.policy.model.path": str(start or plan.start_from or plan.model.path),
         "trainer.policy.optimizer_config.lr": t.learning_rate,
         "trainer.strategy": t.strategy,
         "trainer.seed": t.seed,

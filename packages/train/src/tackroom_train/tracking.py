@@ -166,34 +166,53 @@ _OPENERS: dict[str, Callable[[Path, str, dict[str, Any]], Tracker]] = {
 
 
 class ProgressTracker:
-    """The console's progress bar (rich): step k/N, the last step's mean reward and mismatch, elapsed and left."""
+    """The console's progress bar (rich): step k/N, the last step's mean reward and mismatch, elapsed and left; for
+    an ``[sft]`` warm start first a bar of its own, its last loss and trained tokens in front."""
 
     name = "progress"
 
     def __init__(self, progress: Any, total: int | None = None) -> None:
         self.progress = progress
-        self.task = progress.add_task("training", total=total, of="?" if total is None else str(total),
+        self.task = progress.add_task("", total=total, of="?" if total is None else str(total),
                                       reward="-", mismatch="-")
+        self.sft_task: Any = None
+        self.offset = 0
+        """Steps of an earlier phase (the warm start): RL's step k arrives as k + offset."""
 
-    def start(self, total: int) -> None:
-        self.progress.update(self.task, total=total, of=str(total))
+    def start(self, total: int, *, phase: str = "rl", offset: int = 0) -> None:
+        if phase == "sft":
+            self.progress.update(self.task, visible=False)
+            self.sft_task = self.progress.add_task("sft ", total=total, of=str(total), reward="-", mismatch="-")
+            return
+        self.offset = offset
+        self.progress.update(self.task, total=total, of=str(total), visible=True)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        if "sft/loss" in metrics and self.sft_task is not None:
+            self.progress.update(self.sft_task, completed=step,
+                                 description=f"sft loss {metrics['sft/loss']:.3f}, "
+                                             f"{metrics.get('sft/trained_tokens', 0):.0f} tokens · ")
+            return
+        if "reward/mean" not in metrics:
+            return
         reward = metrics.get("reward/mean")
         mismatch = metrics.get("mismatch/mean")
-        self.progress.update(self.task, completed=step,
+        self.progress.update(self.task, completed=step - self.offset,
                              reward="-" if reward is None else f"{reward:.3f}",
                              mismatch="-" if mismatch is None else f"{mismatch:.3f}")
 
     def close(self) -> None:
         self.progress.stop_task(self.task)
+        if self.sft_task is not None:
+            self.progress.stop_task(self.sft_task)
 
 
 def progress_columns() -> tuple[Any, ...]:
-    """The bar's columns: ``step 3/10 ━━━━ reward 0.417 mismatch 0.031 0:04:12 elapsed, 0:09:48 left``."""
+    """The bar's columns: ``step 3/10 ━━━━ reward 0.417 mismatch 0.031 0:04:12 elapsed, 0:09:48 left`` (a warm
+    start's bar says ``sft loss 1.234, 412 tokens · step 3/12`` in front)."""
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    return (TextColumn("step {task.completed:.0f}/{task.fields[of]}"), BarColumn(),
+    return (TextColumn("{task.description}step {task.completed:.0f}/{task.fields[of]}"), BarColumn(),
             TextColumn("reward {task.fields[reward]}"), TextColumn("mismatch {task.fields[mismatch]}"),
             TimeElapsedColumn(), TextColumn("elapsed,"), TimeRemainingColumn(), TextColumn("left"))
 
@@ -205,13 +224,18 @@ class TrackerSet:
         self.trackers = list(trackers)
         self.log_line = log
         self.failed: dict[str, str] = {}
+        self.offset = 0
+        """Steps an earlier phase of the run logged (an ``[sft]`` warm start's): a later step k goes out as
+        k + offset, so every tracker's step axis only rises (W&B drops a step below one it has)."""
 
-    def start(self, total: int) -> None:
+    def start(self, total: int, *, phase: str = "rl") -> None:
+        """A phase of ``total`` steps begins: ``sft`` (the warm start) or ``rl``."""
         for tracker in self.trackers:
             if hasattr(tracker, "start"):
-                tracker.start(total)
+                tracker.start(total, phase=phase, offset=self.offset)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        step += self.offset
         for tracker in list(self.trackers):
             try:
                 tracker.log(metrics, step)

@@ -32,6 +32,21 @@ class TinkerView(BaseModel):
     """``[tinker] url``, or that the run starts SkyRL's server."""
     lora_rank: int
     sampler: str
+    sft: str | None = None
+    """The ``[sft]`` warm start, in words (None: none)."""
+    init_from: str | None = None
+    """The policy folder the run's weights start from (``[model] init_from``)."""
+
+
+def sft_line(report: Any, run_dir: Path) -> str:
+    """The warm start's outcome in one line: the loss from first to last step, the held-out NLL before → after."""
+    losses = report.loss_per_step
+    line = (f"sft: {report.steps} steps, loss {losses[0]:.4f} → {losses[-1]:.4f}" if losses else "sft: no step")
+    if report.epoch_nll:
+        line += f", mean NLL per epoch {' → '.join(f'{x:.4f}' for x in report.epoch_nll)}"
+    if report.eval_nll_before is not None and report.eval_nll_after is not None:
+        line += f"; held-out NLL {report.eval_nll_before:.4f} → {report.eval_nll_after:.4f} per token"
+    return line + f" ({run_dir / 'sft_steps.jsonl'})"
 
 
 class TinkerBackend:
@@ -47,15 +62,22 @@ class TinkerBackend:
                                loss=self.loss.describe(), loss_fn=self.loss.loss_fn,
                                loss_fn_config=self.loss.loss_fn_config,
                                server=plan.tinker.url or "starts SkyRL Tinker API server (JAX)",
-                               lora_rank=plan.tinker.lora_rank, sampler=plan.tinker.sampler)
+                               lora_rank=plan.tinker.lora_rank, sampler=plan.tinker.sampler,
+                               sft=plan.sft.describe() if plan.sft else None,
+                               init_from=str(plan.start_from) if plan.start_from else None)
 
     def describe(self) -> list[str]:
-        return [f"  backend tinker: {self.view.server}, LoRA rank {self.view.lora_rank}, "
-                f"loss_fn {self.plan.tinker.loss_fn}"]
+        lines = [f"  backend tinker: {self.view.server}, LoRA rank {self.view.lora_rank}, "
+                 f"loss_fn {self.plan.tinker.loss_fn}"]
+        if self.view.init_from:
+            lines.append(f"  starting from {self.view.init_from} ([model] init_from)")
+        if self.view.sft:
+            lines.append(f"  {self.view.sft}")
+        return lines
 
     def dry_run(self, config: TrainConfig) -> list[str]:
         """The loss as it reaches the server, each arm's overrides (checked against the plugins) and the eval plan."""
-        lines = [f"  loss: {self.view.loss}"]
+        lines = [f"  loss: {self.view.loss}"] if self.plan.rl else []
         if config.arms:
             from tackroom_train.arms import arm_configs, describe_arm
 
@@ -130,9 +152,13 @@ class TinkerBackend:
         return await train_and_evaluate(config, self.run_dir, steps=steps, log=log)
 
     def _report(self, summary: Any, config: TrainConfig, out: Output) -> int:
-        """The run's curve, its policy and how to serve it, and the eval table; 1 when no policy was written."""
-        out.say(f"reward {summary.first_reward:.3f} → {summary.last_reward:.3f} (best {summary.best_reward:.3f}); "
-                f"curve: {summary.curve_csv}, {summary.curve_png}; LoRA: {summary.final_weights}")
+        """The warm start, the run's curve, its policy and how to serve it, and the eval table; 1 when no policy
+        was written."""
+        if summary.sft is not None:
+            out.say(sft_line(summary.sft, self.run_dir))
+        if summary.steps:
+            out.say(f"reward {summary.first_reward:.3f} → {summary.last_reward:.3f} (best {summary.best_reward:.3f}); "
+                    f"curve: {summary.curve_csv}, {summary.curve_png}; LoRA: {summary.final_weights}")
         if summary.policy is None:
             from tackroom_app import print_error
 
@@ -140,6 +166,8 @@ class TinkerBackend:
             return 1
         out.console.print(f"trained policy: {summary.policy}; serve it beside the base model with", highlight=False)
         out.say(f"  {summary.serve_command}", soft_wrap=True)  # copy-paste whole
+        if summary.sft is not None and not summary.steps:
+            out.say(f"start RL from it: [model] init_from = \"{self.run_dir}\"")
         if summary.eval is not None and config.eval is not None:
             from tackroom_train.sweep import ArmsReport
 

@@ -19,6 +19,9 @@ as the GPU backend does. Each step has four parts, each a module:
 4. the hand-off: the sampler publishes the new weights as the next policy version before any batch samples
    with them.
 
+Before step 1 an ``[sft]`` warm start (:mod:`.sft`) trains the same LoRA on demonstrations, so version 0 is the
+warm policy; with ``then_rl = false`` the run stops there and exports it.
+
 :func:`.pipeline.run_pipeline` drives them: rollouts for the next step run while a step trains, up to
 ``[train] max_staleness_steps`` versions behind; a batch staler than that is dropped, never trained on.
 :class:`~.run_log.RunLog` records each step (:class:`~.records.StepRecord`) into ``steps.jsonl``, each row's
@@ -60,6 +63,7 @@ from tackroom_train.tinker.rollouts import Rollouts, task_batches
 from tackroom_train.tinker.run_log import RunLog
 from tackroom_train.tinker.sampler import EngineSampler, JaxSampler, Sampler
 from tackroom_train.tinker.server import TinkerCalls, TinkerServer, check_reachable
+from tackroom_train.tinker.sft import SftReport, warm_start
 from tackroom_train.tinker.step_trainer import LossChoice, StepTrainer, loss_path
 from tackroom_train.tracking import Tracker, TrackerSet, check_trackers, open_trackers
 
@@ -102,6 +106,8 @@ class TinkerRunSummary(BaseModel):
     """Per step: seconds from the optimiser step to the new weights being the sampler's (None: no update)."""
     eval: list[EvalRow] | None = None
     """The ``[eval]`` table: the served final policy under each eval harness (tackroom_train.sweep)."""
+    sft: SftReport | None = None
+    """The ``[sft]`` warm start before the RL steps (or instead of them: ``then_rl = false``, ``steps`` 0)."""
 
 
 def resolve_base_model(name: str) -> str:
@@ -169,6 +175,8 @@ class StepParts:
     sampler: Sampler
     run_log: RunLog
     steps_total: int
+    warm: SftReport | None = None
+    """The ``[sft]`` warm start the RL steps continue from (None: none)."""
 
 
 async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any = None,
@@ -185,9 +193,12 @@ async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any =
 async def train_on_tinker(plan: TrainPlan, scope: RunScope) -> TinkerRunSummary:
     """Train the plan (blocks until done); starts and stops a Tinker server unless ``[tinker] url`` is set.
 
-    The error-rate pass (``[train] preflight_passes``) runs first and raises :class:`PreflightRefusedError`
-    above ``[train] max_error_rate``; ``scope.preflight_only`` stops after it (no step is trained). Each step's
-    metrics go to the ``[train] trackers`` (checked here, before anything starts) and to ``scope.progress``."""
+    An ``[sft]`` warm start trains first, on the run's LoRA (:mod:`.sft`); with ``then_rl = false`` the run ends
+    there, its LoRA exported as ``<run>/policy``, and starts no engine. The error-rate pass (``[train]
+    preflight_passes``) runs next, on the policy RL starts from, and raises :class:`PreflightRefusedError` above
+    ``[train] max_error_rate``; ``scope.preflight_only`` stops after it (no step is trained, no warm start either).
+    Each step's metrics go to the ``[train] trackers`` (checked here, before anything starts) and to
+    ``scope.progress``."""
     from tackroom_gateway import load_tokenizer
 
     check_trackers(plan.train.trackers)
@@ -198,11 +209,17 @@ async def train_on_tinker(plan: TrainPlan, scope: RunScope) -> TinkerRunSummary:
                           "which divides each sequence's cross-entropy by the sum of its weights (negative advantages "
                           "flip sign); use 'auto' (the [loss] as the built-in it equals on-policy) or a server given "
                           "by [tinker] url whose cross-entropy is a plain weighted sum")
+    if scope.preflight_only and not plan.rl:
+        raise ConfigError("--preflight: this run trains only an [sft] warm start (then_rl = false) and runs no "
+                          "rollouts; there is no error rate to measure")
+    if plan.sft is not None and plan.sft.settings.skyrl:
+        raise ConfigError("sft.skyrl: raw overrides of SkyRL's SFTConfig apply on the skyrl backend only; drop them "
+                          "for backend = \"tinker\" (its warm start reads [sft] itself)")
     loss = LossChoice.choose(plan.loss, settings.loss_fn)
-    base_model = resolve_base_model(settings.base_model or plan.model.path)
+    base_model = resolve_base_model(str(plan.start_from or settings.base_model or plan.model.path))
     tokenizer = load_tokenizer(plan.rollout.policy.tokenizer or plan.model.tokenizer or base_model)
     engine = None
-    if settings.sampler == "engine":  # the run's engine starts while the Tinker server does
+    if settings.sampler == "engine" and plan.rl:  # the run's engine starts while the Tinker server does
         engine = EngineSampling(scope.run_dir, plan.model.served_name or "tackroom-tinker",
                                 settings=_engine_settings(settings, plan.gpus.context_length, base_model),
                                 keep_versions=plan.train.max_staleness_steps + 2,
@@ -260,33 +277,55 @@ async def _connected(plan: TrainPlan, scope: RunScope, server: Server, loss: Los
 
 
 async def _build(plan: TrainPlan, scope: RunScope, server: Server, loss: LossChoice) -> TinkerRunSummary:
-    """The sampler, the trainer and the log, built once, then :func:`_run_steps`."""
+    """The trackers, the ``[sft]`` warm start, then the sampler, the trainer and the log, built once, then
+    :func:`_run_steps` (or, for a warm start alone, :func:`_warm_start_only`)."""
     settings, knobs = plan.tinker, plan.train
     client = await TrainingClient.create(server.service, server.call, base_model=server.base_model,
                                          rank=settings.lora_rank)
-    micro_batch = int(settings.backend_config.get("train_micro_batch_size") or 0)
-    lr = settings.learning_rate or knobs.learning_rate
-    trainer = StepTrainer(client, loss_path(loss, knobs, client, micro_batch=micro_batch),
-                          aggregation=loss.aggregation, learning_rate=lr,
-                          normalize_advantages=settings.normalize_advantages, micro_batch=micro_batch)
-    if server.engine is not None:
-        trainer.free_sample = server.engine.free_sample
-    steps_total = total_steps(knobs, len(plan.rows))
-    sampler = await _sampler(plan, client, server, scope.log)
-    scope.log(f"{len(plan.rows)} tasks, {steps_total} steps × {knobs.mini_batch_size} tasks × "
-              f"{knobs.samples_per_prompt} samples; LoRA rank {settings.lora_rank}, lr {lr:g}, loss {loss.describe()}; "
-              f"sampling on {sampler.describe()}, staleness ≤ {knobs.max_staleness_steps}")
-
     trackers = TrackerSet([*([scope.progress] if scope.progress is not None else []),
                            *open_trackers([] if scope.preflight_only else knobs.trackers, scope.run_dir,
                                           run_name=scope.run_dir.name, config=plan.record)], scope.log)
-    trackers.start(steps_total)
-    run_log = RunLog(scope.run_dir, steps_total=steps_total, max_staleness=knobs.max_staleness_steps,
-                     mismatch_warn=knobs.logprob_mismatch_warn, log=scope.log, trackers=trackers)
     try:
-        return await _run_steps(plan, scope, server, StepParts(client, loss, trainer, sampler, run_log, steps_total))
+        warm = None
+        if plan.sft is not None and not scope.preflight_only:  # before version 0 is published: RL starts from it
+            warm = await warm_start(plan.sft, client, seed=knobs.seed, run_dir=scope.run_dir, log=scope.log,
+                                    trackers=trackers)
+            if not plan.rl:
+                return await _warm_start_only(plan, scope, server, client, warm)
+        micro_batch = int(settings.backend_config.get("train_micro_batch_size") or 0)
+        lr = settings.learning_rate or knobs.learning_rate
+        trainer = StepTrainer(client, loss_path(loss, knobs, client, micro_batch=micro_batch),
+                              aggregation=loss.aggregation, learning_rate=lr,
+                              normalize_advantages=settings.normalize_advantages, micro_batch=micro_batch)
+        if server.engine is not None:
+            trainer.free_sample = server.engine.free_sample
+        steps_total = total_steps(knobs, len(plan.rows))
+        sampler = await _sampler(plan, client, server, scope.log)
+        scope.log(f"{len(plan.rows)} tasks, {steps_total} steps × {knobs.mini_batch_size} tasks × "
+                  f"{knobs.samples_per_prompt} samples; LoRA rank {settings.lora_rank}, lr {lr:g}, loss "
+                  f"{loss.describe()}; sampling on {sampler.describe()}, staleness ≤ {knobs.max_staleness_steps}"
+                  + ("; from the [sft] warm start" if warm is not None else ""))
+        trackers.start(steps_total)
+        run_log = RunLog(scope.run_dir, steps_total=steps_total, max_staleness=knobs.max_staleness_steps,
+                         mismatch_warn=knobs.logprob_mismatch_warn, log=scope.log, trackers=trackers)
+        parts = StepParts(client, loss, trainer, sampler, run_log, steps_total, warm)
+        return await _run_steps(plan, scope, server, parts)
     finally:
         trackers.close()
+
+
+async def _warm_start_only(plan: TrainPlan, scope: RunScope, server: Server, client: TrainingClient,
+                           warm: SftReport) -> TinkerRunSummary:
+    """An ``[sft]`` run with ``then_rl = false``: the warm LoRA saved and exported as ``<run>/policy`` (what
+    ``[model] init_from`` starts a later run from), and the summary."""
+    final_weights = await client.save_for_sampler("final", "save the warm-start LoRA")
+    final = await _export(final_weights, scope, server)
+    summary = TinkerRunSummary(run_dir=str(scope.run_dir), steps=0, first_reward=0.0, last_reward=0.0,
+                               best_reward=0.0, mismatch_mean=None, mismatch_warnings=0, curve_csv="", curve_png="",
+                               sampler=plan.tinker.sampler, sft=warm, **_policy_fields(scope.run_dir, final))
+    (scope.run_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
+    _mark_latest(scope, final)
+    return summary
 
 
 async def _run_steps(plan: TrainPlan, scope: RunScope, server: Server, parts: StepParts) -> TinkerRunSummary:
@@ -319,12 +358,18 @@ async def _run_steps(plan: TrainPlan, scope: RunScope, server: Server, parts: St
     final = await _export(final_weights, scope, server)
     png = parts.run_log.finish(title=f"{scope.run_dir.name}: {parts.loss.describe()}")
     summary = _summary(plan, parts.run_log, png, final, preflight)
+    summary.sft = parts.warm
     (scope.run_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
+    _mark_latest(scope, final)
+    return summary
+
+
+def _mark_latest(scope: RunScope, final: FinalPolicy) -> None:
+    """``<out>/latest`` → this run, when it wrote a policy."""
     if final.exported is not None:
         latest = mark_latest(scope.run_dir)
         if latest is not None:
             scope.log(f"{latest} -> {scope.run_dir.name}")
-    return summary
 
 
 async def _sampler(plan: TrainPlan, client: TrainingClient, server: Server, log: Callable[[str], None]) -> Sampler:
@@ -370,19 +415,25 @@ class FinalPolicy:
     error: str | None = None
 
 
+def _policy_fields(run_dir: Path, final: FinalPolicy) -> dict[str, Any]:
+    """The summary's fields of the run's final LoRA and its export (or why there is none)."""
+    exported = final.exported
+    return {"final_weights": final.final_weights, "adapter": exported.adapter if exported else None,
+            "policy": exported.path if exported else None, "served_name": run_dir.name if exported else None,
+            "serve_command": serve_command(exported.path, name=run_dir.name) if exported else None,
+            "policy_error": final.error}
+
+
 def _summary(plan: TrainPlan, run_log: RunLog, png: Path, final: FinalPolicy,
              preflight: PreflightReport | None) -> TinkerRunSummary:
-    run_dir, records, rewards, exported = run_log.run_dir, run_log.records, run_log.rewards, final.exported
+    run_dir, records, rewards = run_log.run_dir, run_log.records, run_log.rewards
     return TinkerRunSummary(
         run_dir=str(run_dir), steps=len(records), first_reward=rewards[0] if rewards else 0.0,
         last_reward=rewards[-1] if rewards else 0.0, best_reward=max(rewards, default=0.0),
         mismatch_mean=run_log.mismatch_mean, mismatch_warnings=run_log.warnings,
         mismatch_warn=plan.train.logprob_mismatch_warn,
-        curve_csv=str(run_log.curve_csv), curve_png=str(png), final_weights=final.final_weights,
-        adapter=exported.adapter if exported else None, policy=exported.path if exported else None,
-        served_name=run_dir.name if exported else None,
-        serve_command=serve_command(exported.path, name=run_dir.name) if exported else None,
-        policy_error=final.error, preflight=preflight, reward_per_step=rewards,
+        curve_csv=str(run_log.curve_csv), curve_png=str(png), **_policy_fields(run_dir, final),
+        preflight=preflight, reward_per_step=rewards,
         mismatch_per_step=[r.mismatch_mean for r in records], sampler=plan.tinker.sampler,
         staleness_per_step=[r.staleness for r in records], dropped_batches=run_log.dropped,
         handoff_s_per_step=[r.handoff_s for r in records])

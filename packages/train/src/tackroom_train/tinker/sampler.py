@@ -11,8 +11,8 @@ Two implementations, chosen by ``[tinker] sampler``:
   current weights; pinning points the endpoint at a version's client; checking raises a
   :class:`ConfigError` when a harness asked for constrained decoding, which this sampler cannot do.
 
-Either way version 0 (the untrained LoRA) is published and pinned when the sampler is entered, and a version
-is published before any batch samples with it (the pipeline's rule).
+Either way version 0 (the LoRA before any RL step: untrained, or the ``[sft]`` warm start) is published and pinned
+when the sampler is entered, and a version is published before any batch samples with it (the pipeline's rule).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class EngineSampler:
         await self.engine.__aenter__()
         try:
             handoff = await self.publish(0)
-            self.log(f"policy version 0 (the untrained LoRA) loaded into the engine in {handoff:.1f}s")
+            self.log(f"policy version 0 (the LoRA before any RL step) loaded into the engine in {handoff:.1f}s")
             self.pin(0)
         except BaseException:
             await self.engine.stop()
@@ -127,7 +127,7 @@ class JaxSampler:
     @classmethod
     async def create(cls, client: TrainingClient, tokenizer: Any, model_name: str, *, max_model_len: int | None,
                      timeout_s: float, max_staleness: int) -> JaxSampler:
-        """Version 0 (the untrained LoRA) as a sampling client, behind a sampling endpoint."""
+        """Version 0 (the LoRA before any RL step) as a sampling client, behind a sampling endpoint."""
         first = await client.sampling_client("save weights for sampling")
         endpoint = SamplingEndpoint(first, tokenizer, model_name, max_model_len=max_model_len, timeout_s=timeout_s)
         return cls(endpoint, client, first, max_staleness=max_staleness)

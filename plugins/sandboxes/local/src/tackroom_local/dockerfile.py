@@ -10,6 +10,7 @@ import os
 import posixpath
 import re
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -65,13 +66,83 @@ def parse_dockerfile(path: Path) -> list[Instruction]:
     return out
 
 
-def parse_env(args: str) -> dict[str, str]:
-    """``ENV A=1 B="two words"`` or the legacy ``ENV A some value``."""
+_VARIABLE = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?::(?P<op>[-+])(?P<word>[^}]*))?\}"
+                       r"|(?P<plain>[A-Za-z_][A-Za-z0-9_]*))")
+"""``$NAME``, ``${NAME}``, ``${NAME:-default}`` and ``${NAME:+alternative}``: Docker's substitutions."""
+
+
+def _take(text: str, i: int, variables: Mapping[str, str], out: list[str], *, quoted: bool) -> int:
+    """Append what ``text[i]`` stands for to ``out`` (a character, an escaped one, a variable's value); return where
+    the next one starts. In double quotes a backslash escapes only ``"``, ``\\`` and ``$``."""
+    c = text[i]
+    if c == "\\" and i + 1 < len(text) and (not quoted or text[i + 1] in '"\\$'):
+        out.append(text[i + 1])
+        return i + 2
+    if c == "$" and (m := _VARIABLE.match(text, i)):
+        value = variables.get(m["braced"] or m["plain"], "")
+        if m["op"] == "-":
+            value = value or m["word"]
+        elif m["op"] == "+":
+            value = m["word"] if value else ""
+        out.append(value)
+        return m.end()
+    out.append(c)
+    return i + 1
+
+
+def substitute(text: str, variables: Mapping[str, str]) -> str:
+    """``text`` with Docker's variable substitutions made from ``variables`` (an unset name is empty, ``\\$`` a literal
+    ``$``), as Docker makes them in ENV and WORKDIR: ``ENV PATH=/opt/venv/bin:$PATH`` extends the PATH."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        i = _take(text, i, variables, out, quoted=False)
+    return "".join(out)
+
+
+def env_words(args: str, variables: Mapping[str, str]) -> list[str]:
+    """ENV's arguments split as Docker splits them: whitespace outside quotes separates words; single quotes keep
+    their text as it is; double quotes and bare text have their variables substituted; a backslash escapes."""
+    words: list[str] = []
+    word: list[str] | None = None
+    i = 0
+    while i < len(args):
+        c = args[i]
+        if c.isspace():
+            if word is not None:
+                words.append("".join(word))
+            word, i = None, i + 1
+            continue
+        word = [] if word is None else word
+        if c == "'":
+            end = args.find("'", i + 1)
+            if end < 0:
+                raise ValueError("a single quote is not closed")
+            word.append(args[i + 1 : end])
+            i = end + 1
+        elif c == '"':
+            i += 1
+            while i < len(args) and args[i] != '"':
+                i = _take(args, i, variables, word, quoted=True)
+            if i >= len(args):
+                raise ValueError("a double quote is not closed")
+            i += 1
+        else:
+            i = _take(args, i, variables, word, quoted=False)
+    if word is not None:
+        words.append("".join(word))
+    return words
+
+
+def parse_env(args: str, variables: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``ENV A=1 B="two words"`` or the legacy ``ENV A some value``; ``$NAME`` in a value is substituted from
+    ``variables`` (what was set before this line), as Docker does."""
+    variables = variables or {}
     if "=" not in args.split(" ", 1)[0]:
         key, _, value = args.partition(" ")
-        return {key: value.strip()}
+        return {key: substitute(value.strip(), variables)}
     result = {}
-    for token in shlex.split(args):
+    for token in env_words(args, variables):
         key, sep, value = token.partition("=")
         if not sep:
             raise ValueError(f"ENV token {token!r} has no '='")
@@ -110,13 +181,14 @@ class DockerfileSteps:
     def __init__(self, sandbox: BuildTarget, transfers: ViewTransfers) -> None:
         self.sandbox, self.transfers = sandbox, transfers
 
-    async def apply(self) -> None:
+    async def apply(self) -> bool:
+        """Carry out the task's Dockerfile; False when the task has none."""
         sb = self.sandbox
         if sb.spec.image:
             sb.notes.append(f"local sandbox: image {sb.spec.image!r} is not used; the host's /usr is the userland")
         dockerfile = (sb.spec.environment_dir / "Dockerfile") if sb.spec.environment_dir else None
         if dockerfile is None or not dockerfile.is_file():
-            return
+            return False
         context = sb.spec.environment_dir
         assert context is not None
         args: dict[str, str] = {}
@@ -126,10 +198,10 @@ class DockerfileSteps:
                 if ins.keyword == "FROM":
                     sb.notes.append(f"local sandbox: 'FROM {ins.args}' is not honoured; the host's /usr is the userland")
                 elif ins.keyword == "WORKDIR":
-                    sb.workdir = posixpath.join(sb.workdir, ins.args.strip())
+                    sb.workdir = posixpath.join(sb.workdir, substitute(ins.args.strip(), {**args, **sb.env}))
                     await asyncio.to_thread(self.transfers.ensure_dir, sb.workdir, sb.workdir)
                 elif ins.keyword == "ENV":
-                    sb.env.update(parse_env(ins.args))
+                    sb.env.update(parse_env(ins.args, {**args, **sb.env}))
                 elif ins.keyword == "ARG":
                     key, _, default = ins.args.partition("=")
                     if default:
@@ -150,6 +222,7 @@ class DockerfileSteps:
                     sb.notes.append(f"local sandbox: {ins.keyword} at {where} is ignored")
             except (ValueError, SandboxPathError) as exc:
                 raise SandboxBuildError(f"{where}: {ins.keyword} {ins.args}: {exc}", task_fault=True) from exc
+        return True
 
     async def _copy_from_context(self, context: Path, args: str) -> None:
         sb = self.sandbox

@@ -25,6 +25,8 @@ from tackroom_local.cgroups import CGROUP_NAME, Cgroups, start_time
 MARKER_SUFFIX = ".owner.json"
 DISK_SUFFIX = ".disk"
 """Beside a root: the file of its size-limited filesystem (``storage_mb``, run as root)."""
+INSTALLED_SUFFIX = ".installed"
+"""Beside a root: the copies of what the task's Dockerfile installed (:mod:`tackroom_local.installed`)."""
 
 
 def boot_id() -> str:
@@ -137,6 +139,8 @@ def remove_leftovers(base: Path) -> int:
             unmount_disk(root, base / disk if isinstance(disk, str) and disk == f"{name}{DISK_SUFFIX}" else None)
             rmtree(root)
             removed += 1
+        if root is not None:
+            rmtree(base / f"{name}{INSTALLED_SUFFIX}")
         if cgroups_gone:
             marker.unlink(missing_ok=True)
     return removed

@@ -67,7 +67,9 @@ Grading
     of its own, in a user namespace of its own (run as root) that kept services cannot ptrace or reach
     through ``/proc/PID/root``, with a clean environment; kept services run only for its duration, and the
     reward folder is copied out of the private copy (:mod:`~tackroom_local.grading`). ``set_network``
-    switches between ``none``, ``public`` and ``allowlist``.
+    switches between ``none``, ``public`` and ``allowlist``. Before grading, ``restore_image_tools`` puts back
+    what the task's Dockerfile installed in the writable roots (recorded at start, copied beside the root) where
+    the agent changed it, and removes what the agent added that would run instead (:mod:`~tackroom_local.installed`).
 Network
     ``public`` shares the host's network namespace; ``none`` and ``allowlist`` keep the sandbox's own, which
     holds only ``lo``. An allowlist is an egress proxy in tackroom's process listening on one port of that
@@ -76,11 +78,11 @@ Network
 Cleanup
     Each sandbox writes an owner marker (``<root>.owner.json``, beside the root, out of the agent's
     reach) holding the creating process's pid, start time and boot id, the bwrap's and the keeper's, the
-    host uid and the cgroup directories. ``tackroom sandbox cleanup --sandbox local`` removes the roots,
-    bwraps and cgroups of every marker whose owner is gone; a live owner's sandboxes are never touched,
-    and roots without a marker (made by an older tackroom) are left alone. A sandbox's cgroup is named
-    ``tackroom-<creator pid>-<creator start time>-<root>``, so every sandbox start (and every cleanup)
-    also removes the cgroups of dead creators, wherever their roots were.
+    host uid and the cgroup directories. ``tackroom sandbox cleanup --sandbox local`` removes the roots
+    (and ``<root>.installed``), bwraps and cgroups of every marker whose owner is gone; a live owner's
+    sandboxes are never touched, and roots without a marker (made by an older tackroom) are left alone. A
+    sandbox's cgroup is named ``tackroom-<creator pid>-<creator start time>-<root>``, so every sandbox start
+    (and every cleanup) also removes the cgroups of dead creators, wherever their roots were.
 
 Run as root, bwrap itself runs as the sandbox's host uid; when ``root_dir`` is not searchable by that
 uid (a 0700 folder), each bwrap starts in a private mount namespace where the per-trial root is bound at
@@ -88,8 +90,8 @@ uid (a 0700 folder), each bwrap starts in a private mount namespace where the pe
 into the sandbox).
 
 The task's Dockerfile is honoured as far as a shared /usr allows: WORKDIR, COPY/ADD (of local files),
-ENV, ARG defaults and RUN. FROM is not: the sandbox runs on the host's userland, and the trial result's
-notes say so.
+ENV (``$NAME`` substituted, as Docker does), ARG defaults and RUN. FROM is not: the sandbox runs on the host's
+userland, and the trial result's notes say so.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import posixpath
 import re
 import secrets
 import signal
@@ -123,9 +126,11 @@ from tackroom import (
 from tackroom_local.cgroups import cgroup_parents, sweep_cgroups
 from tackroom_local.dockerfile import DockerfileSteps, parse_dockerfile
 from tackroom_local.grading import GraderRuns
+from tackroom_local.installed import InstalledTools, installed_note
 from tackroom_local.keeper import NamespaceKeeper, tool
 from tackroom_local.limits import SandboxLimits
 from tackroom_local.markers import (
+    INSTALLED_SUFFIX,
     MARKER_SUFFIX,
     OwnerMarker,
     base_dir,
@@ -182,8 +187,10 @@ class LocalSandbox(Sandbox):
     its keeper (:mod:`~tackroom_local.keeper`), :attr:`limits` sets up its cgroup or rlimits and disk
     (:mod:`~tackroom_local.limits`), :attr:`transfers` moves files (:mod:`~tackroom_local.transfers`), :attr:`grader`
     runs the grader (:mod:`~tackroom_local.grading`), :attr:`network` serves the allowlist's proxy and forwarded host
-    ports (:mod:`~tackroom_local.network`) and :attr:`dockerfile` applies the task's Dockerfile
-    (:mod:`~tackroom_local.dockerfile`). This class holds the lifecycle, ``exec`` and the order things happen in."""
+    ports (:mod:`~tackroom_local.network`), :attr:`dockerfile` applies the task's Dockerfile
+    (:mod:`~tackroom_local.dockerfile`) and :attr:`installed` records what it installed and puts that back before
+    grading (:mod:`~tackroom_local.installed`). This class holds the lifecycle, ``exec`` and the order things happen
+    in."""
 
     binds_mounts = True
     """``SandboxSpec.mounts`` are read-only binds in folders of bwrap's own root (:func:`~tackroom_local.view.add_mount`)."""
@@ -206,6 +213,7 @@ class LocalSandbox(Sandbox):
         self.network = NamespacePorts(spec.network, hosts=options.egress_hosts, notes=self.notes)
         self.grader = GraderRuns(ns, self.network, storage_mb=spec.storage_mb, output_limit=options.output_limit_bytes)
         self.dockerfile = DockerfileSteps(self, self.transfers)
+        self.installed = InstalledTools(self.transfers, self.base / f"{self.root.name}{INSTALLED_SUFFIX}")
         self._lock = asyncio.Lock()
         self._dists_at_start: set[Path] = set()
         """Python distributions in the writable roots when the sandbox started (the task's; restore_image_tools)."""
@@ -238,7 +246,8 @@ class LocalSandbox(Sandbox):
             await self._serve_policy()
             with contextlib.suppress(SandboxPathError):
                 await asyncio.to_thread(self.transfers.ensure_dir, self.workdir, self.workdir)
-            await self.dockerfile.apply()
+            if await self.dockerfile.apply():
+                await asyncio.to_thread(self.installed.record, self.env.get("PATH", DEFAULT_PATH), [self.workdir])
             self._dists_at_start = await asyncio.to_thread(dist_folders, self.root)
         except BaseException:
             await self.stop()
@@ -385,6 +394,10 @@ class LocalSandbox(Sandbox):
         """Cgroups, root, marker; the marker stays (for ``cleanup``) when something could not be removed."""
         cgroups = self.namespaces.cgroups
         gone = cgroups.remove() if cgroups is not None else True
+        try:
+            self.installed.discard()
+        except OSError:
+            gone = False
         if not self.options.keep_root:
             try:
                 unmount_disk(self.root, self.limits.disk)
@@ -443,20 +456,34 @@ class LocalSandbox(Sandbox):
                                      sandbox_env=self.env, cwd=cwd, env=env, timeout=timeout, graded=graded)
 
     async def restore_image_tools(self, keep: list[str] | None = None) -> list[str]:
-        """Nothing of the image to restore: ``/usr`` is the host's, read-only, and ``/`` a read-only tmpfs, so the
-        agent can change no executable or library there and add nothing to them (tests/security/test_grading_attacks.py
-        checks it). A tool it planted in a writable root on ``PATH`` is not run by the verifier's commands,
-        whose ``PATH`` is the sandbox's fixed one; the start-up hooks interpreters read from system folders are
-        the host's, and ``run_grader`` starts the grader without the ones in HOME or the environment. What it does:
-        uninstall the test tooling the agent installed in the writable roots (a fake ``pytest`` in the virtualenv
-        folder test.sh is about to create; :func:`tackroom_sandbox_kit.remove_added_tooling`), whatever ``keep``
-        says, since test tooling is never a task's answer."""
+        """Before grading: the host's tools and those the task's environment installed are the ones that run.
+
+        ``/usr`` is the host's, read-only, and ``/`` a read-only tmpfs, so the agent can change no executable or
+        library there and add nothing to them (tests/security/test_grading_attacks.py checks it); the start-up hooks
+        interpreters read from system folders are the host's, and ``run_grader`` starts the grader without the ones
+        in HOME or the environment. First the test tooling the agent installed in the writable roots is uninstalled
+        (a fake ``pytest`` in the virtualenv folder test.sh is about to create;
+        :func:`tackroom_sandbox_kit.remove_added_tooling`), whatever ``keep`` says, since test tooling is never a
+        task's answer. Then what the task's Dockerfile installed in the writable roots (a virtualenv under ``/opt``, a
+        script, a tool on the task's ``PATH``), recorded at start, is made what it was
+        (:mod:`~tackroom_local.installed`): each file of it the agent changed, replaced or deleted is put back, and
+        what the agent added that would run instead is removed (a same-named file earlier on the task's ``PATH``,
+        which test.sh's commands resolve through; a ``.pth`` or ``sitecustomize`` in a site folder; a module beside
+        a recorded one or a recorded script). Paths under ``keep`` (the working directory, ``grading_paths``) stay as
+        the agent made them. The notes name what was put back and removed."""
         self.namespaces.alive()
         removed = await asyncio.to_thread(remove_added_tooling, self.root, self._dists_at_start)
         shown = ["/" + str(p.relative_to(self.root)) for p in removed]
         if note := tooling_note(shown):
             self.notes.append(note)
-        return shown
+        path = self.env.get("PATH", DEFAULT_PATH)
+        if self.installed.idle(path):
+            return shown
+        kept = [posixpath.normpath(posixpath.join(self.workdir, k)) for k in [self.workdir, *(keep or [])]]
+        put_back, dropped = await asyncio.to_thread(self.installed.restore, path, kept)
+        if note := installed_note(put_back, dropped):
+            self.notes.append(note)
+        return shown + put_back + dropped
 
     async def forward_host_port(self, port: int) -> str:
         ns = self.namespaces

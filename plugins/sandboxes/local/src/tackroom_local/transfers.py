@@ -37,7 +37,9 @@ class ViewTransfers:
         self.ns, self.storage_mb = ns, storage_mb
 
     @contextlib.contextmanager
-    def _walk(self, path: str, timeout: float) -> Iterator[Walk]:
+    def walk(self, path: str, timeout: float) -> Iterator[Walk]:
+        """A :class:`~tackroom_local.view.Walk` of the sandbox's view for ``path`` (named in its errors), its fds closed
+        at the end and its deadline, ``timeout`` seconds from now, raised as :class:`SandboxTimeoutError`."""
         assert self.ns.view is not None
         walk = Walk(self.ns.view, path, time.monotonic() + timeout, self.ns.uid)
         try:
@@ -49,7 +51,7 @@ class ViewTransfers:
 
     def is_dir(self, path: str, workdir: str) -> bool:
         """Whether ``path`` is a folder as the sandbox sees it (Docker's COPY puts a file into one)."""
-        with self._walk(path, 60) as walk:
+        with self.walk(path, 60) as walk:
             try:
                 return walk.locate(sandbox_parts(path, workdir)).kind == "dir"
             except (OSError, SandboxPathError):
@@ -57,13 +59,13 @@ class ViewTransfers:
 
     def ensure_dir(self, path: str, workdir: str) -> None:
         """A folder at ``path``, made as needed (as an upload's parents are)."""
-        with self._walk(path, 60) as walk:
+        with self.walk(path, 60) as walk:
             walk.ensure_dir(sandbox_parts(path, workdir), replace_last=False)
 
     def put(self, source: Path, dest: str, workdir: str, timeout: float) -> None:
         """Copy the host's ``source`` (a file or folder) to ``dest`` in the sandbox, replacing what is there."""
         parts = sandbox_parts(dest, workdir)
-        with self._walk(dest, timeout) as walk:
+        with self.walk(dest, timeout) as walk:
             if source.is_dir():
                 walk.put_tree(walk.ensure_dir(parts, replace_last=True), str(source))
             else:
@@ -75,7 +77,7 @@ class ViewTransfers:
         """Copy ``source`` (a regular file or folder in the sandbox) to the host's ``dest``."""
         parts = sandbox_parts(source, workdir)
         dest = Path(os.path.abspath(dest))
-        with self._walk(source, timeout) as walk:
+        with self.walk(source, timeout) as walk:
             found = walk.locate(parts)
             if found.kind == "missing":
                 raise FileNotFoundError(errno.ENOENT, "no such file or directory in the sandbox", source)

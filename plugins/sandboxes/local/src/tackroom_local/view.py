@@ -307,12 +307,34 @@ class Walk:
                 raise FileNotFoundError(errno.ENOTDIR, "not a directory in the sandbox", self.path)
         return Found("dir", here)
 
+    def real_folder(self, parts: Sequence[str]) -> Here | None:
+        """The real folder at ``parts`` in a writable root, reached without following any link: None when something
+        on the way is missing, a link or not a folder. Reads what is there, never resolves it."""
+        child = self.view.children.get(parts[0]) if parts else None
+        if not isinstance(child, _Bind) or not child.writable:
+            return None
+        here = Here((parts[0],), fd=self._open(child.host, None), writable=True)
+        for name in parts[1:]:
+            self.tick()
+            if name in ("", ".", ".."):
+                return None
+            try:
+                fd = self._open(name, here.fd)
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                    return None
+                raise
+            here = Here((*here.parts, name), fd=fd, writable=True)
+        return here
+
     # -- writing --------------------------------------------------------------------
     def _chown(self, name: str, dir_fd: int) -> None:
         if self.uid is not None:
             os.chown(name, self.uid, self.uid, dir_fd=dir_fd, follow_symlinks=False)
 
-    def _remove(self, here: Here, name: str) -> None:
+    def remove(self, here: Here, name: str) -> None:
+        """Remove ``name`` from the real folder ``here``: a folder with what it holds, else the entry itself (a link,
+        never its target)."""
         assert here.fd is not None
         try:
             st = os.stat(name, dir_fd=here.fd, follow_symlinks=False)
@@ -330,12 +352,13 @@ class Walk:
             os.mkdir(name, mode, dir_fd=here.fd)
             self._chown(name, here.fd)
 
-    def ensure_dir(self, parts: Sequence[str], *, replace_last: bool) -> Here:
+    def ensure_dir(self, parts: Sequence[str], *, replace_last: bool, replace_links: bool = False) -> Here:
         """A writable real directory at ``parts``, created as needed.
 
         A link among the parents is followed when it leads to a directory in the writable roots, else it
         (like a file, fifo or socket there) is replaced by a directory; with ``replace_last`` a link at
-        ``parts`` itself is replaced, never followed.
+        ``parts`` itself is replaced, never followed; with ``replace_links`` every link on the way is (what was a
+        real folder is one again: :mod:`~tackroom_local.installed` puts files back where they were).
         """
         todo: deque[str] = deque(parts)
         here = Here((), node=self.view)
@@ -375,7 +398,7 @@ class Walk:
                     continue
                 here = Here((*here.parts, name), fd=fd, writable=True)
                 continue
-            if stat.S_ISLNK(st.st_mode) and not (last and replace_last):
+            if stat.S_ISLNK(st.st_mode) and not (last and replace_last) and not replace_links:
                 target = os.readlink(name, dir_fd=here.fd)
                 sub = [*target.split("/")] if target.startswith("/") else [*here.parts, *target.split("/")]
                 with contextlib.suppress(OSError, SandboxPathError):
@@ -384,7 +407,7 @@ class Walk:
                         here = found.here
                         continue
             self.retry()
-            self._remove(here, name)  # a dangling/escaping/read-only link, a file, a fifo, a socket
+            self.remove(here, name)  # a dangling/escaping/read-only link, a file, a fifo, a socket
             todo.appendleft(name)
         if here.fd is None or not here.writable:
             raise SandboxPathError(f"{self.path!r} is not a writable folder of the local sandbox")
@@ -399,7 +422,7 @@ class Walk:
             except OSError as exc:
                 if exc.errno not in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
                     raise
-                self._remove(here, name)
+                self.remove(here, name)
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=here.fd)
         raise SandboxError(f"{self.path!r} kept changing during the transfer")
@@ -494,7 +517,7 @@ class Walk:
             except OSError as exc:
                 if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
-                self._remove(here, name)
+                self.remove(here, name)
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o700, dir_fd=here.fd)
                 fd = os.open(name, _O_DIR, dir_fd=here.fd)

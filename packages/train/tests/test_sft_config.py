@@ -53,7 +53,7 @@ def test_an_unknown_sft_key_is_refused_with_the_keys_that_exist(tmp_path: Path) 
     with pytest.raises(ConfigError) as err:
         load_train_config(path)
     assert "sft.lr: unknown field" in str(err.value)
-    assert ("valid fields of sft: batch_size, dataset, epochs, learning_rate, max_length, skyrl, then_rl"
+    assert ("valid fields of sft: batch_size, dataset, epochs, harnesses, learning_rate, max_length, skyrl, then_rl"
             in str(err.value))
     path.write_text(path.read_text().replace("[model]\npath", "[model]\nstart_from = \"x\"\npath"))
     with pytest.raises(ConfigError, match="model.start_from: unknown field(.|\n)*valid fields of model: init_from"):
@@ -209,3 +209,14 @@ def test_the_example_reads_the_dataset_tackroom_collect_writes() -> None:
     assert config.sft.dataset == str(root / "runs" / "collect" / "overfit" / "demonstrations.jsonl")
     assert (config.sft.epochs, config.sft.batch_size, config.sft.max_length, config.sft.then_rl) == (2, 4, 1024, True)
     assert config.backend == "tinker" and config.model.tokenizer == "smollm2" and len(config.tasks) == 1
+
+
+def test_harnesses_keeps_the_rows_collected_under_them_and_names_a_missing_one(tmp_path: Path) -> None:
+    rows = [*ROWS, demo([1, 5, 5], [0, 1, 1]).model_copy(update={"harness": "terminus"})]
+    both = plan_of(write_config(tmp_path, "then_rl = false", rows=rows)).sft
+    assert len(both.train) == 4
+    one = plan_of(write_config(tmp_path, 'then_rl = false\nharnesses = ["terminus"]', rows=rows)).sft
+    assert [ex.ids for ex in one.train] == [[1, 5, 5]] and one.held_out == []
+    with pytest.raises(ConfigError, match=r"sft.harnesses: no row .* under 'opencode'; its rows' harnesses: answer, "
+                                          r"terminus"):
+        plan_of(write_config(tmp_path, 'then_rl = false\nharnesses = ["opencode"]', rows=rows))

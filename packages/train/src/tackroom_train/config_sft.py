@@ -46,6 +46,9 @@ class SftSection(BaseModel):
     """Truncate: a longer demonstration keeps its first ``max_length`` tokens (its prompt and earliest turns, as
     SkyRL's SFT truncates), and one whose trained tokens all lie beyond is dropped; the run says how many of each.
     None: no limit."""
+    harnesses: list[str] = Field(default_factory=list)
+    """Train only on the rows collected under these harnesses (a row's ``harness``: the name, or the label
+    ``[[collect.harnesses]]`` gave it); empty: every row. A name no row has is refused, with the names there are."""
     then_rl: bool = True
     """True: RL continues from the warm weights in the same run. False: the run trains the warm start only, writes
     ``<run>/policy`` (the warm policy, servable) and stops; ``[model] init_from = "<run>"`` starts a later run

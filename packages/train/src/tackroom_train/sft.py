@@ -102,7 +102,11 @@ def resolve_sft(settings: SftSection, *, tokenizer: str) -> SftPlan:
     held_out: list[Example] = []
     truncated = dropped = rows = 0
     foreign: dict[str, int] = {}
+    wanted, seen = set(settings.harnesses), set()
     for row in read_demonstrations(path):
+        seen.add(row.harness)
+        if wanted and row.harness not in wanted:
+            continue
         rows += 1
         if row.tokenizer != tokenizer:
             foreign[row.tokenizer] = foreign.get(row.tokenizer, 0) + 1
@@ -115,6 +119,9 @@ def resolve_sft(settings: SftSection, *, tokenizer: str) -> SftPlan:
             continue
         truncated += cut
         (held_out if row.split == EVAL_SPLIT else train).append(example)
+    if missing := sorted(wanted - seen):
+        raise ConfigError(f"sft.harnesses: no row of {path} was collected under {', '.join(map(repr, missing))}; "
+                          f"its rows' harnesses: {', '.join(sorted(seen)) or 'none'}")
     for name, count in foreign.items():
         check_tokenizer(name, tokenizer, rows=count, path=path)
     if not train:

@@ -1,0 +1,1 @@
+"""The HTTP side: auth, the route table, request bodies and errors, the OpenAPI document, the server."""

@@ -1,0 +1,1 @@
+"""The service's state: tables (:mod:`.schema`), what the service writes and reads (:mod:`.store`), read-only SQL."""

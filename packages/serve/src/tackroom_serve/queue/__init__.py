@@ -1,0 +1,2 @@
+"""Running rollouts: a batch's plugins and runtime (:mod:`.runner`), the dispatcher that starts them
+(:mod:`.worker`)."""

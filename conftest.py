@@ -66,7 +66,8 @@ EXCLUSIVE = {
     # (skyrl's conftest.py). The GPU-step smoke (a 2-layer model in JAX, ~1 GB) is not one of them: in this
     # group it made the group, the suite's longest, 7 minutes longer; it runs beside it on its own.
     "trainer": tuple(f"packages/train/tests/test_{name}.py" for name in (
-        "tinker_overfit", "tinker_policy", "engine_sampling", "policy_serving")),
+        "tinker_overfit", "tinker_policy", "engine_sampling", "policy_serving", "sft_tinker",
+        "mixed_harness_tinker")),
 }
 
 # The inner-loop tier is `uv run pytest -m "not slow"`: besides tests marked `slow` by hand, everything that

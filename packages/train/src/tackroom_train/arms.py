@@ -81,6 +81,9 @@ def arm_overrides(config: TrainConfig, index: int, arm: ArmSpec, manager: Any = 
             manager.get("loss", arm.loss.name)
         except PluginNotFoundError as exc:
             raise ConfigError(f"{where}.loss.name: {exc}") from None
+    if (arm.harness or arm.nudge is not None) and config.harnesses:
+        raise ConfigError(f"{where}: harness and nudge change the one [harness]; this config trains on a mix "
+                          "([[harnesses]]), which an arm cannot change: give each variant of the mix its own config")
     if arm.harness or arm.nudge is not None:
         options_cls = manager.get("harness", config.harness.name).Options
         unknown = sorted(set(arm.harness) - set(options_cls.model_fields))

@@ -68,7 +68,7 @@ def run_train(config_file: Path, out: Any, *, backend: str | None = None, run_id
     if as_json:
         typer.echo(json.dumps(redact(trainer.view.model_dump(mode="json")), indent=2))
     else:
-        out.console.print(f"[bold]tackroom train[/] {config_file}: {len(plan.rows)} tasks → {dataset}")
+        out.console.print(f"[bold]tackroom train[/] {config_file}: {plan.describe_rows()} → {dataset}")
         for line in trainer.describe():
             out.console.print(line)
         if dry_run:

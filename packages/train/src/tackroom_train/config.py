@@ -22,6 +22,8 @@ inference = 8
 train = 8
 kv_cache_tokens_per_engine = 1_200_000
 ```
+
+``[[harnesses]]`` in place of ``[harness]`` trains on a mix of harnesses (:mod:`tackroom_train.config_mix`).
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from tackroom import AGGREGATIONS, ConfigError
 from tackroom_app import Endpoint, ExecutorName, NetworkDefaults, PluginSelection, TaskSelection, read_toml, validate
 from tackroom_train.config_arms import ArmSpec, EvalSection, unique_labels
+from tackroom_train.config_mix import MixedHarness, refuse_both, unique_harness_labels
 from tackroom_train.config_sft import SftSection
 from tackroom_train.config_tinker import TinkerSettings
 from tackroom_train.tracking import TrackerName
@@ -178,6 +181,10 @@ class TrainConfig(TaskSelection):
     model_config = ConfigDict(extra="forbid")
 
     harness: PluginSelection = Field(default_factory=lambda: PluginSelection(name="archipelago"))
+    """The one harness every rollout runs under; unused when ``harnesses`` is set."""
+    harnesses: list[MixedHarness] = Field(default_factory=list)
+    """``[[harnesses]]``: train on a mix instead of ``[harness]`` (both set: refused): every task under every
+    harness, ``weight`` rows each (see tackroom_train.config_mix)."""
     sandbox: PluginSelection = Field(default_factory=lambda: PluginSelection(name="docker"))
     verifier: PluginSelection = Field(default_factory=lambda: PluginSelection(name="test-script"))
     policy: Endpoint = Field(default_factory=Endpoint)
@@ -205,12 +212,32 @@ class TrainConfig(TaskSelection):
         """Whether the run trains the ``[sft]`` warm start and no RL (``then_rl = false``)."""
         return self.sft is not None and not self.sft.then_rl
 
+    @property
+    def mixed(self) -> bool:
+        """Whether the run trains on a mix of harnesses (``[[harnesses]]``)."""
+        return bool(self.harnesses)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_harness_section(cls, data: Any) -> Any:
+        return refuse_both(data)
+
     @model_validator(mode="after")
     def _aggregation(self) -> TrainConfig:
         if self.loss.aggregation is not None and self.loss.aggregation not in AGGREGATIONS:
             raise ValueError(f"loss.aggregation must be one of {', '.join(AGGREGATIONS)}")
         unique_labels(self.arms)
+        unique_harness_labels(self.harnesses)
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_unused_harness(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # with [[harnesses]] the default [harness] is not part of the config: a dump (the run's record, an arm's
+        # config rebuilt from one) must not read back as both set
+        data = handler(self)
+        if self.harnesses and isinstance(data, dict):
+            data.pop("harness", None)
+        return data
 
 
 def load_train_config(path: str | Path) -> TrainConfig:

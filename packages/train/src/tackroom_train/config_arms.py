@@ -83,8 +83,8 @@ class EvalHarness(BaseModel):
 class EvalSection(TaskSelection):
     """``[eval]``: after training, serve the final policy on ``port`` and evaluate it with the matrix.
 
-    Default harness: the training ``[harness]`` with its options. Tasks, sandbox and verifier default to
-    the training ones."""
+    Default harness: the training ``[harness]`` with its options (every harness of a ``[[harnesses]]`` mix).
+    Tasks, sandbox and verifier default to the training ones."""
 
     model_config = ConfigDict(extra="forbid")
 

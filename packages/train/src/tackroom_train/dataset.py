@@ -1,14 +1,22 @@
-"""A task set as SkyRL's prompt dataset: one JSONL row per task, the task's path in ``env_extras``."""
+"""A task set as SkyRL's prompt dataset: one JSONL row per task, the task's path in ``env_extras``.
+
+With ``[[harnesses]]`` (:mod:`tackroom_train.config_mix`) the rows are tasks × harnesses: each row also names its
+harness (``harness``: the row's label, which the generator runs it under) and its GRPO group (``group``: the task
+under that harness, and the copy where ``weight`` > 1), so a group never mixes harnesses.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tackroom import ConfigError, SandboxProvider
 from tackroom_app import NetworkDefaults, load_dataset, refuse_unrunnable
+
+if TYPE_CHECKING:
+    from tackroom_train.config_mix import MixedHarness
 
 ENV_CLASS = "tackroom"
 """``env_class`` of every prompt row: the generator, not a SkyRL-Gym env, runs it."""
@@ -42,6 +50,33 @@ def prompt_rows(tasks: list[str], include: list[str] | None = None, exclude: lis
          "task_id": task.id, "task_path": str(task.path)}
         for task in dataset.tasks
     ]
+
+
+def mixed_rows(rows: list[dict[str, Any]], harnesses: list[MixedHarness]) -> list[dict[str, Any]]:
+    """``rows`` (one per task) under every harness of the mix, ``weight`` copies each, task by task: each row
+    with its ``harness`` label and its ``group`` (``<task>@<label>``, ``#<copy>`` from the second copy on)."""
+    out = []
+    for row in rows:
+        for harness in harnesses:
+            label = harness.row_label
+            for copy in range(1, harness.weight + 1):
+                group = f"{row['task_id']}@{label}" + (f"#{copy}" if copy > 1 else "")
+                out.append({**row, "harness": label, "group": group})
+    return out
+
+
+def row_group(row: dict[str, Any]) -> str:
+    """A prompt row's GRPO group (its episodes' ``TrajectoryID.instance_id``): the task, or, in a mix, the task
+    under its harness (the row's ``group``)."""
+    return str(row.get("group") or row["task_id"])
+
+
+def row_extras(row: dict[str, Any]) -> dict[str, Any]:
+    """What the generator reads of a prompt row (``env_extras``): the task, and in a mix its harness's label."""
+    extras = {"task_id": row["task_id"], "task_path": row["task_path"]}
+    if row.get("harness") is not None:
+        extras["harness"] = row["harness"]
+    return extras
 
 
 def write_prompt_dataset(rows: list[dict[str, Any]], path: str | Path) -> Path:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from pydantic import BaseModel
 
 from tackroom import TackroomError
+from tackroom_train.dataset import row_extras, row_group
 
 
 class PreflightRefusedError(TackroomError):
@@ -69,17 +70,23 @@ def report_from(metrics: dict[str, Any], trials: int, max_error_rate: float, fol
 async def error_rate_pass(generator: Any, rows: list[dict[str, Any]], *, passes: int, max_error_rate: float,
                           temperature: float, max_generate_length: int, run_dir: Path,
                           log: Callable[[str], None] = print) -> PreflightReport:
-    """Run each task ``passes`` times through ``generator`` (a TackroomGenerator whose run root is
-    ``run_dir/preflight``) and write ``run_dir/preflight.json``; the caller refuses when it did not pass."""
+    """Run each task (in a mix: each task under each harness, a ``weight``'s copies once) ``passes`` times through
+    ``generator`` (a TackroomGenerator whose run root is ``run_dir/preflight``) and write
+    ``run_dir/preflight.json``; the caller refuses when it did not pass."""
     from skyrl.train.generators.base import TrajectoryID
 
+    once: dict[tuple[str, str | None], dict[str, Any]] = {}
+    for row in rows:
+        once.setdefault((row["task_id"], row.get("harness")), row)
+    rows = list(once.values())
     prompts, extras, ids = [], [], []
     for row in rows:
         for k in range(passes):
             prompts.append(row["prompt"])
-            extras.append({"task_id": row["task_id"], "task_path": row["task_path"]})
-            ids.append(TrajectoryID(instance_id=row["task_id"], repetition_id=k))
-    log(f"error-rate pass: {len(prompts)} trials ({len(rows)} tasks × {passes}) before training")
+            extras.append(row_extras(row))
+            ids.append(TrajectoryID(instance_id=row_group(row), repetition_id=k))
+    what = "tasks" if not any(row.get("harness") for row in rows) else "(task, harness) rows"
+    log(f"error-rate pass: {len(prompts)} trials ({len(rows)} {what} × {passes}) before training")
     out = await generator.generate({
         "prompts": prompts, "env_extras": extras, "trajectory_ids": ids,
         "sampling_params": {"temperature": temperature, "max_generate_length": max_generate_length},

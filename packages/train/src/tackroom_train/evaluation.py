@@ -33,13 +33,23 @@ def _selection(data: dict[str, Any] | None, default: Any) -> dict[str, Any]:
     return dict(data)
 
 
+def eval_harnesses(config: TrainConfig) -> list[dict[str, Any]]:
+    """The ``[eval]`` harness rows as the matrix takes them: ``[[eval.harnesses]]`` when given, else what the run
+    trained on: every harness of a ``[[harnesses]]`` mix (its label and options), or the one ``[harness]``."""
+    section = config.eval or EvalSection()
+    if section.harnesses:
+        return [h.model_dump(exclude_none=True) for h in section.harnesses]
+    if config.harnesses:
+        return [{"name": h.name, "label": h.row_label, "options": h.options} for h in config.harnesses]
+    return [{"name": config.harness.name, "options": dict(config.harness.model_extra or {})}]
+
+
 def matrix_config(config: TrainConfig, label: str, base_url: str, served: str) -> Any:
     """The matrix the ``[eval]`` section describes for one served model."""
     from tackroom_matrix import parse_matrix_config
 
     section = config.eval or EvalSection()
-    harnesses = [h.model_dump(exclude_none=True) for h in section.harnesses] or [
-        {"name": config.harness.name, "options": dict(config.harness.model_extra or {})}]
+    harnesses = eval_harnesses(config)
     data = {
         "title": f"eval {label}",
         "tasks": section.tasks or config.tasks,

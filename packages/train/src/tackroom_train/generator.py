@@ -8,6 +8,11 @@ endpoint — directly for harnesses with their own token accounting
 run directory, then returns each trial's exact token ids split at the first
 generated token, with loss masks, rollout logprobs, rewards, stop reasons and
 the masking rules of :mod:`tackroom_train.masking` applied.
+
+With ``[[harnesses]]`` each row names its harness (``env_extras["harness"]``, a label of the mix): the generator
+builds one harness per label and runs each row under its own, each routed as it would be alone (a chat-only one
+through the gateway, one with its own token accounting straight to the endpoint); the rollout metrics add each
+harness's ``tackroom/harness/<label>/mean_reward``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from tackroom import ConfigError, Policy, Task, Trajectory, Trial, TrialResult, 
 from tackroom_app import TrialPlugins, TrialRuntime, gateway_sessions, instantiate, policy_gateway, wants_gateway
 from tackroom_train.config import TrainConfig
 from tackroom_train.masking import RowOutcome, decide_group
+from tackroom_train.mix import harness_metrics
 from tackroom_train.plan import RolloutSide
 from tackroom_train.tinker.datums import CONSTRAINED_KEY
 
@@ -112,7 +118,13 @@ class TackroomGenerator(GeneratorInterface):
         self.manager = manager
         self.concurrency = concurrency
         self.retry_backoff_sec = retry_backoff_sec
-        self.harness = instantiate("harness", config.harness, where="harness", manager=manager)
+        self.harnesses: dict[str | None, Any] = {
+            label: instantiate("harness", selection, where="harness" if label is None else f"harness {label!r}",
+                               manager=manager)
+            for label, selection in config.harness_selections().items()}
+        """Each harness by the label its rows name it with (``None``: the one ``[harness]``)."""
+        self.harness = self.harnesses.get(None)
+        """The one ``[harness]`` (None for a mix: see :attr:`harnesses`)."""
         self.sandbox = instantiate("sandbox", config.sandbox, where="sandbox", manager=manager)
         self.verifier = instantiate("verifier", config.verifier, where="verifier", manager=manager)
         self._tasks: dict[str, Task] = {}
@@ -124,7 +136,12 @@ class TackroomGenerator(GeneratorInterface):
     # -- routing ----------------------------------------------------------------------
     @property
     def uses_gateway(self) -> bool:
-        return wants_gateway(self.config.policy, type(self.harness))
+        """Whether any of the run's harnesses reaches the model through the policy gateway."""
+        return any(self.wants_gateway(label) for label in self.harnesses)
+
+    def wants_gateway(self, label: str | None = None) -> bool:
+        """Whether the harness of ``label`` (None: the one ``[harness]``) goes through the gateway."""
+        return wants_gateway(self.config.policy, type(self.harnesses[label]))
 
     async def _ensure_gateway(self) -> Any:
         if not self.uses_gateway or self._gateway is not None:
@@ -150,15 +167,29 @@ class TackroomGenerator(GeneratorInterface):
             await self._gateway_stack.aclose()
         self._gateway_stack, self._gateway = None, None
 
-    def _plugins(self, sampling: dict[str, Any]) -> TrialPlugins:
+    def _plugins(self, sampling: dict[str, Any]) -> dict[str | None, TrialPlugins]:
+        """Each harness's trial plugins by label; a harness that wants the gateway gets its sessions."""
         p = self.config.policy
         merged = {**p.sampling, **sampling}
         policy = Policy(base_url=self.base_url, model=self.model, api_key=p.resolved_api_key(),
                         tokenizer=p.tokenizer or self.config.model.tokenizer, sampling=merged, label=p.label)
-        plugins = TrialPlugins.from_instances(self.harness, self.sandbox, self.verifier, policy)
-        if self._gateway is not None:
-            plugins.policy_for = gateway_sessions(self._gateway, sampling=merged, label=p.label)
-        return plugins
+        out = {}
+        for label, harness in self.harnesses.items():
+            plugins = TrialPlugins.from_instances(harness, self.sandbox, self.verifier, policy, harness_label=label)
+            if self._gateway is not None and self.wants_gateway(label):
+                plugins.policy_for = gateway_sessions(self._gateway, sampling=merged, label=p.label)
+            out[label] = plugins
+        return out
+
+    def _route(self, plugins: dict[str | None, TrialPlugins], extras: dict[str, Any]) -> TrialPlugins:
+        """The plugins of the harness a row names (``env_extras["harness"]``; none: the one ``[harness]``)."""
+        label = extras.get("harness")
+        if label not in plugins:
+            known = ", ".join(repr(k) for k in plugins if k is not None)
+            have = f"the mix's harnesses are {known}" if known else "this run has one [harness] and no mix"
+            raise ConfigError(f"a prompt row asks for harness {label!r}: {have}; build the rows with "
+                              "tackroom_train.plan.resolve_plan from the same config (tackroom train does)")
+        return plugins[label]
 
     def _task(self, extras: dict[str, Any]) -> Task:
         path = extras.get("task_path")
@@ -174,16 +205,16 @@ class TackroomGenerator(GeneratorInterface):
         n = len(input_batch["prompts"])
         extras = input_batch.get("env_extras") or [{} for _ in range(n)]
         ids = input_batch.get("trajectory_ids") or [
-            TrajectoryID(instance_id=str(e.get("task_id", i)), repetition_id=i) for i, e in enumerate(extras)]
+            TrajectoryID(instance_id=default_group(e, i), repetition_id=i) for i, e in enumerate(extras)]
         meta = input_batch.get("batch_metadata")
         step = getattr(meta, "global_step", 0) if meta is not None else 0
         self._calls += 1
         run_dir = self.run_root / f"step{step:05d}-{self._calls:05d}-{uuid.uuid4().hex[:6]}"
         await self._ensure_gateway()
-        plugins = self._plugins(skyrl_sampling(input_batch.get("sampling_params")))
+        by_label = self._plugins(skyrl_sampling(input_batch.get("sampling_params")))
         items = []
         for i, extra in enumerate(extras):
-            task = self._task(extra)
+            task, plugins = self._task(extra), self._route(by_label, extra)
             trial = Trial.for_task(task, harness=plugins.label, sandbox=self.sandbox.name,
                                    verifier=self.verifier.name, model=self.model, pass_index=i)
             items.append((trial, task, plugins))
@@ -194,7 +225,7 @@ class TackroomGenerator(GeneratorInterface):
                                network=self.config.rollout.network)
         outcomes = await runtime.run_outcomes(items)
         rows = [RolloutRow(o.result, o.trajectory) for o in outcomes]
-        return self._output(rows, ids, input_batch["prompts"])
+        return self._output(rows, ids, input_batch["prompts"], [e.get("harness") for e in extras])
 
     def _placeholder(self, prompt: Any) -> tuple[list[int], list[int]]:
         """Prompt ids and a one-token response for a row that left no tokens (fully masked)."""
@@ -207,7 +238,8 @@ class TackroomGenerator(GeneratorInterface):
             ids = ids["input_ids"]
         return [int(x) for x in ids], [eos]
 
-    def _output(self, rows: list[RolloutRow], ids: list[TrajectoryID], prompts: list[Any]) -> GeneratorOutput:
+    def _output(self, rows: list[RolloutRow], ids: list[TrajectoryID], prompts: list[Any],
+                labels: list[str | None] | None = None) -> GeneratorOutput:
         groups: dict[str, list[int]] = defaultdict(list)
         for i, tid in enumerate(ids):
             groups[tid.instance_id].append(i)
@@ -245,7 +277,8 @@ class TackroomGenerator(GeneratorInterface):
 
         output = GeneratorOutput(
             prompt_token_ids=prompt_ids, response_ids=response_ids, rewards=rewards, loss_masks=loss_masks,
-            stop_reasons=stops, rollout_metrics=self._metrics(rows, decisions, counts),
+            stop_reasons=stops, rollout_metrics={**self._metrics(rows, decisions, counts),
+                                                 **harness_metrics(labels or [], rewards)},
             rollout_logprobs=logprobs if logprobs_complete else None, trajectory_ids=list(ids),
             trajectory_generation_times=times, trajectory_time_splits=None, rollout_expert_indices=None,
             rollout_sample_support=None, is_last_step=None, env_metrics=None, pixel_values=None, image_grid_thw=None,
@@ -281,6 +314,12 @@ class TackroomGenerator(GeneratorInterface):
             metrics[f"tackroom/stop/{reason}"] = count
         metrics.update(episode_metrics([r.trajectory for r in rows]))
         return metrics
+
+
+def default_group(extras: dict[str, Any], index: int) -> str:
+    """A row's group when the caller gives no trajectory ids: its task, under its harness in a mix."""
+    task = str(extras.get("task_id", index))
+    return f"{task}@{extras['harness']}" if extras.get("harness") is not None else task
 
 
 def tool_calls(trajectory: Trajectory) -> float:

@@ -25,8 +25,9 @@ from pydantic import BaseModel, ConfigDict
 from tackroom import Aggregation, ConfigError, LossSpec, PluginOptions
 from tackroom_app import Endpoint, PluginSelection, instantiate
 from tackroom_train.config import GpuSplit, LossSelection, ModelSection, RolloutRules, TrainConfig, TrainKnobs
+from tackroom_train.config_mix import MixedHarness
 from tackroom_train.config_tinker import TinkerSettings
-from tackroom_train.dataset import prompt_rows
+from tackroom_train.dataset import mixed_rows, prompt_rows
 from tackroom_train.mismatch import mismatch_threshold
 from tackroom_train.sft import SftPlan, resolve_sft
 
@@ -85,6 +86,10 @@ class RolloutSide(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     harness: PluginSelection
+    """The one harness of a single-harness run (unused when :attr:`harnesses` is set)."""
+    harnesses: list[MixedHarness] = []
+    """``[[harnesses]]``: the mix, each prompt row run under the one its ``harness`` label names (empty: one
+    harness)."""
     sandbox: PluginSelection
     verifier: PluginSelection
     policy: Endpoint
@@ -93,8 +98,20 @@ class RolloutSide(BaseModel):
 
     @classmethod
     def of(cls, config: TrainConfig) -> RolloutSide:
-        return cls(harness=config.harness, sandbox=config.sandbox, verifier=config.verifier, policy=config.policy,
-                   model=config.model, rollout=config.rollout)
+        return cls(harness=config.harness, harnesses=config.harnesses, sandbox=config.sandbox,
+                   verifier=config.verifier, policy=config.policy, model=config.model, rollout=config.rollout)
+
+    @property
+    def harness_labels(self) -> list[str]:
+        """The mix's labels in config order (empty: one harness)."""
+        return [h.row_label for h in self.harnesses]
+
+    def harness_selections(self) -> dict[str | None, PluginSelection]:
+        """Each harness by the label a prompt row names it with: the mix's labels, or ``None`` for the one
+        ``[harness]`` (a row of a single-harness run names none)."""
+        if not self.harnesses:
+            return {None: self.harness}
+        return {h.row_label: h.selection() for h in self.harnesses}
 
     @property
     def served_name(self) -> str | None:
@@ -111,8 +128,9 @@ class TrainPlan(BaseModel):
     loss: LossPlan
     model: ModelSection
     rows: list[dict[str, Any]]
-    """The prompt rows, one per task (:func:`~tackroom_train.dataset.prompt_rows`); empty only for a run that
-    trains an ``[sft]`` warm start alone (``then_rl = false``)."""
+    """The prompt rows, one per task (:func:`~tackroom_train.dataset.prompt_rows`), or per task × harness × copy
+    with ``[[harnesses]]`` (:func:`~tackroom_train.dataset.mixed_rows`); empty only for a run that trains an
+    ``[sft]`` warm start alone (``then_rl = false``)."""
     rollout: RolloutSide
     train: TrainKnobs
     """``[train]``, its ``logprob_mismatch_warn`` the threshold in effect on this backend."""
@@ -132,6 +150,21 @@ class TrainPlan(BaseModel):
     def rl(self) -> bool:
         """Whether the run trains RL (every run but an ``[sft]`` warm start alone)."""
         return self.sft is None or self.sft.then_rl
+
+    def describe_rows(self) -> str:
+        """The prompt rows in words: ``N tasks``, or for a mix ``N rows (T tasks × harnesses a, b ×2)``."""
+        if not self.rollout.harnesses:
+            return f"{len(self.rows)} tasks"
+        tasks = len({row["task_id"] for row in self.rows})
+        mix = ", ".join(h.row_label + (f" ×{h.weight}" if h.weight > 1 else "") for h in self.rollout.harnesses)
+        return f"{len(self.rows)} rows ({tasks} tasks × harnesses {mix})"
+
+
+def check_harnesses(harnesses: list[MixedHarness], manager: Any = None) -> None:
+    """Every ``[[harnesses]]`` row's name and options against the installed plugins, as ``[harness]``'s are
+    checked: an unknown name lists the installed harnesses, a wrong option the valid ones."""
+    for i, row in enumerate(harnesses):
+        instantiate("harness", row.selection(), where=f"harnesses[{i}]", manager=manager)
 
 
 def resolve_init_from(init_from: str) -> Path:
@@ -153,6 +186,7 @@ def resolve_plan(config: TrainConfig, *, backend: Literal["skyrl", "tinker"] | N
     config agree. Unknown names and unloadable tasks are :class:`ConfigError` s here, before anything starts."""
     backend = backend or config.backend
     loss = resolve_loss(config.loss, manager)
+    check_harnesses(config.harnesses, manager)
     on_engine = backend == "tinker" and config.tinker.sampler == "engine"
     config.train.logprob_mismatch_warn = mismatch_threshold(config.train, on_engine=on_engine)
     start_from = None
@@ -169,6 +203,8 @@ def resolve_plan(config: TrainConfig, *, backend: Literal["skyrl", "tinker"] | N
         sandbox = instantiate("sandbox", config.sandbox, where="sandbox", manager=manager)
         rows = prompt_rows(config.tasks, config.include, config.exclude, sandbox=sandbox,
                            network=config.rollout.network)
+        if config.harnesses:
+            rows = mixed_rows(rows, config.harnesses)
     return TrainPlan(backend=backend, loss=loss, model=config.model, rows=rows, rollout=RolloutSide.of(config),
                      train=config.train, gpus=config.gpus, tinker=config.tinker, skyrl=config.skyrl,
                      record=config.model_dump(mode="json", exclude={"arms", "eval"}), sft=sft,

@@ -90,7 +90,9 @@ class TinkerBackend:
             from tackroom_train.evaluation import check_eval
 
             check_eval(config)
-            rows = [h.label or h.name for h in config.eval.harnesses] or [config.harness.name]
+            from tackroom_train.evaluation import eval_harnesses
+
+            rows = [h.get("label") or h["name"] for h in eval_harnesses(config)]
             lines.append(f"  eval: {config.eval.passes} passes under {', '.join(rows)} on port {config.eval.port}"
                          + (", base model too" if config.eval.baseline else ""))
         return lines
@@ -159,6 +161,8 @@ class TinkerBackend:
         if summary.steps:
             out.say(f"reward {summary.first_reward:.3f} → {summary.last_reward:.3f} (best {summary.best_reward:.3f}); "
                     f"curve: {summary.curve_csv}, {summary.curve_png}; LoRA: {summary.final_weights}")
+            if summary.reward_per_harness_per_step:
+                out.say(harness_line(summary.reward_per_harness_per_step))
         if summary.policy is None:
             from tackroom_app import print_error
 
@@ -176,3 +180,12 @@ class TinkerBackend:
             out.console.print(view.rich_table())
             out.console.print(f"eval table in {self.run_dir / 'summary.json'}", highlight=False)
         return 0
+
+
+def harness_line(per_step: dict[str, list[float | None]]) -> str:
+    """Each harness's reward from its first step with rows to its last: ``per harness: answer 0.250 → 0.750, …``."""
+    parts = []
+    for label, rewards in per_step.items():
+        seen = [r for r in rewards if r is not None]
+        parts.append(f"{label} {seen[0]:.3f} → {seen[-1]:.3f}" if seen else f"{label} -")
+    return "reward per harness (first → last step it ran in): " + ", ".join(parts)

@@ -13,7 +13,8 @@ COLUMNS = ("step", "mean_reward", "trained_trials", "masked_trials", "mismatch_m
 
 
 def write_csv(steps: list[dict[str, Any]], path: str | Path) -> Path:
-    """One row per step: the fixed columns, then ``reward/<task>`` columns in task order."""
+    """One row per step: the fixed columns, then the ``reward/…`` columns in name order (in a mix each harness's
+    ``reward/<label>`` just before its ``reward/<label>/<task>`` columns)."""
     p = Path(path)
     tasks = sorted({k for s in steps for k in s if k.startswith("reward/")})
     with p.open("w", newline="") as f:
@@ -24,8 +25,10 @@ def write_csv(steps: list[dict[str, Any]], path: str | Path) -> Path:
     return p
 
 
-def write_png(steps: list[dict[str, Any]], path: str | Path, *, title: str = "tackroom train") -> Path:
-    """Mean reward per step (bold) and each task's, with the logprob mismatch on a second axis."""
+def write_png(steps: list[dict[str, Any]], path: str | Path, *, title: str = "tackroom train",
+              harnesses: list[str] | None = None) -> Path:
+    """Mean reward per step (bold) and each task's (with ``harnesses``, a mix's labels: each harness's instead),
+    with the logprob mismatch on a second axis."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -34,8 +37,11 @@ def write_png(steps: list[dict[str, Any]], path: str | Path, *, title: str = "ta
     p = Path(path)
     xs = [s["step"] for s in steps]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
-    for key in sorted({k for s in steps for k in s if k.startswith("reward/")}):
-        ax.plot(xs, [s.get(key) for s in steps], lw=1, alpha=0.6, label=key.removeprefix("reward/"))
+    keys = ([f"reward/{label}" for label in harnesses] if harnesses
+            else sorted({k for s in steps for k in s if k.startswith("reward/")}))
+    for key in keys:
+        ax.plot(xs, [s.get(key) for s in steps], lw=1.5 if harnesses else 1, alpha=0.8 if harnesses else 0.6,
+                marker="." if harnesses else None, label=key.removeprefix("reward/"))
     ax.plot(xs, [s["mean_reward"] for s in steps], lw=2.5, color="black", marker="o", label="mean")
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
@@ -54,9 +60,12 @@ def write_png(steps: list[dict[str, Any]], path: str | Path, *, title: str = "ta
     return p
 
 
-def render_table(steps: list[dict[str, Any]]) -> str:
-    """The curve as text, for the terminal."""
-    lines = ["step  mean_reward  mismatch   loss      trained/masked  version/stale  rollout_s  train_s  handoff_s"]
+def render_table(steps: list[dict[str, Any]], *, harnesses: list[str] | None = None) -> str:
+    """The curve as text, for the terminal; with ``harnesses`` (a mix's labels) each harness's mean reward as a
+    column at the end (``-``: none of its rows in that step)."""
+    labels = harnesses or []
+    lines = ["step  mean_reward  mismatch   loss      trained/masked  version/stale  rollout_s  train_s  handoff_s"
+             + "".join(f"  {label:>{max(len(label), 5)}}" for label in labels)]
     for s in steps:
         mm = s.get("mismatch_mean")
         loss = s.get("loss")
@@ -64,5 +73,10 @@ def render_table(steps: list[dict[str, Any]]) -> str:
         secs = {k: "-" if s.get(k) is None else f"{s[k]:.1f}" for k in ("rollout_s", "train_s", "handoff_s")}
         lines.append(f"{s['step']:>4}  {s['mean_reward']:>11.3f}  {'-' if mm is None else f'{mm:.4f}':>8}   "
                      f"{'-' if loss is None else f'{loss:+.4f}':>8}  {s['trained_trials']}/{s['masked_trials']:<13}"
-                     f"{version:>6}  {secs['rollout_s']:>14}  {secs['train_s']:>7}  {secs['handoff_s']:>9}")
+                     f"{version:>6}  {secs['rollout_s']:>14}  {secs['train_s']:>7}  {secs['handoff_s']:>9}"
+                     + "".join(f"  {_reward(s.get(f'reward/{label}')):>{max(len(label), 5)}}" for label in labels))
     return "\n".join(lines)
+
+
+def _reward(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"

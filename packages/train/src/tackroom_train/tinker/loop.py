@@ -94,6 +94,10 @@ class TinkerRunSummary(BaseModel):
     policy_error: str | None = None
     """Why no :attr:`policy` was written, when that failed (the LoRA itself is still in :attr:`final_weights`)."""
     reward_per_step: list[float] = []
+    harnesses: list[str] = []
+    """The mix's harness labels (``[[harnesses]]``); empty: one harness."""
+    reward_per_harness_per_step: dict[str, list[float | None]] = {}
+    """Each harness of a mix: its mean reward per step (None: none of its rows was drawn that step)."""
     mismatch_per_step: list[float | None] = []
     """Mean |trainer − rollout| logprob over trained tokens, per step (None: nothing trained that step)."""
     sampler: str = "engine"
@@ -301,13 +305,15 @@ async def _build(plan: TrainPlan, scope: RunScope, server: Server, loss: LossCho
             trainer.free_sample = server.engine.free_sample
         steps_total = total_steps(knobs, len(plan.rows))
         sampler = await _sampler(plan, client, server, scope.log)
-        scope.log(f"{len(plan.rows)} tasks, {steps_total} steps × {knobs.mini_batch_size} tasks × "
+        per_group = "tasks" if not plan.rollout.harnesses else "(task, harness) groups"
+        scope.log(f"{plan.describe_rows()}, {steps_total} steps × {knobs.mini_batch_size} {per_group} × "
                   f"{knobs.samples_per_prompt} samples; LoRA rank {settings.lora_rank}, lr {lr:g}, loss "
                   f"{loss.describe()}; sampling on {sampler.describe()}, staleness ≤ {knobs.max_staleness_steps}"
                   + ("; from the [sft] warm start" if warm is not None else ""))
         trackers.start(steps_total)
         run_log = RunLog(scope.run_dir, steps_total=steps_total, max_staleness=knobs.max_staleness_steps,
-                         mismatch_warn=knobs.logprob_mismatch_warn, log=scope.log, trackers=trackers)
+                         mismatch_warn=knobs.logprob_mismatch_warn, log=scope.log, trackers=trackers,
+                         harnesses=plan.rollout.harness_labels)
         parts = StepParts(client, loss, trainer, sampler, run_log, steps_total, warm)
         return await _run_steps(plan, scope, server, parts)
     finally:
@@ -433,7 +439,8 @@ def _summary(plan: TrainPlan, run_log: RunLog, png: Path, final: FinalPolicy,
         mismatch_mean=run_log.mismatch_mean, mismatch_warnings=run_log.warnings,
         mismatch_warn=plan.train.logprob_mismatch_warn,
         curve_csv=str(run_log.curve_csv), curve_png=str(png), **_policy_fields(run_dir, final),
-        preflight=preflight, reward_per_step=rewards,
+        preflight=preflight, reward_per_step=rewards, harnesses=run_log.harnesses,
+        reward_per_harness_per_step=run_log.harness_rewards(),
         mismatch_per_step=[r.mismatch_mean for r in records], sampler=plan.tinker.sampler,
         staleness_per_step=[r.staleness for r in records], dropped_batches=run_log.dropped,
         handoff_s_per_step=[r.handoff_s for r in records])

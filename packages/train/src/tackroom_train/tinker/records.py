@@ -24,6 +24,9 @@ class StepRecord(BaseModel):
     """Versions published between the batch's sampling and its training."""
     mean_reward: float
     reward_per_task: dict[str, float] = {}
+    """Mean reward per task; in a mix per ``<label>/<task>`` (a task under one harness)."""
+    reward_per_harness: dict[str, float] = {}
+    """Mean reward per harness label of a mix (``[[harnesses]]``) with rows in the step; empty for one harness."""
     trained_trials: int
     """Rows a gradient flowed through (0 on a step without learning signal)."""
     masked_trials: int
@@ -70,9 +73,12 @@ class StepRecord(BaseModel):
     """The generator's ``rollout_metrics`` for the batch."""
 
     def row(self) -> dict[str, Any]:
-        """The flat row ``steps.jsonl`` and the curve hold: fixed columns, ``reward/<task>``, the loss path's
-        metrics, ``rollout/<metric>``; ``sent_rows`` only where a part of the batch was sent."""
-        flat = self.model_dump(exclude={"reward_per_task", "loss_metrics", "rollout_metrics", "sent_rows"})
+        """The flat row ``steps.jsonl`` and the curve hold: fixed columns, ``reward/<label>`` per harness of a mix,
+        ``reward/<task>`` (``reward/<label>/<task>`` in a mix), the loss path's metrics, ``rollout/<metric>``;
+        ``sent_rows`` only where a part of the batch was sent."""
+        flat = self.model_dump(exclude={"reward_per_task", "reward_per_harness", "loss_metrics", "rollout_metrics",
+                                        "sent_rows"})
+        flat.update({f"reward/{label}": reward for label, reward in self.reward_per_harness.items()})
         flat.update({f"reward/{task}": reward for task, reward in self.reward_per_task.items()})
         if self.sent_rows is not None:
             flat["sent_rows"] = self.sent_rows
@@ -81,10 +87,10 @@ class StepRecord(BaseModel):
         return flat
 
     def metrics(self) -> dict[str, float]:
-        """The step as the trackers get it: one flat ``{name: float}``, grouped by prefix (``reward/``,
-        ``episode/``, ``mismatch/``, ``policy/``, ``time/``, ``groups/``, ``trials/``, ``rollout/``); a value
-        that was not measured this step is left out rather than sent as 0; names as :func:`metric_name` makes
-        them."""
+        """The step as the trackers get it: one flat ``{name: float}``, grouped by prefix (``reward/``: ``mean``,
+        each harness's ``<label>`` in a mix, each task's; ``episode/``, ``mismatch/``, ``policy/``, ``time/``,
+        ``groups/``, ``trials/``, ``rollout/``); a value that was not measured this step is left out rather than
+        sent as 0; names as :func:`metric_name` makes them."""
         named: dict[str, float | int | bool | None] = {
             "reward/mean": self.mean_reward,
             "episode/turns": self.turns_per_episode, "episode/tool_calls": self.tool_calls_per_episode,
@@ -99,6 +105,7 @@ class StepRecord(BaseModel):
             "trials/trained": self.trained_trials, "trials/masked": self.masked_trials,
             "trials/no_signal": self.no_signal_trials, "loss": self.loss,
         }
+        named.update({f"reward/{label}": reward for label, reward in self.reward_per_harness.items()})
         named.update({f"reward/{task}": reward for task, reward in self.reward_per_task.items()})
         named.update({f"loss/{k}": v for k, v in self.loss_metrics.items()})
         named.update({f"rollout/{k.removeprefix('tackroom/')}": v for k, v in self.rollout_metrics.items()})
@@ -121,8 +128,10 @@ class TrajectoryRecord(BaseModel):
     version: int
     staleness: int
     task_id: str
+    harness: str | None = None
+    """The harness label it ran under, in a mix (``[[harnesses]]``); None: the run's one ``[harness]``."""
     group: str | None = None
-    """Its GRPO group: the task, or ``task@round`` for a task drawn again in a resample round."""
+    """Its GRPO group: the task (``task@label`` in a mix), ``…@round`` for a task drawn again in a resample round."""
     repetition: int
     reward: float
     masked: bool

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import TYPE_CHECKING, Any, Iterator
 
+from tackroom_train.dataset import row_extras, row_group
+from tackroom_train.mix import harness_metrics, means_by
 from tackroom_train.tinker.datums import CONSTRAINED_KEY
 from tackroom_train.tinker.sampler import Sampler
 
@@ -41,11 +43,15 @@ class RolloutBatch:
     resampled_groups: int = 0
     """Groups drawn beyond the first batch in place of those (``[train] resample_rounds``)."""
     tasks: list[str] | None = None
-    """Each row's task id, where it differs from its group (a task drawn twice in one step); None: the groups."""
+    """Each row's task id, where it differs from its group (a task drawn twice in one step, a mix's task under a
+    harness); None: the groups."""
+    harnesses: list[str | None] | None = None
+    """Each row's harness label in a mix (``[[harnesses]]``); None: one harness."""
 
     @property
     def groups(self) -> list[str]:
-        """Each row's GRPO group: its task (a task drawn again in a resample round is a group of its own)."""
+        """Each row's GRPO group: its task, under its harness in a mix (a task drawn again in a resample round is a
+        group of its own)."""
         return [tid.instance_id for tid in self.ids]
 
     @property
@@ -67,6 +73,19 @@ class RolloutBatch:
         """Groups with learning signal: their trained (unmasked) rows did not all score alike."""
         rewards, masked = self.output["rewards"], self.masked
         return {g for g, rows in self.group_rows().items() if len({rewards[i] for i in rows if not masked[i]}) > 1}
+
+    def harness_of(self, row: int) -> str | None:
+        return None if self.harnesses is None else self.harnesses[row]
+
+    def reward_per_task(self) -> dict[str, float]:
+        """Mean reward per task (per ``<label>/<task>`` in a mix), in the order the rows come."""
+        keys = [task if self.harness_of(i) is None else f"{self.harness_of(i)}/{task}"
+                for i, task in enumerate(self.task_ids)]
+        return means_by(keys, self.output["rewards"])
+
+    def reward_per_harness(self) -> dict[str, float]:
+        """Mean reward per harness label of a mix (empty for one harness)."""
+        return means_by(self.harnesses or [], self.output["rewards"])
 
 
 LIST_FIELDS = ("prompt_token_ids", "response_ids", "rewards", "loss_masks", "stop_reasons", "rollout_logprobs",
@@ -105,7 +124,7 @@ def combine(draws: list[RolloutBatch], size: int) -> RolloutBatch:
                         taken.add(name)
                         chosen.append((d, group, name))
     rows = {key: [] for key in LIST_FIELDS}
-    ids, tasks = [], []
+    ids, tasks, labels = [], [], []
     with_logprobs = all(draw.output.get("rollout_logprobs") is not None for draw in draws)
     for d, group, name in sorted(chosen, key=lambda c: c[0]):
         draw = draws[d]
@@ -115,7 +134,8 @@ def combine(draws: list[RolloutBatch], size: int) -> RolloutBatch:
                     rows[key].append((draw.output.get(key) or [None] * len(draw.ids))[i])
             tid = draw.ids[i]
             ids.append(type(tid)(instance_id=name, repetition_id=tid.repetition_id))
-            tasks.append(group)
+            tasks.append(draw.task_ids[i])
+            labels.append(draw.harness_of(i))
     output = dict(draws[0].output)
     output.update(rows)
     output["rollout_logprobs"] = rows["rollout_logprobs"] if with_logprobs else None
@@ -123,10 +143,15 @@ def combine(draws: list[RolloutBatch], size: int) -> RolloutBatch:
         output.pop(CONSTRAINED_KEY, None)
     output["trajectory_ids"] = ids
     output["rollout_metrics"] = merge_metrics([draw.output.get("rollout_metrics") or {} for draw in draws])
+    if any(draw.harnesses for draw in draws):  # each harness's mean over every draw's rows, not the draws' means
+        output["rollout_metrics"].update(harness_metrics(
+            [label for draw in draws for label in (draw.harnesses or [None] * len(draw.ids))],
+            [reward for draw in draws for reward in draw.output["rewards"]]))
     no_signal = sum(len(draw.group_rows()) - len(draw.signal_groups()) for draw in draws)
     resampled = sum(len(draw.group_rows()) for draw in draws[1:])
     return RolloutBatch(ids, output, no_signal_groups=no_signal, resampled_groups=resampled,  # type: ignore[arg-type]
-                        tasks=tasks if tasks != [tid.instance_id for tid in ids] else None)
+                        tasks=tasks if tasks != [tid.instance_id for tid in ids] else None,
+                        harnesses=labels if any(label is not None for label in labels) else None)
 
 
 class Rollouts:
@@ -164,16 +189,18 @@ class Rollouts:
         from skyrl.train.generators.base import TRAINING_PHASE_TRAIN, BatchMetadata, GeneratorInput, TrajectoryID
 
         prompts, classes, extras, ids = [], [], [], []
-        for row in rows:
+        for row in rows:  # a group: one row's samples, so one task under one harness
             for k in range(self.samples_per_prompt):
                 prompts.append(row["prompt"])
                 classes.append(row["env_class"])
-                extras.append({"task_id": row["task_id"], "task_path": row["task_path"]})
-                ids.append(TrajectoryID(instance_id=row["task_id"], repetition_id=k))
+                extras.append(row_extras(row))
+                ids.append(TrajectoryID(instance_id=row_group(row), repetition_id=k))
         output = await self.generator.generate(GeneratorInput(
             prompts=prompts, env_classes=classes,
             env_extras=extras, sampling_params=dict(self.sampling_params), trajectory_ids=ids,
             batch_metadata=BatchMetadata(global_step=index, training_phase=TRAINING_PHASE_TRAIN)))
         # the rollouts asked for what the sampler cannot do, or the engine failed them (masked as infra): stop
         await self.sampler.check(f"batch {index} (policy version {version})")
-        return RolloutBatch(ids, output)
+        tasks, labels = [e["task_id"] for e in extras], [e.get("harness") for e in extras]
+        return RolloutBatch(ids, output, tasks=tasks if tasks != [tid.instance_id for tid in ids] else None,
+                            harnesses=labels if any(label is not None for label in labels) else None)

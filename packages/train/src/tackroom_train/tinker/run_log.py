@@ -39,8 +39,11 @@ class RunLog:
     """The run directory's step and trajectory files, and the count of warnings and dropped batches."""
 
     def __init__(self, run_dir: Path, *, steps_total: int, max_staleness: int, mismatch_warn: float | None,
-                 log: Callable[[str], None], trackers: TrackerSet | None = None) -> None:
+                 log: Callable[[str], None], trackers: TrackerSet | None = None,
+                 harnesses: list[str] | None = None) -> None:
         self.run_dir = run_dir
+        self.harnesses = list(harnesses or [])
+        """The mix's harness labels (``[[harnesses]]``), in config order; empty: one harness."""
         self.trackers = trackers or TrackerSet([], log)
         """Where each step's :meth:`~.records.StepRecord.metrics` go besides the files (``[train] trackers``)."""
         self.steps_total = steps_total
@@ -76,8 +79,8 @@ class RunLog:
         the curve."""
         record.rollout_s, record.train_s, record.handoff_s = done.sampled.rollout_s, done.train_s, done.handoff_s
         record.dropped_batches = self.dropped
-        line = (f"step {done.step}/{self.steps_total}: mean reward {record.mean_reward:.3f} "
-                f"({record.trained_trials} trained, {record.masked_trials} masked; "
+        line = (f"step {done.step}/{self.steps_total}: mean reward {record.mean_reward:.3f}"
+                f"{self.per_harness(record)} ({record.trained_trials} trained, {record.masked_trials} masked; "
                 f"sampled with version {done.sampled.version}, staleness {done.staleness})")
         if record.turns_per_episode is not None:
             line += (f", {record.turns_per_episode:.1f} turns and {record.tool_calls_per_episode or 0.0:.1f} "
@@ -125,6 +128,19 @@ class RunLog:
         curve.write_csv(self.rows(), self.curve_csv)
         self.trackers.log(record.metrics(), record.step)
 
+    def per_harness(self, record: StepRecord) -> str:
+        """`` [answer 0.500, archipelago -]``: each harness's mean reward in the step (``-``: none of its rows was
+        drawn); empty for one harness."""
+        if not self.harnesses:
+            return ""
+        parts = [f"{label} {'-' if label not in record.reward_per_harness else f'{record.reward_per_harness[label]:.3f}'}"
+                 for label in self.harnesses]
+        return f" [{', '.join(parts)}]"
+
+    def harness_rewards(self) -> dict[str, list[float | None]]:
+        """Each harness's mean reward per step (None: no row of it in that step); empty for one harness."""
+        return {label: [r.reward_per_harness.get(label) for r in self.records] for label in self.harnesses}
+
     def drop(self, done: Trained[RolloutBatch]) -> None:
         """A batch staler than the bound when its turn came: counted, its rows recorded as dropped."""
         self.dropped += 1
@@ -135,12 +151,14 @@ class RunLog:
     def trajectories(self, done: Trained[RolloutBatch], *, trained: bool) -> None:
         rollout = done.sampled.output
         with self.trajectories_path.open("a") as f:
-            for tid, task, reward, mask in zip(rollout.ids, rollout.task_ids, rollout.output["rewards"],
-                                               rollout.output["loss_masks"]):
-                f.write(json.dumps(TrajectoryRecord(
+            for i, (tid, task, reward, mask) in enumerate(zip(rollout.ids, rollout.task_ids, rollout.output["rewards"],
+                                                              rollout.output["loss_masks"])):
+                record = TrajectoryRecord(
                     batch=done.sampled.index, step=done.step, version=done.sampled.version, staleness=done.staleness,
-                    task_id=task, group=tid.instance_id, repetition=tid.repetition_id, reward=reward, masked=not any(mask),
-                    trained=trained and any(mask), dropped=done.step is None).model_dump()) + "\n")
+                    task_id=task, harness=rollout.harness_of(i), group=tid.instance_id, repetition=tid.repetition_id,
+                    reward=reward, masked=not any(mask), trained=trained and any(mask), dropped=done.step is None)
+                # a single harness's rows name none, as before the mix
+                f.write(json.dumps(record.model_dump(exclude={"harness"} if record.harness is None else None)) + "\n")
 
     def rows(self) -> list[dict[str, Any]]:
         """The steps as the curve's rows."""
@@ -149,8 +167,8 @@ class RunLog:
     def finish(self, title: str) -> Path:
         """Draw ``reward_curve.png`` and print the table; the PNG's path."""
         rows = self.rows()
-        png = curve.write_png(rows, self.curve_png, title=title)
-        self.log(curve.render_table(rows))
+        png = curve.write_png(rows, self.curve_png, title=title, harnesses=self.harnesses)
+        self.log(curve.render_table(rows, harnesses=self.harnesses))
         return png
 
     # -- what the summary reads ------------------------------------------------------------

@@ -201,7 +201,8 @@ class StepTrainer:
         mismatch of a step whose trained tokens were all sampled under a grammar is measured on it."""
 
     def batch(self, rollout: RolloutBatch) -> Batch:
-        """The rows with their GRPO advantages (masked rows keep advantage 0 and an all-zero mask)."""
+        """The rows with their GRPO advantages (masked rows keep advantage 0 and an all-zero mask); a group is the
+        rows of one ``TrajectoryID.instance_id``: one task, under one harness in a mix."""
         groups = rollout.groups
         advantages = grpo_advantages(rollout.output["rewards"], groups, rollout.masked,
                                      normalize=self.normalize_advantages)
@@ -211,13 +212,10 @@ class StepTrainer:
         rollout = sampled.output
         batch = self.batch(rollout)
         trains = batch.has_signal
-        rewards = rollout.output["rewards"]
-        per_task: dict[str, list[float]] = {}
-        for group, reward in zip(rollout.task_ids, rewards):
-            per_task.setdefault(group, []).append(reward)
         record = StepRecord(
-            step=step, batch=sampled.index, version=sampled.version, staleness=staleness, mean_reward=mean(rewards),
-            reward_per_task={g: mean(v) for g, v in per_task.items()},
+            step=step, batch=sampled.index, version=sampled.version, staleness=staleness,
+            mean_reward=mean(rollout.output["rewards"]), reward_per_task=rollout.reward_per_task(),
+            reward_per_harness=rollout.reward_per_harness(),
             trained_trials=batch.trained_rows if trains else 0, masked_trials=sum(rollout.masked),
             no_signal_trials=0 if trains else batch.trained_rows,
             rollout_metrics=rollout.output["rollout_metrics"] or {},

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tackroom_app import TrialErrorInfo
 from tackroom_train.config import TrainKnobs
 from tackroom_train.error_rate import error_rate_pass, report_from
 
@@ -25,7 +26,8 @@ class FakeGenerator:
         assert batch["batch_metadata"].global_step == 0
         folder = self.run_root / "step00000-00001-abc"
         for i, cls in enumerate(self.classes):
-            error = None if cls is None else {"error_class": cls, "phase": "sandbox_start", "message": f"boom {i}"}
+            error = None if cls is None else TrialErrorInfo(error_class=cls, type="SandboxError", phase="sandbox_start",
+                                                        message=f"boom {i}").model_dump(by_alias=True)
             (folder / f"trial{i}").mkdir(parents=True)
             (folder / f"trial{i}" / "result.json").write_text(json.dumps({"trial_id": f"trial{i}", "error": error}))
         metrics = {f"tackroom/errors_{c}": sum(x == c for x in self.classes) for c in ("infra", "task", "model")}

@@ -58,8 +58,8 @@ def report_from(metrics: dict[str, Any], trials: int, max_error_rate: float, fol
         except (OSError, ValueError):
             continue
         error = result.get("error") or {}
-        if error.get("error_class") in ("infra", "task"):
-            examples.append(f"{result.get('trial_id')}: {error['error_class']} in {error.get('phase')}: "
+        if error.get("class") in ("infra", "task"):  # result.json's key for TrialError.error_class
+            examples.append(f"{result.get('trial_id')}: {error['class']} in {error.get('phase')}: "
                             f"{str(error.get('message', ''))[:200]}")
         if len(examples) == 5:
             break

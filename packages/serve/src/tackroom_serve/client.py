@@ -30,6 +30,7 @@ from tackroom_app import RunConfig
 from tackroom_serve.models import (
     BatchList,
     BatchView,
+    Health,
     Outcome,
     RetryResult,
     RolloutList,
@@ -73,6 +74,10 @@ class Requests:
             body["metadata"] = metadata
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
         return Request("POST", "/v1/batches", BatchView, json=body, headers=headers)
+
+    @staticmethod
+    def health() -> Request:
+        return Request("GET", "/v1/health", Health)
 
     @staticmethod
     def get_batch(batch_id: str) -> Request:
@@ -169,6 +174,10 @@ class ServeClient:
     def create_batch(self, config: RunConfig | dict[str, Any], *, samples: int = 1, policy_version: int | None = None,
                      metadata: dict[str, str] | None = None, idempotency_key: str | None = None) -> BatchView:
         return self.send(Requests.create_batch(config, samples, policy_version, metadata, idempotency_key))
+
+    def health(self) -> Health:
+        """``GET /v1/health`` (needs no token): the service's version, database dialect and running trials."""
+        return self.send(Requests.health())
 
     def get_batch(self, batch_id: str) -> BatchView:
         return self.send(Requests.get_batch(batch_id))
@@ -269,6 +278,9 @@ class AsyncServeClient:
                            policy_version: int | None = None, metadata: dict[str, str] | None = None,
                            idempotency_key: str | None = None) -> BatchView:
         return await self.send(Requests.create_batch(config, samples, policy_version, metadata, idempotency_key))
+
+    async def health(self) -> Health:
+        return await self.send(Requests.health())
 
     async def get_batch(self, batch_id: str) -> BatchView:
         return await self.send(Requests.get_batch(batch_id))

@@ -24,6 +24,8 @@ def add_train_command(app: Any) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
         preflight_only: bool = typer.Option(False, "--preflight", help="Run only the error-rate pass over the "
                                             "training tasks (tinker backend) and report it; train nothing."),
+        rollouts: str = typer.Option(None, "--rollouts", help="A `tackroom serve` URL: its trials run there, not "
+                                     "here ([rollout] service; token from $TACKROOM_SERVE_TOKEN)."),
     ) -> None:
         """Train with SkyRL's fully-async trainer, any harness as the rollout engine."""
 
@@ -34,7 +36,7 @@ def add_train_command(app: Any) -> None:
         out = Output(command_console(), command_console(stderr=True))
         try:
             code = run_train(config_file, out, backend=backend, run_id=run_id, dry_run=dry_run, as_json=as_json,
-                             preflight_only=preflight_only)
+                             preflight_only=preflight_only, rollouts=rollouts)
         except TackroomError as exc:
             print_error(exc, out.err)
             raise typer.Exit(2) from None
@@ -43,9 +45,11 @@ def add_train_command(app: Any) -> None:
 
 
 def run_train(config_file: Path, out: Any, *, backend: str | None = None, run_id: str | None = None,
-              dry_run: bool = False, as_json: bool = False, preflight_only: bool = False) -> int:
+              dry_run: bool = False, as_json: bool = False, preflight_only: bool = False,
+              rollouts: str | None = None) -> int:
     """``tackroom train``: the plan, what the backend prints for it, then (unless ``dry_run``) the run; the exit
-    status. A :class:`~tackroom.TackroomError` (a config the plugins or the backend refuse) propagates."""
+    status. ``rollouts``: a ``tackroom serve`` URL that runs the trials (``[rollout] service``). A
+    :class:`~tackroom.TackroomError` (a config the plugins or the backend refuse) propagates."""
     from tackroom import ConfigError
     from tackroom.services import redact
     from tackroom_app import claim_run_dir
@@ -59,6 +63,8 @@ def run_train(config_file: Path, out: Any, *, backend: str | None = None, run_id
         if backend not in BACKENDS:
             raise ConfigError(f"--backend {backend!r}: one of {', '.join(BACKENDS)}")
         config.backend = backend  # type: ignore[assignment]
+    if rollouts:
+        config.rollout.service = rollouts
     # a plain --run-id (no path, no ..); a generated one has a random suffix, so two trains started
     # in the same second never share a folder
     run_dir = claim_run_dir(config.rollout.out, run_id)
@@ -71,6 +77,9 @@ def run_train(config_file: Path, out: Any, *, backend: str | None = None, run_id
         out.console.print(f"[bold]tackroom train[/] {config_file}: {plan.describe_rows()} → {dataset}")
         for line in trainer.describe():
             out.console.print(line)
+        if plan.rollout.rollout.service:
+            out.console.print(f"  rollouts: the tackroom serve at {plan.rollout.rollout.service} runs the trials "
+                              f"(token from ${plan.rollout.rollout.service_token_env})")
         if dry_run:
             for line in trainer.dry_run(config):
                 out.say(line)

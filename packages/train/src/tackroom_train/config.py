@@ -173,6 +173,17 @@ class RolloutRules(BaseModel):
     network: NetworkDefaults = NetworkDefaults()
     """Each phase's network for tasks that declare none (as ``[runtime] network`` of a run): offline by default;
     ``{agent = "none", grading = "public"}`` keeps the policy offline while test.sh fetches its tools."""
+    service: str | None = None
+    """A ``tackroom serve`` URL (``--rollouts``): its trials run there, not in the trainer (see
+    tackroom_train.remote_generator); it must reach the trainer's sampling endpoint."""
+    service_token_env: str = "TACKROOM_SERVE_TOKEN"
+    """The environment variable holding the service's bearer token."""
+    service_policy_url: str | None = None
+    """The trainer's sampling endpoint as the service reaches it (``http://trainer-host:port/v1``); default: the
+    URL the trainer samples from itself."""
+    service_tasks_root: str | None = None
+    """A folder of this machine that the service's ``--tasks-root`` mirrors: task paths under it are sent
+    relative to it. Default: absolute paths (the tasks at the same paths on both machines)."""
 
 
 class TrainConfig(TaskSelection):
@@ -255,6 +266,8 @@ def load_train_config(path: str | Path) -> TrainConfig:
         config.sft.dataset = beside(config.sft.dataset)
     if config.model.init_from is not None:
         config.model.init_from = beside(config.model.init_from)
+    if config.rollout.service_tasks_root is not None:
+        config.rollout.service_tasks_root = beside(config.rollout.service_tasks_root)
     if not config.tasks and not config.sft_only:
         raise ConfigError(f"{p}: tasks: no tasks given; list task or dataset directories, e.g. tasks = [\"../tasks\"]"
                           " (a run that trains only an [sft] warm start, then_rl = false, needs none)")

@@ -71,6 +71,11 @@ def row_group(row: dict[str, Any]) -> str:
     return str(row.get("group") or row["task_id"])
 
 
+POLICY_VERSION_EXTRA = "policy_version"
+"""An ``env_extras`` key the Tinker loop adds to a step's rows: the policy version they sample with (a rollout service
+records it; SkyRL's rows carry none, and the batch's ``global_step`` stands in)."""
+
+
 def row_extras(row: dict[str, Any]) -> dict[str, Any]:
     """What the generator reads of a prompt row (``env_extras``): the task, and in a mix its harness's label."""
     extras = {"task_id": row["task_id"], "task_path": row["task_path"]}

@@ -29,7 +29,7 @@ from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, Gene
 
 from tackroom import ConfigError, Policy, Task, Trajectory, Trial, TrialResult, load_task
 from tackroom_app import TrialPlugins, TrialRuntime, gateway_sessions, instantiate, policy_gateway, wants_gateway
-from tackroom_train.config import TrainConfig
+from tackroom_train.config import RolloutRules, TrainConfig
 from tackroom_train.masking import RowOutcome, decide_group
 from tackroom_train.mix import harness_metrics
 from tackroom_train.plan import RolloutSide
@@ -227,93 +227,106 @@ class TackroomGenerator(GeneratorInterface):
         rows = [RolloutRow(o.result, o.trajectory) for o in outcomes]
         return self._output(rows, ids, input_batch["prompts"], [e.get("harness") for e in extras])
 
-    def _placeholder(self, prompt: Any) -> tuple[list[int], list[int]]:
-        """Prompt ids and a one-token response for a row that left no tokens (fully masked)."""
-        eos = getattr(self.tokenizer, "eos_token_id", None)
-        eos = 0 if eos is None else int(eos)
-        if self.tokenizer is None:
-            return [eos], [eos]
-        ids = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        return [int(x) for x in ids], [eos]
-
     def _output(self, rows: list[RolloutRow], ids: list[TrajectoryID], prompts: list[Any],
                 labels: list[str | None] | None = None) -> GeneratorOutput:
-        groups: dict[str, list[int]] = defaultdict(list)
-        for i, tid in enumerate(ids):
-            groups[tid.instance_id].append(i)
-        decisions: dict[int, Any] = {}
-        counts: Counter[str] = Counter()
-        for members in groups.values():
-            group = decide_group([rows[i].outcome() for i in members], self.config.rollout.timeout_group_threshold)
-            counts.update(group.counts)
-            decisions.update(zip(members, group.rows))
+        return generator_output(rows, ids, prompts, labels, rules=self.config.rollout, tokenizer=self.tokenizer)
 
-        prompt_ids, response_ids, loss_masks, logprobs, rewards, stops, times = [], [], [], [], [], [], []
-        constrained: list[list[int]] = []
-        logprobs_complete = True
-        for i, row in enumerate(rows):
-            d = decisions[i]
-            if row.first_generated is not None:
-                p, r, m, lp = split_tokens(row.trajectory)
-                if lp is None:
-                    lp = [0.0] * len(r)
-                    logprobs_complete = logprobs_complete and d.masked
-                constrained.append(constrained_tokens(row.trajectory, len(p), len(r)))
-            else:
-                p, r = self._placeholder(prompts[i])
-                m, lp = [0] * len(r), [0.0] * len(r)
-                constrained.append([0] * len(r))
-            if d.masked:
-                m = [0] * len(m)
-            prompt_ids.append(p)
-            response_ids.append(r)
-            loss_masks.append(m)
-            logprobs.append(lp)
-            rewards.append(float(d.reward))
-            stops.append("stop" if row.trajectory.stop_reason == "completed" else row.trajectory.stop_reason)
-            times.append(float(row.result.timings.get("total", 0.0)))
 
-        output = GeneratorOutput(
-            prompt_token_ids=prompt_ids, response_ids=response_ids, rewards=rewards, loss_masks=loss_masks,
-            stop_reasons=stops, rollout_metrics={**self._metrics(rows, decisions, counts),
-                                                 **harness_metrics(labels or [], rewards)},
-            rollout_logprobs=logprobs if logprobs_complete else None, trajectory_ids=list(ids),
-            trajectory_generation_times=times, trajectory_time_splits=None, rollout_expert_indices=None,
-            rollout_sample_support=None, is_last_step=None, env_metrics=None, pixel_values=None, image_grid_thw=None,
-        )
-        # Always present, zeros when nothing was constrained: SkyRL's trainer passes extra list keys through and
-        # concatenates groups by the first group's keys, so a key only some groups carry would break it.
-        output[CONSTRAINED_KEY] = constrained  # type: ignore[literal-required]
-        return output
+def placeholder_tokens(tokenizer: Any, prompt: Any) -> tuple[list[int], list[int]]:
+    """Prompt ids and a one-token response for a row that left no tokens (fully masked)."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    eos = 0 if eos is None else int(eos)
+    if tokenizer is None:
+        return [eos], [eos]
+    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+        ids = ids["input_ids"]
+    return [int(x) for x in ids], [eos]
 
-    @staticmethod
-    def _metrics(rows: list[RolloutRow], decisions: dict[int, Any], counts: Counter[str]) -> dict[str, Any]:
-        n = len(rows)
-        graded = [r.result.reward for r in rows if r.result.reward is not None]
-        metrics: dict[str, Any] = {
-            "tackroom/trials": n,
-            "tackroom/trained_trials": sum(1 for i in range(n) if not decisions[i].masked),
-            "tackroom/masked_trials": sum(1 for i in range(n) if decisions[i].masked),
-            "tackroom/mean_raw_reward": mean(graded) if graded else 0.0,
-            "tackroom/retried_attempts": sum(len(r.result.previous_attempts) for r in rows),
-        }
-        for cls in ("infra", "model", "task"):
-            metrics[f"tackroom/errors_{cls}"] = sum(1 for r in rows if r.result.error_class == cls)
-        metrics["tackroom/timed_out"] = sum(1 for r in rows if r.timed_out)
-        for key, value in counts.items():
-            metrics[f"tackroom/{key}"] = value
-        behaviour: dict[str, list[float]] = defaultdict(list)
-        for r in rows:
-            for key, value in r.result.metrics.items():
-                behaviour[key].append(float(value))
-        for key, values in behaviour.items():
-            metrics[f"tackroom/behaviour/{key}"] = mean(values)
-        for reason, count in Counter(r.trajectory.stop_reason for r in rows).items():
-            metrics[f"tackroom/stop/{reason}"] = count
-        metrics.update(episode_metrics([r.trajectory for r in rows]))
-        return metrics
+
+def generator_output(rows: list[RolloutRow], ids: list[TrajectoryID], prompts: list[Any],
+                     labels: list[str | None] | None = None, *, rules: RolloutRules,
+                     tokenizer: Any = None) -> GeneratorOutput:
+    """Each trial's outcome (``rows``, in the input's order) as SkyRL's ``GeneratorOutput``, the masking rules of
+    :mod:`tackroom_train.masking` applied per group (the rows sharing ``TrajectoryID.instance_id``): what
+    :class:`TackroomGenerator` returns for its runtime's outcomes, and the remote generator
+    (:mod:`tackroom_train.remote_generator`) for a service's. ``tokenizer`` renders the prompt of a row that left
+    no tokens."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, tid in enumerate(ids):
+        groups[tid.instance_id].append(i)
+    decisions: dict[int, Any] = {}
+    counts: Counter[str] = Counter()
+    for members in groups.values():
+        group = decide_group([rows[i].outcome() for i in members], rules.timeout_group_threshold)
+        counts.update(group.counts)
+        decisions.update(zip(members, group.rows))
+
+    prompt_ids, response_ids, loss_masks, logprobs, rewards, stops, times = [], [], [], [], [], [], []
+    constrained: list[list[int]] = []
+    logprobs_complete = True
+    for i, row in enumerate(rows):
+        d = decisions[i]
+        if row.first_generated is not None:
+            p, r, m, lp = split_tokens(row.trajectory)
+            if lp is None:
+                lp = [0.0] * len(r)
+                logprobs_complete = logprobs_complete and d.masked
+            constrained.append(constrained_tokens(row.trajectory, len(p), len(r)))
+        else:
+            p, r = placeholder_tokens(tokenizer, prompts[i])
+            m, lp = [0] * len(r), [0.0] * len(r)
+            constrained.append([0] * len(r))
+        if d.masked:
+            m = [0] * len(m)
+        prompt_ids.append(p)
+        response_ids.append(r)
+        loss_masks.append(m)
+        logprobs.append(lp)
+        rewards.append(float(d.reward))
+        stops.append("stop" if row.trajectory.stop_reason == "completed" else row.trajectory.stop_reason)
+        times.append(float(row.result.timings.get("total", 0.0)))
+
+    output = GeneratorOutput(
+        prompt_token_ids=prompt_ids, response_ids=response_ids, rewards=rewards, loss_masks=loss_masks,
+        stop_reasons=stops, rollout_metrics={**rollout_metrics(rows, decisions, counts),
+                                             **harness_metrics(labels or [], rewards)},
+        rollout_logprobs=logprobs if logprobs_complete else None, trajectory_ids=list(ids),
+        trajectory_generation_times=times, trajectory_time_splits=None, rollout_expert_indices=None,
+        rollout_sample_support=None, is_last_step=None, env_metrics=None, pixel_values=None, image_grid_thw=None,
+    )
+    # Always present, zeros when nothing was constrained: SkyRL's trainer passes extra list keys through and
+    # concatenates groups by the first group's keys, so a key only some groups carry would break it.
+    output[CONSTRAINED_KEY] = constrained  # type: ignore[literal-required]
+    return output
+
+
+def rollout_metrics(rows: list[RolloutRow], decisions: dict[int, Any], counts: Counter[str]) -> dict[str, Any]:
+    """The ``tackroom/*`` rollout metrics of a batch's rows (see the package README)."""
+    n = len(rows)
+    graded = [r.result.reward for r in rows if r.result.reward is not None]
+    metrics: dict[str, Any] = {
+        "tackroom/trials": n,
+        "tackroom/trained_trials": sum(1 for i in range(n) if not decisions[i].masked),
+        "tackroom/masked_trials": sum(1 for i in range(n) if decisions[i].masked),
+        "tackroom/mean_raw_reward": mean(graded) if graded else 0.0,
+        "tackroom/retried_attempts": sum(len(r.result.previous_attempts) for r in rows),
+    }
+    for cls in ("infra", "model", "task"):
+        metrics[f"tackroom/errors_{cls}"] = sum(1 for r in rows if r.result.error_class == cls)
+    metrics["tackroom/timed_out"] = sum(1 for r in rows if r.timed_out)
+    for key, value in counts.items():
+        metrics[f"tackroom/{key}"] = value
+    behaviour: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        for key, value in r.result.metrics.items():
+            behaviour[key].append(float(value))
+    for key, values in behaviour.items():
+        metrics[f"tackroom/behaviour/{key}"] = mean(values)
+    for reason, count in Counter(r.trajectory.stop_reason for r in rows).items():
+        metrics[f"tackroom/stop/{reason}"] = count
+    metrics.update(episode_metrics([r.trajectory for r in rows]))
+    return metrics
 
 
 def default_group(extras: dict[str, Any], index: int) -> str:

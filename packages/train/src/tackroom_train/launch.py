@@ -1,4 +1,5 @@
-"""The ``skyrl`` backend: SkyRL's ``FullyAsyncRayPPOTrainer`` with :class:`TackroomGenerator` as its rollout engine.
+"""The ``skyrl`` backend: SkyRL's ``FullyAsyncRayPPOTrainer`` with :class:`TackroomGenerator` as its rollout engine
+(:class:`~tackroom_train.remote_generator.RemoteGenerator` with ``--rollouts``).
 
 :class:`SkyrlBackend` maps the plan (ceilings, SkyRL's overrides) when it is opened and :func:`launch` runs it.
 Needs GPUs and vLLM (:func:`tackroom_train.preflight.check_machine` refuses
@@ -8,6 +9,7 @@ ceilings — is the same code the CPU tests and ``--dry-run`` exercise.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -82,6 +84,11 @@ class SkyrlBackend:
             raise ConfigError("[[arms]] and [eval] run on the tinker backend (backend = \"tinker\"); on the SkyRL "
                               "GPU backend train each arm as its own config and evaluate with tackroom matrix")
         check_machine(self.plan.gpus)
+        if self.plan.rl and self.plan.rollout.rollout.service:  # the service answers before SkyRL starts anything
+            from tackroom_train.remote_generator import check_service
+            from tackroom_train.rollout_source import run_key, service_settings
+
+            asyncio.run(check_service(service_settings(self.plan.rollout, run_id=run_key(self.run_dir))))
         if self.view.sft_overrides is not None:
             from tackroom_train.skyrl_sft import run_sft
 
@@ -102,6 +109,7 @@ def launch(plan: TrainPlan, mapped: SkyrlLaunch) -> None:
     from skyrl.train.utils.utils import initialize_ray, validate_cfg
 
     from tackroom_train.losses import register_losses
+    from tackroom_train.rollout_source import run_key, service_settings
     from tackroom_train.skyrl_config import build_skyrl_config
 
     cfg = build_skyrl_config(mapped.overrides)
@@ -112,20 +120,24 @@ def launch(plan: TrainPlan, mapped: SkyrlLaunch) -> None:
     rollout = plan.rollout.model_copy(deep=True)
     mismatch_warn = plan.train.logprob_mismatch_warn
     rollout_root = str(Path(mapped.run_dir) / "rollouts")
+    run_id = run_key(Path(mapped.run_dir))
+    service = service_settings(rollout, run_id=run_id)  # read here, where the token's variable is set, not in Ray
 
     class TackroomExp(BasePPOExp):
         """SkyRL's experiment with tackroom's generator and the fully-async trainer."""
 
         def get_generator(self, cfg: Any, tokenizer: Any, inference_engine_client: Any) -> Any:
-            from tackroom_train.generator import TackroomGenerator
+            from tackroom_train.rollout_source import rollout_generator
 
             url = getattr(inference_engine_client, "proxy_url", None)
             if not url:
                 raise RuntimeError("SkyRL's inference client exposes no proxy_url; tackroom's generator needs the "
                                    "engines' OpenAI-compatible endpoint (SkyRL >= 0.4 HTTP inference servers)")
             side = rollout.model_copy(deep=True)
-            return TackroomGenerator(side, base_url=url.rstrip("/") + "/v1", tokenizer=tokenizer,
-                                     model=side.model.served_name or side.model.path, run_root=rollout_root)
+            # with [rollout] service (--rollouts): a RemoteGenerator, its trials on that tackroom serve
+            return rollout_generator(side, run_id=run_id, phase="train", base_url=url.rstrip("/") + "/v1",
+                                     tokenizer=tokenizer, model=side.model.served_name or side.model.path,
+                                     run_root=rollout_root, service=service)
 
         def get_trainer(self, cfg, tracker, tokenizer, train_dataset, eval_dataset, inference_engine_client,
                         generator, colocate_pg):

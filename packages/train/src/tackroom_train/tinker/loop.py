@@ -219,6 +219,8 @@ async def train_on_tinker(plan: TrainPlan, scope: RunScope) -> TinkerRunSummary:
     if plan.sft is not None and plan.sft.settings.skyrl:
         raise ConfigError("sft.skyrl: raw overrides of SkyRL's SFTConfig apply on the skyrl backend only; drop them "
                           "for backend = \"tinker\" (its warm start reads [sft] itself)")
+    if plan.rl:  # a named rollout service answers before any server or engine starts
+        await _check_rollout_service(plan, scope)
     loss = LossChoice.choose(plan.loss, settings.loss_fn)
     base_model = resolve_base_model(str(plan.start_from or settings.base_model or plan.model.path))
     tokenizer = load_tokenizer(plan.rollout.policy.tokenizer or plan.model.tokenizer or base_model)
@@ -260,6 +262,21 @@ async def train_on_tinker(plan: TrainPlan, scope: RunScope) -> TinkerRunSummary:
             await engine.stop()
         if tinker_server is not None:
             await asyncio.to_thread(tinker_server.stop)
+
+
+async def _check_rollout_service(plan: TrainPlan, scope: RunScope) -> None:
+    """With ``[rollout] service`` (``--rollouts``): that the service answers and takes the token, before any server
+    or engine starts."""
+    from tackroom_train.rollout_source import run_key, service_settings
+
+    service = service_settings(plan.rollout, run_id=run_key(scope.run_dir))
+    if service is not None:
+        from tackroom_train.remote_generator import check_service
+
+        health = await check_service(service)
+        scope.log(f"rollouts: the tackroom serve at {service.url} (version {health.version}, {health.database}) runs "
+                  "the trials; it calls this run's sampling endpoint"
+                  + (f" as {service.policy_url}" if service.policy_url else ""))
 
 
 def _engine_log(port: int) -> str:
@@ -336,7 +353,7 @@ async def _warm_start_only(plan: TrainPlan, scope: RunScope, server: Server, cli
 
 async def _run_steps(plan: TrainPlan, scope: RunScope, server: Server, parts: StepParts) -> TinkerRunSummary:
     """The preflight, the pipeline's steps, the final save and the export, with the sampler entered."""
-    from tackroom_train.generator import TackroomGenerator
+    from tackroom_train.rollout_source import rollout_generator, run_key
 
     knobs = plan.train
     async with parts.sampler:
@@ -347,7 +364,8 @@ async def _run_steps(plan: TrainPlan, scope: RunScope, server: Server, parts: St
                 return TinkerRunSummary(run_dir=str(scope.run_dir), steps=0, first_reward=0.0, last_reward=0.0,
                                         best_reward=0.0, mismatch_mean=None, mismatch_warnings=0, curve_csv="",
                                         curve_png="", preflight=preflight, sampler=plan.tinker.sampler)
-        generator = TackroomGenerator(plan.rollout, base_url=parts.sampler.base_url, tokenizer=server.tokenizer,
+        generator = rollout_generator(plan.rollout, run_id=run_key(scope.run_dir), phase="train",
+                                      base_url=parts.sampler.base_url, tokenizer=server.tokenizer,
                                       model=served_model(plan), run_root=scope.run_dir / "rollouts",
                                       manager=scope.manager)
         rollouts = Rollouts(generator, parts.sampler, task_batches(plan.rows, knobs.mini_batch_size, knobs.seed),
@@ -392,11 +410,12 @@ async def _sampler(plan: TrainPlan, client: TrainingClient, server: Server, log:
 async def _preflight(plan: TrainPlan, scope: RunScope, server: Server, sampler: Sampler) -> PreflightReport:
     """The error-rate pass on version 0 (``[train] preflight_passes``); :class:`PreflightRefusedError` above
     ``[train] max_error_rate``."""
-    from tackroom_train.generator import TackroomGenerator
+    from tackroom_train.rollout_source import rollout_generator, run_key
 
     knobs = plan.train
-    checker = TackroomGenerator(plan.rollout, base_url=sampler.base_url, tokenizer=server.tokenizer,
-                                model=served_model(plan), run_root=scope.run_dir / "preflight", manager=scope.manager)
+    checker = rollout_generator(plan.rollout, run_id=run_key(scope.run_dir), phase="preflight",
+                                base_url=sampler.base_url, tokenizer=server.tokenizer, model=served_model(plan),
+                                run_root=scope.run_dir / "preflight", manager=scope.manager)
     try:
         preflight = await error_rate_pass(
             checker, plan.rows, passes=knobs.preflight_passes or 1, max_error_rate=knobs.max_error_rate,

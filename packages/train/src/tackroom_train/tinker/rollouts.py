@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import TYPE_CHECKING, Any, Iterator
 
-from tackroom_train.dataset import row_extras, row_group
+from tackroom_train.dataset import POLICY_VERSION_EXTRA, row_extras, row_group
 from tackroom_train.mix import harness_metrics, means_by
 from tackroom_train.tinker.datums import CONSTRAINED_KEY
 from tackroom_train.tinker.sampler import Sampler
@@ -193,7 +193,7 @@ class Rollouts:
             for k in range(self.samples_per_prompt):
                 prompts.append(row["prompt"])
                 classes.append(row["env_class"])
-                extras.append(row_extras(row))
+                extras.append({**row_extras(row), POLICY_VERSION_EXTRA: version})  # what a rollout service records
                 ids.append(TrajectoryID(instance_id=row_group(row), repetition_id=k))
         output = await self.generator.generate(GeneratorInput(
             prompts=prompts, env_classes=classes,

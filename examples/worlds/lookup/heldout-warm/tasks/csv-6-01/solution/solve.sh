@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo 2GMSGC > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo BXP1TW > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo TMY4OI > /app/answer.txt

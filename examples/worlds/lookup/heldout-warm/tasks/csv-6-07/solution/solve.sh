@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo 9TXY7Y > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo R25LBB > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo 1VFX0Q > /app/answer.txt

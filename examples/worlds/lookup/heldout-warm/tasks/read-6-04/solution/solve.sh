@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo F67MHR > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo 7AMKBV > /app/answer.txt

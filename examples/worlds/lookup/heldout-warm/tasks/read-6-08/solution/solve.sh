@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo 5DL1ZG > /app/answer.txt

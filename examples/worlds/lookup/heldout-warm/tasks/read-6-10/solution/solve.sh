@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo 14T0FM > /app/answer.txt

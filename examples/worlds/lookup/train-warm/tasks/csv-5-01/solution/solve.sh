@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo KKSUM8 > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo DC5VNI > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo RS4ZJH > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo KMX4SF > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo RBMK2L > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo IHUL4M > /app/answer.txt

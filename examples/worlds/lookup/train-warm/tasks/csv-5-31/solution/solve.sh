@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo WI008X > /app/answer.txt

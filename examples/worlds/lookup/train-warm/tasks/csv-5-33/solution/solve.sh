@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo WAYGU8 > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo 4YYKQT > /app/answer.txt

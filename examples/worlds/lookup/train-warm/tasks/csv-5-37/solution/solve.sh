@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo J4BH2P > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo RP4CP5 > /app/answer.txt

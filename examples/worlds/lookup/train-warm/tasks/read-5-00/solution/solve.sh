@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo LYKEI2 > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo X0KJQE > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo B90XYA > /app/answer.txt

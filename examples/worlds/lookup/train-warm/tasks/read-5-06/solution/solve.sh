@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo 6W7Q3G > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo XJVR8F > /app/answer.txt

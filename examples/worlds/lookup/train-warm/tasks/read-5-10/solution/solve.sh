@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo PWQ30J > /app/answer.txt

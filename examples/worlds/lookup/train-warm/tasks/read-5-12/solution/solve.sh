@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo I0GK1X > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo 8L5VLF > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo WCTX9R > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo LC4OKD > /app/answer.txt

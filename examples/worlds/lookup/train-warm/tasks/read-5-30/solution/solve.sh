@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo GS86VS > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo KY4MIF > /app/answer.txt

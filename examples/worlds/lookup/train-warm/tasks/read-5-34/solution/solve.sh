@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo Y11O5S > /app/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /app
+echo IZA489 > /app/answer.txt

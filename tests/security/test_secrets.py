@@ -171,7 +171,8 @@ def test_the_trainers_generator_sends_the_revealed_key():
     config = TrainConfig.model_validate({"tasks": ["x"], "harness": {"name": "answer"}, "sandbox": {"name": "local"},
                                          "policy": {"api_key": TRAIN_INLINE}, "model": {"path": "smollm2"}})
     generator = TackroomGenerator(config, base_url="http://127.0.0.1:1/v1")
-    assert generator._plugins({}).policy.api_key == TRAIN_INLINE, "never the masked '**********'"
+    (plugins,) = generator._plugins({}).values()  # one harness: one label's trial plugins
+    assert plugins.policy.api_key == TRAIN_INLINE, "never the masked '**********'"
     assert config.model_copy(deep=True).policy.resolved_api_key() == TRAIN_INLINE  # what launch() ships to Ray
 
 

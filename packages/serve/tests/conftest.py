@@ -18,10 +18,9 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).parent))  # serve_testing.py (tests use --import-mode=importlib)
 
-from serve_testing import ServeTestPlugins
+from serve_testing import ServeTestPlugins, word_tasks
 
 import tackroom_app
-from tackroom.testing import write_task
 
 PG_BIN = [Path("/usr/local/bin"), *sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)]
 
@@ -37,12 +36,7 @@ def manager() -> tackroom_app.PluginManager:
 @pytest.fixture
 def tasks(tmp_path: Path) -> Path:
     """Three tasks the oracle solves (reward 1) and nop does not (reward 0)."""
-    root = tmp_path / "tasks"
-    for name, word in (("alpha", "one"), ("beta", "two"), ("gamma", "three")):
-        write_task(root, name, instruction=f"Write {word} to /app/out.txt", solve_sh=f"echo {word} > /app/out.txt\n",
-                   test_sh=f'[ "$(cat /app/out.txt 2>/dev/null)" = "{word}" ] && echo 1 > /logs/verifier/reward.txt'
-                           ' || echo 0 > /logs/verifier/reward.txt\n')
-    return root
+    return word_tasks(tmp_path / "tasks")
 
 
 # -- PostgreSQL --------------------------------------------------------------------------------------

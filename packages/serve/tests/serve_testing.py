@@ -14,6 +14,7 @@ import sqlalchemy as sa
 import uvicorn
 
 import tackroom
+from tackroom.testing import write_task
 from tackroom_serve import AsyncServeClient, ServeSettings, Service, Tokens
 
 REPO = Path(__file__).resolve().parents[3]
@@ -121,3 +122,11 @@ def run_config(tasks: Any, **config: Any) -> dict[str, Any]:
     return {"tasks": [str(t) for t in (tasks if isinstance(tasks, list) else [tasks])], **config}
 
 
+def word_tasks(root: Path) -> Path:
+    """Three tasks the oracle solves (reward 1) and nop does not (reward 0): alpha, beta, gamma, each asking for a
+    word in /app/out.txt."""
+    for name, word in (("alpha", "one"), ("beta", "two"), ("gamma", "three")):
+        write_task(root, name, instruction=f"Write {word} to /app/out.txt", solve_sh=f"echo {word} > /app/out.txt\n",
+                   test_sh=f'[ "$(cat /app/out.txt 2>/dev/null)" = "{word}" ] && echo 1 > /logs/verifier/reward.txt'
+                           ' || echo 0 > /logs/verifier/reward.txt\n')
+    return root

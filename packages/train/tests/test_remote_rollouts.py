@@ -25,7 +25,6 @@ from skyrl.train.generators.utils import prepare_generator_input
 import tackroom
 import tackroom_app
 from tackroom import ConfigError, Trajectory
-from tackroom.testing import write_task
 from tackroom_gateway import load_tokenizer
 from tackroom_train.backends import Output
 from tackroom_train.cli import run_train
@@ -39,7 +38,7 @@ from tackroom_train.tinker.loop import run_tinker
 from tackroom_train.tinker.rollouts import Rollouts, task_batches
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "serve" / "tests"))
-from serve_testing import TOKEN, served  # the service's own test harness: uvicorn in this event loop
+from serve_testing import TOKEN, served, word_tasks  # the service's own test harness: uvicorn in this event loop
 
 NOWHERE = "http://127.0.0.1:9/v1"  # the sampling endpoint the batches carry: no test harness calls it
 ENV = "TACKROOM_SERVE_TOKEN"
@@ -107,12 +106,7 @@ def manager() -> tackroom_app.PluginManager:
 
 @pytest.fixture
 def tasks(tmp_path: Path) -> Path:
-    root = tmp_path / "tasks"
-    for name, word in (("alpha", "one"), ("beta", "two"), ("gamma", "three")):
-        write_task(root, name, instruction=f"Write {word} to /app/out.txt", solve_sh=f"echo {word} > /app/out.txt\n",
-                   test_sh=f'[ "$(cat /app/out.txt 2>/dev/null)" = "{word}" ] && echo 1 > /logs/verifier/reward.txt'
-                           ' || echo 0 > /logs/verifier/reward.txt\n')
-    return root
+    return word_tasks(tmp_path / "tasks")
 
 
 @pytest.fixture

@@ -63,7 +63,10 @@ def test_a_timeout_is_the_models_and_never_a_timeout_error():
 
 def test_an_exit_reads_as_what_happened_and_a_sigkill_names_the_memory_limit():
     assert exit_described("1", 2048) == "exited with status 1"
-    assert exit_described("", 2048) == "died without an exit status"
+    assert exit_described("", None) == "died without an exit status"
+    died = exit_described(None, 256, needs_mb=512, agent="Toy")  # the OOM killer took the waiting shell too
+    assert died.startswith("died without an exit status (the shell waiting for it was killed as well)")
+    assert "memory limit of 256 MB" in died and "Toy needs at least 512 MB" in died
     assert exit_described("139", 2048).startswith("was killed by SIGSEGV (signal 11")
     killed = exit_described("137", 256, needs_mb=512, agent="Toy")
     assert "memory limit of 256 MB" in killed and "[environment] memory_mb" in killed

@@ -37,9 +37,14 @@ def crash_or_model(message: str, replies: int, trajectory: Trajectory, *, crash:
 def exit_described(exit_code: str | int | None, memory_mb: int | None, *, needs_mb: int | None = None,
                    agent: str = "the agent") -> str:
     """How the agent exited (``was killed by SIGSEGV (signal 11, ...)``); a SIGKILL inside a sandbox is nearly always
-    its memory limit, so that one names the limit and the task key that sets it."""
+    its memory limit, so that one names the limit and the task key that sets it. So does a death without an exit
+    status: the shell that waits for the agent to write its status was killed too, which the OOM killer does when
+    killing the agent alone did not bring the sandbox under its limit (seen under CI's load, OpenCode at 256 MB)."""
     how = describe_exit(exit_code)
-    if exit_signal(exit_code) == signal.SIGKILL:
+    died = exit_code is None or not str(exit_code).strip()
+    if exit_signal(exit_code) == signal.SIGKILL or (died and memory_mb):
+        if died:
+            how += " (the shell waiting for it was killed as well)"
         how += f"; most likely the sandbox's memory limit of {memory_mb} MB, the task's [environment] memory_mb"
         if needs_mb:
             how += f"; {agent} needs at least {needs_mb} MB"

@@ -18,7 +18,11 @@ class TokenTurn(BaseModel):
     """Index of the history branch this turn belongs to; a new branch starts when a client rewrote
     earlier messages, so its prompt no longer extends the last turn."""
     policy_version: int | None = None
-    """The trained policy's version the engine sampled this turn with, where a trainer's engine says it."""
+    """The trained policy's version the turn started under (its first token's), where known."""
+    token_versions: list[int] | None = None
+    """The version each completion token was sampled under, aligned with ``completion_ids``; set where a turn was
+    cut at a weight update and continued on the new weights (a partial rollout). None: every token is
+    ``policy_version``'s."""
     logprobs_constrained: bool = False
     """Sampled under a grammar (structured outputs): ``logprobs`` are the grammar-renormalised distribution's, not
     the model's own (a forced token reads 0.0); a trainer cannot reproduce them."""
@@ -29,7 +33,15 @@ class TokenTurn(BaseModel):
             raise ValueError(
                 f"logprobs has {len(self.logprobs)} entries for {len(self.completion_ids)} completion ids"
             )
+        if self.token_versions is not None and len(self.token_versions) != len(self.completion_ids):
+            raise ValueError(f"token_versions has {len(self.token_versions)} entries for "
+                             f"{len(self.completion_ids)} completion ids")
         return self
+
+    @property
+    def oldest_version(self) -> int | None:
+        """The oldest policy version any of its tokens was sampled under (None: not known)."""
+        return min(self.token_versions) if self.token_versions else self.policy_version
 
 
 class Trajectory(BaseModel):

@@ -98,3 +98,35 @@ async def test_infra_failures_are_retried_as_new_attempts_one_rollout_or_all_of_
 
 async def _settled(client, batch_id: str) -> bool:
     return (await client.get_batch(batch_id)).done
+
+
+class RecordingGateway:
+    """Stands in for the batch's policy gateway (the sleepy harness makes no model call): records what the service
+    asks of it. The gateway's own pause and resume are tested in tackroom-gateway's test_weight_updates.py."""
+
+    def __init__(self) -> None:
+        self.policy_version: int | None = None
+        self.asked: list[tuple[str, object]] = []
+
+    async def pause(self, mode: str = "finish") -> None:
+        self.asked.append(("pause", mode))
+
+    def resume(self, policy_version: int | None = None) -> None:
+        self.asked.append(("resume", policy_version))
+
+
+async def test_a_pause_for_a_weight_update_holds_the_model_calls_at_the_batchs_gateway(tmp_path, manager, tasks):
+    config = run_config(tasks, harness={"name": "sleepy", "seconds": 0.6}, runtime={"concurrency": 1})
+    async with served(tmp_path / "svc", manager) as (service, client):
+        batch = await client.create_batch(config, samples=1, policy_version=1)
+        await wait_for(lambda: _count(client, batch.id, "running"), what="a rollout to start")
+        gateway = service.dispatcher.runners.open[batch.id].gateway = RecordingGateway()
+        with pytest.raises(ServeError) as refused:
+            await client.pause(batch.id, model_calls="hold")
+        assert refused.value.status == 422 and "'drain', 'finish' or 'continue'" in refused.value.message
+        assert (await client.pause(batch.id, model_calls="continue")).state == "paused"
+        await client.resume(batch.id, policy_version=2)
+        await client.pause(batch.id)  # drain: the model calls go on
+        await client.resume(batch.id)
+        assert gateway.asked == [("pause", "continue"), ("resume", 2), ("resume", None)]
+        assert all(o.state == "completed" for o in [o async for o in client.results(batch.id, trajectory=False)])

@@ -244,3 +244,23 @@ def test_the_proxy_resends_a_request_lost_to_a_keep_alive_close_but_not_to_a_dea
                 assert r.status_code == 503 and len(sampling.failures) == 1, (r.text, sampling.failures)
 
     asyncio.run(scenario())
+
+
+def test_a_batch_counts_its_staleness_from_its_oldest_token() -> None:
+    """A batch whose turns were cut at a weight update and continued holds tokens of the version before the one it
+    started with: its staleness counts from those (``oldest_version``), so the bound drops it where the version it
+    started with alone would have let it through."""
+    class Straddling(Fake):
+        async def rollout(self, index: int, version: int) -> dict:
+            out = await super().rollout(index, version)
+            return {**out, "oldest": version - 1 if index == 3 else None}
+
+    dropped: list = []
+    fake = Straddling()
+    result = _run(fake, steps=4, max_staleness=0, on_drop=dropped.append, oldest_version=lambda b: b["oldest"])
+    assert [d.sampled.index for d in dropped] == [3]
+    assert dropped[0].staleness == 1 and dropped[0].sampled.staleness_from == dropped[0].sampled.version - 1
+    assert [t.sampled.index for t in result.steps] == [1, 2, 4, 5] and all(t.staleness == 0 for t in result.steps)
+
+    trusting = _run(Straddling(), steps=4, max_staleness=0)  # without the read: the batch's start version only
+    assert not trusting.dropped

@@ -171,3 +171,25 @@ def lines_of_stale_zero(tmp_path: Path) -> str:
         StepRecord(step=1, batch=1, version=0, staleness=0, mean_reward=1.0, trained_trials=1, masked_trials=0,
                    mismatch_mean=0.3, mismatch_max=1.0))
     return lines[0]
+
+
+def test_the_batchs_versions_are_read_per_token() -> None:
+    """A turn continued across a weight update records each token's version: the batch's oldest version is its
+    oldest token's, not the version its turns started under, and the rollout batch hands that to the pipeline."""
+    from skyrl.train.generators.base import TrajectoryID
+
+    from tackroom_train.tinker.rollouts import RolloutBatch
+
+    continued = TokenTurn(prompt_ids=[1], completion_ids=[2, 3, 4], policy_version=3, token_versions=[3, 3, 4])
+    later = TokenTurn(prompt_ids=[1, 2, 3, 4], completion_ids=[5], policy_version=4)
+    got = episode_metrics([Trajectory(turns=[later]), Trajectory(turns=[later, continued])])
+    assert (got["tackroom/turn_version_min"], got["tackroom/turn_version_max"]) == (3, 4)
+    assert got["tackroom/turns_across_versions"] == 1 and got["tackroom/turns_with_version"] == 3
+    only_late = episode_metrics([Trajectory(turns=[later, TokenTurn(prompt_ids=[1], completion_ids=[2, 3],
+                                                                    policy_version=4, token_versions=[4, 5])])])
+    assert only_late["tackroom/turn_version_min"] == 4 and only_late["tackroom/turn_version_max"] == 5
+
+    batch = RolloutBatch([TrajectoryID(instance_id="a", repetition_id=0)],
+                         {"rewards": [1.0], "loss_masks": [[1]], "rollout_metrics": got})  # type: ignore[arg-type]
+    assert batch.oldest_version == 3
+    assert RolloutBatch([], {"rewards": [], "loss_masks": [], "rollout_metrics": {}}).oldest_version is None  # type: ignore[arg-type]

@@ -70,9 +70,10 @@ def gateway_sessions(gateway: Any, *, sampling: dict[str, Any] | None = None, la
 
 @contextlib.asynccontextmanager
 async def policy_routing(policy: Endpoint, harness_cls: type, plugins: Any,
-                         manager: PluginManager | None = None) -> AsyncIterator[None]:
+                         manager: PluginManager | None = None) -> AsyncIterator[Any]:
     """While open, route the trials of ``plugins`` through one policy gateway when the harness needs it (nothing
-    happens when ``policy`` names no endpoint or the harness calls the engine directly)."""
+    happens when ``policy`` names no endpoint or the harness calls the engine directly); yields that gateway (its
+    owner may pause and resume it for a weight update), or None."""
     if not policy.configured or not wants_gateway(policy, harness_cls, manager):
         if policy.configured and "chat" in harness_cls.capabilities:
             log.warning("harness %r chats with %s directly: no token ids are recorded (pip install tackroom-gateway, "
@@ -80,10 +81,10 @@ async def policy_routing(policy: Endpoint, harness_cls: type, plugins: Any,
                         harness_cls.name, redact_url(policy.endpoint))
         if policy.configured and policy.served_name is None and getattr(plugins, "policy", None) is not None:
             plugins.policy = policy.policy(served=await served_model(policy))
-        yield
+        yield None
         return
     async with policy_gateway(base_url=policy.endpoint, model=policy.served_name, api_key=policy.resolved_api_key(),
                               tokenizer=policy.tokenizer or "smollm2", manager=manager,
                               harness=getattr(harness_cls, "name", None)) as gateway:
         plugins.policy_for = gateway_sessions(gateway, sampling=policy.sampling, label=policy.label)
-        yield
+        yield gateway

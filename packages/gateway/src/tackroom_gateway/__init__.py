@@ -57,5 +57,6 @@ _EXPORTS = tackroom.LazyExports(__name__, {
         "smollm2_gguf", "smollm2_tokenizer_dir", "tokenizer_dir", "tokenizers_dir"],
     "tackroom_gateway.tool_parsers": ["ParsedOutput", "ToolCall", "ToolParser", "get_tool_parser"],
     "tackroom_gateway.trial_sessions": ["GatewaySessions", "GatewayTrialSession"],
+    "tackroom_gateway.weight_updates": ["WeightGate", "WeightUpdateMode", "WeightUpdateState"],
 })
 __getattr__, __dir__, __all__ = _EXPORTS.getattr, _EXPORTS.dir, _EXPORTS.names

@@ -12,6 +12,7 @@ from tackroom_gateway.chat_template import ChatTemplate
 from tackroom_gateway.engine_client import EngineClient, EngineSettings
 from tackroom_gateway.liveness import EngineLiveness
 from tackroom_gateway.tool_parsers import ToolParser, get_tool_parser
+from tackroom_gateway.weight_updates import WeightGate
 
 
 class GatewaySettings(BaseModel):
@@ -32,7 +33,8 @@ class GatewaySettings(BaseModel):
 
 class EngineBackend:
     """The engine a gateway fronts and how it talks to it. ``engine``, ``template`` and ``parser`` are set by
-    :meth:`prepare` (a ``template`` given up front is kept); ``liveness`` watches the engine from the start."""
+    :meth:`prepare` (a ``template`` given up front is kept); ``liveness`` watches the engine from the start;
+    ``weights`` holds model calls across a weight update (:mod:`tackroom_gateway.weight_updates`)."""
 
     def __init__(self, settings: GatewaySettings, template: ChatTemplate | None = None) -> None:
         self.settings = settings
@@ -40,6 +42,7 @@ class EngineBackend:
         self.parser: ToolParser | None = None
         self.engine: EngineClient | None = None
         self.liveness = EngineLiveness(settings.engine.probe_interval_s, settings.engine.probe_timeout_s)
+        self.weights = WeightGate(wait_s=settings.engine.timeouts.read)
 
     async def prepare(self) -> None:
         """Ask the engine for its model, then load the tokenizer/template; idempotent.

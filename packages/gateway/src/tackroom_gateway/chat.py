@@ -44,6 +44,7 @@ from tackroom_gateway.streaming import (
 )
 from tackroom_gateway.tito import OpenRequest, PromptPlan, TitoSession
 from tackroom_gateway.tool_parsers import ParsedOutput
+from tackroom_gateway.weight_updates import turn_versions
 
 log = logging.getLogger("tackroom_gateway")
 
@@ -104,7 +105,7 @@ class ChatHandler:
 
     def _record(
         self, session: TitoSession, plan: PromptPlan, ids: list[int], logprobs: list[float] | None, reason: str | None, parsed: ParsedOutput,
-        policy_version: int | None = None, constrained: bool = False,
+        policy_version: int | None = None, constrained: bool = False, token_versions: list[int] | None = None,
     ) -> dict[str, Any]:
         reply = self._reply(parsed)
         session.record(
@@ -117,6 +118,7 @@ class ChatHandler:
             tool_call_parse_failures=parsed.parse_failures,
             policy_version=policy_version,
             logprobs_constrained=constrained,
+            token_versions=token_versions,
         )
         return reply
 
@@ -159,7 +161,8 @@ class ChatHandler:
                     media_type="text/event-stream",
                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
                 )
-            task = asyncio.ensure_future(self.backend.engine.complete(body))
+            task = asyncio.ensure_future(self.backend.weights.complete(self.backend.engine, body,
+                                                                       cuttable=not self._constrained(body)))
             result = await self._engine_answer(request, session, task, self.store.track(session, task), task)
             self.backend.liveness.answered()
             completion = self._chat_response(req, session, plan, result, self._constrained(body))
@@ -259,7 +262,8 @@ class ChatHandler:
         before any output are raised here, as plain HTTP errors."""
         assert self.backend.engine is not None and self.backend.parser is not None
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        pump = asyncio.ensure_future(pump_stream(self.backend.engine.stream(body), queue))
+        chunks = self.backend.weights.stream(self.backend.engine, body, cuttable=not self._constrained(body))
+        pump = asyncio.ensure_future(pump_stream(chunks, queue))
         entry = self.store.track(session, pump)
         first = await self._engine_answer(request, session, pump, entry, asyncio.ensure_future(queue.get()))
         if first is CANCELLED:
@@ -320,6 +324,7 @@ class ChatHandler:
         incremental = self.backend.parser.stream(parse_tools=req.parse_tools)
         ids: list[int] = []
         logprobs: list[float] = []
+        versions: list[int | None] = []  # each of ``ids``'s policy version (a call cut at a weight update goes on)
         engine_reason: str | None = None
         engine_stop: int | str | None = None
         try:
@@ -338,6 +343,7 @@ class ChatHandler:
                         session.notes.append(f"turn {len(session.turns)}: engine echoed prompt ids that differ from those sent")
                     ids.extend(part.token_ids)
                     logprobs.extend(part.logprobs)
+                    versions.extend([part.policy_version] * len(part.token_ids))
                     if part.finish_reason is not None:
                         engine_reason, engine_stop = part.finish_reason, part.stop_reason
                 delta = incremental.feed("".join(part.text for part in pieces))
@@ -354,8 +360,9 @@ class ChatHandler:
                     yield chunk(out, logprobs=lp)
                 piece = await queue.get() if after is None else after
             owed, parsed = incremental.finish()
+            version, token_versions = turn_versions(versions)
             self._record(session, plan, ids, logprobs if len(logprobs) == len(ids) else None, engine_reason, parsed,
-                         constrained=constrained)
+                         version, constrained, token_versions)
             for closing in self._closing_chunks(chunk, owed, parsed, engine_reason, engine_stop, len(plan.prompt_ids),
                                                 len(ids)):
                 yield closing

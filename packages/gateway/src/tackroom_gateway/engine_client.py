@@ -142,6 +142,8 @@ class EngineChunk(BaseModel):
     prompt_ids: list[int] | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    policy_version: int | None = None
+    """The policy version its tokens were sampled under, where the gateway knows it (its weight gate's)."""
 
 
 class _Retryable(Exception):

@@ -25,6 +25,7 @@ from tackroom_gateway.dialects import CHAT, DIALECTS, Dialect
 from tackroom_gateway.errors import BadRequestError, EngineRequestInterruptedError, GatewayError, GatewayInternalError
 from tackroom_gateway.sessions import SessionStore
 from tackroom_gateway.tito import TitoSession
+from tackroom_gateway.weight_updates import weight_update_mode
 
 log = logging.getLogger("tackroom_gateway")
 
@@ -52,6 +53,9 @@ class GatewayRoutes:
             Route("/sessions/{sid}", g(self.close_session), methods=["DELETE"]),
             Route("/sessions/{sid}/{token}/v1/models", g(self.session_models), methods=["GET"]),
             Route("/sessions/{sid}/{token}/trajectory", g(self.trajectory_own), methods=["GET"]),
+            Route("/weights", g(self.weights), methods=["GET"]),
+            Route("/weights/pause", g(self.pause), methods=["POST"]),
+            Route("/weights/resume", g(self.resume), methods=["POST"]),
             *self.dialect_routes(),
         ]
 
@@ -201,3 +205,34 @@ class GatewayRoutes:
         self.store.get(sid)  # 404 when there is none
         traj = self.store.close(sid)
         return Response(traj.model_dump_json() if traj else "null", media_type="application/json")
+
+    # -- weight updates ------------------------------------------------------------------------
+    @staticmethod
+    async def _object(request: Request, example: str) -> dict[str, Any]:
+        raw = await request.body()
+        try:
+            data = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            raise BadRequestError(f"body must be empty or JSON like {example}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise BadRequestError(f"body must be empty or a JSON object like {example}")
+        return data
+
+    async def weights(self, request: Request) -> Response:
+        self.check_admin(request)
+        return JSONResponse(self.backend.weights.state().model_dump())
+
+    async def pause(self, request: Request) -> Response:
+        """Hold model calls for a weight update; answers once none is on the engine."""
+        self.check_admin(request)
+        data = await self._object(request, '{"mode": "continue"}')
+        mode = weight_update_mode(str(data.get("mode", "finish")))
+        return JSONResponse((await self.backend.weights.pause(mode)).model_dump())
+
+    async def resume(self, request: Request) -> Response:
+        self.check_admin(request)
+        data = await self._object(request, '{"policy_version": 2}')
+        version = data.get("policy_version")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+            raise BadRequestError(f"policy_version must be an integer or null, not {version!r}")
+        return JSONResponse(self.backend.weights.resume(version).model_dump())

@@ -10,6 +10,8 @@ session's base URL is ``/sessions/{sid}/{token}/v1``); *admin* routes need
 * admin: ``POST /sessions`` (create one: ``{"session_id", "base_url"}``), ``GET /sessions``,
   ``GET /sessions/{sid}/trajectory``, ``DELETE /sessions/{sid}``, ``POST /v1/chat/completions``
   (session ``default``)
+* admin: ``GET /weights``, ``POST /weights/pause`` (``{"mode": "finish" | "continue"}``), ``POST /weights/resume``
+  (``{"policy_version": N}``): the weight-update control (:mod:`tackroom_gateway.weight_updates`)
 * ``GET /health``
 
 Every failure is answered as an OpenAI error, ``{"error": {"message", "type", "param", "code"}}``.
@@ -44,6 +46,7 @@ from tackroom_gateway.sessions import SessionStore
 from tackroom_gateway.tito import TitoSession
 from tackroom_gateway.tool_parsers import ToolParser
 from tackroom_gateway.trial_sessions import GatewaySessions
+from tackroom_gateway.weight_updates import WeightUpdateState
 
 
 class PolicyGateway:
@@ -208,6 +211,22 @@ class PolicyGateway:
         """One last liveness probe when the session's turn ended on an engine request nothing has judged yet
         (:meth:`SessionStore.settle`); before :meth:`session_error` at the end of a turn."""
         await self.store.settle(session_id)
+
+    @property
+    def policy_version(self) -> int | None:
+        """The version the last :meth:`resume` named (tokens sampled now are tagged with it), or None."""
+        return self.backend.weights.policy_version
+
+    async def pause(self, mode: str = "finish") -> WeightUpdateState:
+        """Before a weight update: hold every model call not yet on the engine; those on it complete on the old
+        weights (``finish``; returns once they have) or are cut, to be continued from what they sampled on the
+        new weights (``continue``). See :mod:`tackroom_gateway.weight_updates`."""
+        return await self.backend.weights.pause(mode)
+
+    def resume(self, policy_version: int | None = None) -> WeightUpdateState:
+        """After a weight update: the held model calls go on; tokens sampled from now on are tagged with
+        ``policy_version`` (None: the version stays)."""
+        return self.backend.weights.resume(policy_version)
 
     def close_session(self, session_id: str) -> Trajectory | None:
         """Forget a session (its URL stops working, its open engine requests are cut off); returns its

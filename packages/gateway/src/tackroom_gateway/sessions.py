@@ -44,8 +44,13 @@ class SessionStore:
         if s is None:
             if self.backend.template is None:
                 raise GatewayError("gateway not prepared: await gateway.start() before opening sessions")
-            s = self.sessions[sid] = TitoSession(sid, self.backend.template, engine_failure=self.backend.liveness.failure)
+            s = self.sessions[sid] = TitoSession(sid, self.backend.template, engine_failure=self.engine_failure)
         return s
+
+    def engine_failure(self) -> str | None:
+        """Why a model call cannot be answered now: held by a pause for a weight update, or the engine not answering
+        its liveness probes (``EngineLiveness.failure``); None when neither."""
+        return self.backend.weights.holding() or self.backend.liveness.failure()
 
     def get(self, session_id: str) -> TitoSession:
         """The session with this id; :class:`SessionNotFoundError` listing the ids there are."""

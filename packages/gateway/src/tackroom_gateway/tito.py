@@ -115,6 +115,7 @@ class RecordedTurn(BaseModel):
     tool_call_parse_failures: int = 0
     policy_version: int | None = None
     logprobs_constrained: bool = False
+    token_versions: list[int] | None = None
 
     def token_turn(self) -> TokenTurn:
         return TokenTurn(
@@ -125,6 +126,7 @@ class RecordedTurn(BaseModel):
             branch=self.branch,
             policy_version=self.policy_version,
             logprobs_constrained=self.logprobs_constrained,
+            token_versions=self.token_versions,
         )
 
 
@@ -321,6 +323,7 @@ class TitoSession:
         tool_call_parse_failures: int = 0,
         policy_version: int | None = None,
         logprobs_constrained: bool = False,
+        token_versions: list[int] | None = None,
     ) -> RecordedTurn:
         """Add a finished engine call; decides its branch now (other calls may have finished meanwhile)."""
         self._last_outcome = None
@@ -361,7 +364,12 @@ class TitoSession:
             tool_call_parse_failures=tool_call_parse_failures,
             policy_version=policy_version,
             logprobs_constrained=logprobs_constrained,
+            token_versions=token_versions if token_versions is not None and len(token_versions) == len(completion_ids)
+            else None,
         )
+        if turn.token_versions is not None:
+            self.notes.append(f"turn {index}: cut at a weight update and continued; its tokens were sampled under "
+                              f"versions {min(turn.token_versions)}..{max(turn.token_versions)}")
         self.turns.append(turn)
         self.tips[branch] = index
         return turn

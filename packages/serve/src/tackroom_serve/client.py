@@ -237,8 +237,10 @@ class ServeClient:
     def retry_batch(self, batch_id: str, *, error_classes: tuple[str, ...] = ("infra",)) -> RetryResult:
         return self.send(Requests.action("batches", batch_id, "retry", {"error_classes": list(error_classes)}))
 
-    def pause(self, batch_id: str) -> BatchView:
-        return self.send(Requests.action("batches", batch_id, "pause"))
+    def pause(self, batch_id: str, model_calls: str = "drain") -> BatchView:
+        """Start no more trials; ``model_calls`` ``finish`` or ``continue`` also holds the running trials' model
+        calls for a weight update (see ``PauseRequest``)."""
+        return self.send(Requests.action("batches", batch_id, "pause", {"model_calls": model_calls}))
 
     def resume(self, batch_id: str, policy_version: int | None = None) -> BatchView:
         body = {"policy_version": policy_version} if policy_version is not None else {}
@@ -340,8 +342,10 @@ class AsyncServeClient:
     async def retry_batch(self, batch_id: str, *, error_classes: tuple[str, ...] = ("infra",)) -> RetryResult:
         return await self.send(Requests.action("batches", batch_id, "retry", {"error_classes": list(error_classes)}))
 
-    async def pause(self, batch_id: str) -> BatchView:
-        return await self.send(Requests.action("batches", batch_id, "pause"))
+    async def pause(self, batch_id: str, model_calls: str = "drain") -> BatchView:
+        """Start no more trials; ``model_calls`` ``finish`` or ``continue`` also holds the running trials' model
+        calls for a weight update (see ``PauseRequest``)."""
+        return await self.send(Requests.action("batches", batch_id, "pause", {"model_calls": model_calls}))
 
     async def resume(self, batch_id: str, policy_version: int | None = None) -> BatchView:
         body = {"policy_version": policy_version} if policy_version is not None else {}

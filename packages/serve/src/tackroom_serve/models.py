@@ -60,9 +60,24 @@ class NoBody(Strict):
     """An action without parameters: send nothing or ``{}``."""
 
 
+PauseMode = Literal["drain", "finish", "continue"]
+
+
+class PauseRequest(Strict):
+    """``POST /v1/batches/{id}/pause``: start no more trials; ``model_calls`` says what the running ones do.
+
+    ``drain``: they go on as before (their model calls too) and finish. ``finish`` and ``continue`` are for a
+    weight update: the batch's policy gateway holds every model call not yet on the engine until the resume, and
+    those on it complete on the old weights (``finish``; the pause answers once they have) or are cut and, after the
+    resume, continued from what they sampled on the new weights (``continue``). Each token records the version it
+    was sampled under. A harness that calls the engine itself, not through the gateway, drains."""
+
+    model_calls: PauseMode = "drain"
+
+
 class ResumeRequest(Strict):
     """``POST /v1/batches/{id}/resume``: start trials again; rollouts started from now on record ``policy_version``
-    (left out: the batch's current one)."""
+    (left out: the batch's current one), and model calls held by a pause go on, their tokens tagged with it."""
 
     policy_version: int | None = None
 

@@ -347,7 +347,9 @@ def tool_calls(trajectory: Trajectory) -> float:
 def episode_metrics(trajectories: list[Trajectory]) -> dict[str, Any]:
     """Per-episode means over a batch: ``tackroom/episode/turns`` (engine calls; the harness's ``turns`` where
     no token turns were recorded), ``tackroom/episode/tool_calls`` and, where the harness reports it,
-    ``tackroom/episode/tool_call_success``; with per-turn policy versions, their min and max (ints)."""
+    ``tackroom/episode/tool_call_success``; with policy versions on the turns, the oldest and newest version any
+    token was sampled under (a turn cut at a weight update and continued has one per token) and the turns that
+    spanned versions (ints)."""
     if not trajectories:
         return {}
     turns = [float(len(t.turns)) if t.turns else float(t.metrics.get("turns", 0.0)) for t in trajectories]
@@ -357,10 +359,12 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict[str, Any]:
              if "tool_call_success_rate" in t.metrics and t.metrics.get("tool_calls")]
     if rates:
         out["tackroom/episode/tool_call_success"] = mean(rates)
-    versions = [turn.policy_version for t in trajectories for turn in t.turns if turn.policy_version is not None]
-    if versions:  # the policy versions the engine sampled the batch's turns with (a trainer's proxy says them)
+    turns = [turn for t in trajectories for turn in t.turns if turn.policy_version is not None or turn.token_versions]
+    if turns:  # the policy versions the engine sampled the batch's tokens with (a trainer's proxy, or the gateway)
+        versions = [v for turn in turns for v in (turn.token_versions or [turn.policy_version])]
         out["tackroom/turn_version_min"], out["tackroom/turn_version_max"] = min(versions), max(versions)
-        out["tackroom/turns_with_version"] = len(versions)
+        out["tackroom/turns_with_version"] = len(turns)
+        out["tackroom/turns_across_versions"] = sum(1 for turn in turns if len(set(turn.token_versions or [])) > 1)
     return out
 
 

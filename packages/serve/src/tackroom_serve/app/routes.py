@@ -26,6 +26,7 @@ from tackroom_serve.models import (
     BatchView,
     Health,
     NoBody,
+    PauseRequest,
     ResultsQuery,
     ResumeRequest,
     RetryBatchRequest,
@@ -112,8 +113,9 @@ class ServeRoutes:
                       query=ResultsQuery, stream=True),
             Operation("POST", f"{B}/cancel", self.cancel_batch, "Cancel a batch: queued rollouts at once, running "
                       "ones stopped", body=NoBody, response=BatchView),
-            Operation("POST", f"{B}/pause", self.pause, "Start no more trials; running ones finish",
-                      body=NoBody, response=BatchView),
+            Operation("POST", f"{B}/pause", self.pause, "Start no more trials; running ones drain, or (model_calls "
+                      "finish/continue, for a weight update) their model calls are held until the resume",
+                      body=PauseRequest, response=BatchView),
             Operation("POST", f"{B}/resume", self.resume, "Start trials again, with a new policy_version",
                       body=ResumeRequest, response=BatchView),
             Operation("POST", f"{B}/retry", self.retry_batch, "Queue again every finished rollout whose error has "
@@ -199,14 +201,13 @@ class ServeRoutes:
 
     async def pause(self, call: Call) -> Response:
         batch = await self.batch(call.param("batch_id"))
-        await self.dispatcher.under_lock(self.dispatcher.store.batch_state, batch.id, "paused")
+        await self.dispatcher.pause(batch.id, call.body.model_calls)
         return answer(await self.batch(batch.id))
 
     async def resume(self, call: Call) -> Response:
         batch = await self.batch(call.param("batch_id"))
         version = call.body.policy_version if "policy_version" in call.body.model_fields_set else ...
-        await self.dispatcher.under_lock(self.dispatcher.store.batch_state, batch.id, "active",
-                                         policy_version=version)
+        await self.dispatcher.resume(batch.id, version)
         return answer(await self.batch(batch.id))
 
     async def retry_batch(self, call: Call) -> Response:

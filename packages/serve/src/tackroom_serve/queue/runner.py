@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from tackroom import ConfigError, Task, TaskError, TrialResult, load_task
 from tackroom_app import PluginManager, RunConfig, TrialRuntime, policy_routing
@@ -24,6 +24,19 @@ log = logging.getLogger("tackroom.serve")
 
 LOST_SECRETS = ("the batch's config held credentials, which the service never writes to disk, and the service has "
                 "restarted since: create the batch again (name the key with policy.api_key_env to survive restarts)")
+
+
+@runtime_checkable
+class WeightUpdates(Protocol):
+    """What a policy gateway offers for a weight update (tackroom-gateway's ``PolicyGateway`` does): its model calls
+    held (``pause``) and let go on a new version (``resume``). The ``tackroom_policy_gateway`` hook promises only
+    trial sessions: a gateway without these drains its model calls whatever the pause asks."""
+
+    policy_version: int | None
+
+    async def pause(self, mode: str = "finish") -> Any: ...
+
+    def resume(self, policy_version: int | None = None) -> Any: ...
 
 
 def finished_from(result: TrialResult, trajectory: dict[str, Any]) -> Finished:
@@ -45,11 +58,14 @@ class BatchRunner:
     """Runs one batch's rollouts; see the module docstring."""
 
     def __init__(self, batch_id: str, built: BatchPlugins, runtime: TrialRuntime,
-                 stack: contextlib.AsyncExitStack) -> None:
+                 stack: contextlib.AsyncExitStack, gateway: Any = None) -> None:
         self.batch_id = batch_id
         self.built = built
         self.runtime = runtime
         self._stack = stack
+        self.gateway: WeightUpdates | None = gateway if isinstance(gateway, WeightUpdates) else None
+        """The policy gateway its trials reach the model through, when it can hold their model calls for a weight
+        update; None where the harness calls the engine itself (or the gateway cannot)."""
 
     @classmethod
     async def open(cls, batch_id: str, config: RunConfig, folder: Path,
@@ -63,13 +79,13 @@ class BatchRunner:
             force_build=rt.force_build)
         stack = contextlib.AsyncExitStack()
         try:
-            await stack.enter_async_context(policy_routing(config.policy, type(built.harness), built.trial_plugins,
-                                                           manager=manager))
+            gateway = await stack.enter_async_context(policy_routing(config.policy, type(built.harness),
+                                                                     built.trial_plugins, manager=manager))
             await runtime.executor.start([])
         except BaseException:
             await stack.aclose()
             raise
-        return cls(batch_id, built, runtime, stack)
+        return cls(batch_id, built, runtime, stack, gateway)
 
     def max_in_flight(self, concurrency: int) -> int:
         return self.runtime.executor.max_in_flight(concurrency)
@@ -84,6 +100,8 @@ class BatchRunner:
             changed = TaskError(f"{claimed.task_path} changed since the batch was created (its content hash "
                                 f"differs): its results would not be the task's the batch named")
             return service_failure(changed, "task", "task_load")
+        if self.gateway is not None and claimed.policy_version is not None and self.gateway.policy_version is None:
+            self.gateway.resume(claimed.policy_version)  # the gateway tags its tokens with the batch's version
         trial = self.built.trial(task, claimed.sample)
         outcome = await self.runtime.run_trial_outcome(trial, task, self.built.trial_plugins)
         return finished_from(outcome.result, outcome.trajectory.model_dump(mode="json"))

@@ -172,6 +172,27 @@ class Dispatcher:
         self.wake()
         return result
 
+    async def pause(self, batch_id: str, model_calls: str = "drain") -> None:
+        """Start no more of the batch's rollouts; with ``model_calls`` ``finish`` or ``continue`` its policy
+        gateway also holds their model calls for a weight update (see ``PauseRequest``): returns once none is on
+        the engine."""
+        await self.under_lock(self.store.batch_state, batch_id, "paused")
+        gateway = self._gateway(batch_id)
+        if model_calls != "drain" and gateway is not None:
+            await gateway.pause(model_calls)
+
+    async def resume(self, batch_id: str, policy_version: Any = ...) -> None:
+        """Start the batch's rollouts again (``policy_version``: recorded on those started from now on; ``...``:
+        unchanged); model calls its gateway held go on, their tokens tagged with the new version."""
+        await self.under_lock(self.store.batch_state, batch_id, "active", policy_version=policy_version)
+        gateway = self._gateway(batch_id)
+        if gateway is not None:
+            gateway.resume(policy_version if policy_version is not ... else None)
+
+    def _gateway(self, batch_id: str) -> Any:
+        runner = self.runners.open.get(batch_id)
+        return runner.gateway if runner is not None else None
+
     async def stop(self) -> None:
         """Stop starting rollouts and cancel the running ones (their sandboxes are torn down); what was running
         stays ``running`` in the database, for the next start to resume."""

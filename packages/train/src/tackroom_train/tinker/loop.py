@@ -374,7 +374,7 @@ async def _run_steps(plan: TrainPlan, scope: RunScope, server: Server, parts: St
         try:
             await run_pipeline(steps=parts.steps_total, max_staleness=knobs.max_staleness_steps, rollout=rollouts,
                                train=parts.trainer.train, publish=parts.sampler.publish, on_step=parts.run_log.step,
-                               on_drop=parts.run_log.drop)
+                               on_drop=parts.run_log.drop, oldest_version=lambda batch: batch.oldest_version)
             final_weights = await parts.client.save_for_sampler("final", "save the final LoRA")
         finally:
             await generator.aclose()

@@ -48,8 +48,17 @@ class Sampled(Generic[B]):
     index: int
     """1-based order in which the producer drew it."""
     version: int
+    """The version published when it started (the sampler pinned to it)."""
     output: B
     rollout_s: float
+    oldest_version: int | None = None
+    """The oldest version any of its tokens was sampled under, where its trajectories record it (a model call cut
+    at a weight update and continued keeps its first tokens' version: ``TokenTurn.token_versions``)."""
+
+    @property
+    def staleness_from(self) -> int:
+        """The version its staleness counts from: the oldest of its tokens', else the one it started with."""
+        return self.version if self.oldest_version is None else min(self.version, self.oldest_version)
 
 
 @dataclass
@@ -86,14 +95,16 @@ async def run_pipeline(*, steps: int, max_staleness: int,
                        publish: Callable[[int], Awaitable[float]],
                        on_step: Callable[[Trained[B], R], None] = lambda t, r: None,
                        on_drop: Callable[[Trained[B]], None] = lambda t: None,
-                       lookahead: int | None = None) -> PipelineResult[B]:
+                       lookahead: int | None = None,
+                       oldest_version: Callable[[B], int | None] = lambda b: None) -> PipelineResult[B]:
     """Train ``steps`` steps.
 
     ``rollout(index, version)`` draws a batch with the published ``version``; ``train(sampled, step,
     staleness)`` trains it and returns (whether the weights changed, the step's record); ``publish(version)``
     makes the new weights the sampler's and returns the hand-off seconds. ``lookahead`` (default
     ``max_staleness``) is how many batches the producer may run ahead; only a test sets it higher, to see
-    the consumer's drop at work."""
+    the consumer's drop at work. ``oldest_version(output)`` is the oldest version a batch's tokens were sampled
+    under (None: not recorded); a batch's staleness counts from it when older than the one it started with."""
     ahead = max_staleness if lookahead is None else lookahead
     result: PipelineResult[B] = PipelineResult()
     queue: asyncio.Queue[Sampled[B]] = asyncio.Queue()
@@ -110,12 +121,12 @@ async def run_pipeline(*, steps: int, max_staleness: int,
                 index, version = counts.started, result.version
             t0 = time.monotonic()
             output = await rollout(index, version)
-            await queue.put(Sampled(index, version, output, time.monotonic() - t0))
+            await queue.put(Sampled(index, version, output, time.monotonic() - t0, oldest_version(output)))
 
     async def consume() -> None:
         while len(result.steps) < steps:
             sampled = await queue.get()
-            staleness = result.version - sampled.version
+            staleness = result.version - sampled.staleness_from
             if staleness > max_staleness:
                 dropped = Trained(sampled, None, staleness)
                 result.dropped.append(dropped)

@@ -74,6 +74,12 @@ class RolloutBatch:
         rewards, masked = self.output["rewards"], self.masked
         return {g for g, rows in self.group_rows().items() if len({rewards[i] for i in rows if not masked[i]}) > 1}
 
+    @property
+    def oldest_version(self) -> int | None:
+        """The oldest policy version any token of the batch was sampled under (per token where a turn was continued
+        across a weight update), from its rollout metrics; None where no turn recorded one."""
+        return (self.output.get("rollout_metrics") or {}).get("tackroom/turn_version_min")
+
     def harness_of(self, row: int) -> str | None:
         return None if self.harnesses is None else self.harnesses[row]
 

@@ -145,7 +145,9 @@ class RunLog:
         """A batch staler than the bound when its turn came: counted, its rows recorded as dropped."""
         self.dropped += 1
         self.trajectories(done, trained=False)
-        self.log(f"batch {done.sampled.index} dropped: sampled with version {done.sampled.version}, "
+        oldest = done.sampled.staleness_from
+        since = "" if oldest == done.sampled.version else f" (its oldest tokens with version {oldest})"
+        self.log(f"batch {done.sampled.index} dropped: sampled with version {done.sampled.version}{since}, "
                  f"{done.staleness} versions old (> max_staleness_steps {self.max_staleness})")
 
     def trajectories(self, done: Trained[RolloutBatch], *, trained: bool) -> None:

@@ -67,7 +67,9 @@ class GatewayTrialSession(PolicySession):
         return list(session.turns) if session is not None else []
 
     async def complete(self, trajectory: Trajectory) -> Trajectory:
-        """Merge the session's exact tokens into the harness's trajectory (the harness's own tokens win)."""
+        """Merge the session's exact tokens into the harness's trajectory (the harness's own tokens win), with the
+        session's notes about them (a rewritten history's branches, a turn cut at a weight update and continued,
+        engine errors) after the harness's own."""
         recorded = self.store.close(self.session_id)
         if recorded is None or trajectory.turns:
             return trajectory
@@ -77,6 +79,7 @@ class GatewayTrialSession(PolicySession):
             "loss_mask": recorded.loss_mask,
             "logprobs": recorded.logprobs,
             "messages": trajectory.messages or recorded.messages,
+            "notes": [*trajectory.notes, *(n for n in recorded.notes if n not in trajectory.notes)],
         })
         merged.metrics.setdefault("turns", float(len(recorded.turns)))
         completion_tokens = sum(len(t.completion_ids) for t in recorded.turns)

@@ -159,21 +159,28 @@ class GatewayRoutes:
 
     # -- sessions ------------------------------------------------------------------------
     @staticmethod
+    async def _object(request: Request, example: str) -> dict[str, Any]:
+        """An admin body: empty (``{}``) or a JSON object; anything else a 400 showing ``example``."""
+        raw = await request.body()
+        try:
+            data = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            raise BadRequestError(f"body must be empty or JSON like {example}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise BadRequestError(f"body must be empty or a JSON object like {example}")
+        return data
+
+    @staticmethod
     def _session_urls(request: Request, s: TitoSession) -> dict[str, str]:
         base = f"{str(request.base_url).rstrip('/')}/sessions/{s.session_id}/{s.token}"
         return {"session_id": s.session_id, "base_url": f"{base}/v1", "trajectory_url": f"{base}/trajectory"}
 
     async def create_session(self, request: Request) -> Response:
         self.check_admin(request)
-        raw = await request.body()
-        data: Any = {}
-        if raw.strip():
-            try:
-                data = json.loads(raw)
-            except ValueError as exc:
-                raise BadRequestError(f'body must be empty or JSON like {{"session_id": "..."}}: {exc}') from exc
-        if not isinstance(data, dict) or not isinstance(data.get("session_id", ""), str):
-            raise BadRequestError('body must be empty or a JSON object like {"session_id": "..."}')
+        example = '{"session_id": "..."}'
+        data = await self._object(request, example)
+        if not isinstance(data.get("session_id", ""), str):
+            raise BadRequestError(f"body must be empty or a JSON object like {example}")
         sid = data.get("session_id") or None
         existed = sid in self.store.sessions
         s = self.store.open(sid)
@@ -207,17 +214,6 @@ class GatewayRoutes:
         return Response(traj.model_dump_json() if traj else "null", media_type="application/json")
 
     # -- weight updates ------------------------------------------------------------------------
-    @staticmethod
-    async def _object(request: Request, example: str) -> dict[str, Any]:
-        raw = await request.body()
-        try:
-            data = json.loads(raw) if raw.strip() else {}
-        except ValueError as exc:
-            raise BadRequestError(f"body must be empty or JSON like {example}: {exc}") from exc
-        if not isinstance(data, dict):
-            raise BadRequestError(f"body must be empty or a JSON object like {example}")
-        return data
-
     async def weights(self, request: Request) -> Response:
         self.check_admin(request)
         return JSONResponse(self.backend.weights.state().model_dump())

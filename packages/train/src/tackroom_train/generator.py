@@ -202,12 +202,8 @@ class TackroomGenerator(GeneratorInterface):
 
     # -- generate ---------------------------------------------------------------------
     async def generate(self, input_batch: GeneratorInput) -> GeneratorOutput:
-        n = len(input_batch["prompts"])
-        extras = input_batch.get("env_extras") or [{} for _ in range(n)]
-        ids = input_batch.get("trajectory_ids") or [
-            TrajectoryID(instance_id=default_group(e, i), repetition_id=i) for i, e in enumerate(extras)]
-        meta = input_batch.get("batch_metadata")
-        step = getattr(meta, "global_step", 0) if meta is not None else 0
+        extras, ids, step = read_input(input_batch)
+        n = len(extras)
         self._calls += 1
         run_dir = self.run_root / f"step{step:05d}-{self._calls:05d}-{uuid.uuid4().hex[:6]}"
         await self._ensure_gateway()
@@ -333,6 +329,16 @@ def default_group(extras: dict[str, Any], index: int) -> str:
     """A row's group when the caller gives no trajectory ids: its task, under its harness in a mix."""
     task = str(extras.get("task_id", index))
     return f"{task}@{extras['harness']}" if extras.get("harness") is not None else task
+
+
+def read_input(input_batch: GeneratorInput) -> tuple[list[dict[str, Any]], list[TrajectoryID], int]:
+    """What every tackroom generator reads off a ``GeneratorInput``: each row's ``env_extras`` (``{}`` where none
+    came), its trajectory id (by :func:`default_group` where none came) and the batch's global step (0: none)."""
+    extras = input_batch.get("env_extras") or [{} for _ in range(len(input_batch["prompts"]))]
+    ids = input_batch.get("trajectory_ids") or [
+        TrajectoryID(instance_id=default_group(e, i), repetition_id=i) for i, e in enumerate(extras)]
+    meta = input_batch.get("batch_metadata")
+    return extras, ids, getattr(meta, "global_step", 0) if meta is not None else 0
 
 
 def tool_calls(trajectory: Trajectory) -> float:

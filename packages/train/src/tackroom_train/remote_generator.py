@@ -36,7 +36,7 @@ from tackroom_serve.client import AsyncServeClient, ServeError
 from tackroom_serve.models import BatchView, Health, Outcome, RolloutView
 from tackroom_train.config import RolloutRules, TrainConfig
 from tackroom_train.dataset import POLICY_VERSION_EXTRA
-from tackroom_train.generator import RolloutRow, default_group, generator_output, skyrl_sampling
+from tackroom_train.generator import RolloutRow, generator_output, read_input, skyrl_sampling
 from tackroom_train.plan import RolloutSide
 
 CREATE_TRIES = 3
@@ -264,12 +264,8 @@ class RemoteGenerator(GeneratorInterface):
         return f"tackroom-train/{self.service.run_id[:120]}/{base}/{self._keys[base] - 1}"
 
     async def generate(self, input_batch: GeneratorInput) -> GeneratorOutput:
-        n = len(input_batch["prompts"])
-        extras = input_batch.get("env_extras") or [{} for _ in range(n)]
-        ids = input_batch.get("trajectory_ids") or [
-            TrajectoryID(instance_id=default_group(e, i), repetition_id=i) for i, e in enumerate(extras)]
+        extras, ids, step = read_input(input_batch)
         meta = input_batch.get("batch_metadata")
-        step = getattr(meta, "global_step", 0) if meta is not None else 0
         self._calls += 1
         sampling = skyrl_sampling(input_batch.get("sampling_params"))
         version = policy_version(extras, meta)
@@ -291,7 +287,7 @@ class RemoteGenerator(GeneratorInterface):
                 await asyncio.gather(*runs, return_exceptions=True)
                 raise
         rows = {i: row for part in found for i, row in part.items()}
-        return generator_output([rows[i] for i in range(n)], ids, input_batch["prompts"],
+        return generator_output([rows[i] for i in range(len(extras))], ids, input_batch["prompts"],
                                 [e.get("harness") for e in extras], rules=self.config.rollout,
                                 tokenizer=self.tokenizer)
 

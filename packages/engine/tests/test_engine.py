@@ -232,6 +232,23 @@ def test_cli_status_json(cache):
     assert json.loads(out.stdout) == [] and out.returncode == 1
 
 
+def test_python_m_tackroom_engine_is_the_model_command_without_the_app(cache):
+    # scripts/setup starts the engine this way while the rest of the workspace (tackroom-app among it) installs
+    env = {**os.environ, "TACKROOM_CACHE": str(cache)}
+    port = free_port()
+    proc, _ = fake_engine(port)
+    try:
+        out = subprocess.run([sys.executable, "-m", "tackroom_engine", "status", "--json"], capture_output=True,
+                             text=True, env=env)
+        assert out.returncode == 0 and [e["port"] for e in json.loads(out.stdout)] == [port]
+        out = subprocess.run([sys.executable, "-m", "tackroom_engine", "up", "--port", str(port)],
+                             capture_output=True, text=True, env=env)
+        assert out.returncode == 0 and out.stdout.strip() == f"http://127.0.0.1:{port}/v1", out.stderr
+    finally:
+        engine.down(port)
+        proc.wait(10)
+
+
 def test_a_recycled_pid_is_not_mistaken_for_the_engine(cache):
     # The state of an engine that died (e.g. with the machine's last session) whose pid now
     # belongs to another process -- here, this test process. `down` must not kill it.

@@ -5,6 +5,7 @@
     uv run python benchmarks/gateway_overhead.py --engine http://127.0.0.1:8011/v1 --concurrency 64 --max-tokens 16
     uv run python benchmarks/gateway_overhead.py --stub-engine --concurrency 256 --rounds 1 --profile gw.prof
     uv run python benchmarks/gateway_overhead.py --stub-engine --concurrency 256 --dialect messages --dialect gemini
+    uv run python benchmarks/gateway_overhead.py --stub-engine --concurrency 256 --workers 1 --workers 2  # side by side
 
 Direct: ``POST /v1/completions`` with the prompt ids the chat template gives,
 ``return_token_ids`` and ``logprobs`` (exactly the engine work the gateway asks
@@ -15,7 +16,9 @@ Both generate exactly ``--max-tokens`` tokens (``ignore_eos``, greedy). Direct a
 gateway batches alternate, ``--rounds`` times, at each ``--concurrency``, plain
 and streamed. The gateway runs as its own process (``python -m tackroom_gateway``), as it
 would beside a trainer; the load comes from an aiohttp client (a C HTTP parser, so the
-load generator takes little CPU from what it measures).
+load generator takes little CPU from what it measures). ``--workers N`` (repeatable) starts it as
+``--workers N``: a front and N worker processes on one address; each N is a gateway of its own, measured in turn
+against the same engine, and its CPU and memory are those of all its processes.
 
 ``--stub-engine`` puts a stub engine that answers at once (or after ``--stub-token-ms``
 per token) in place of vLLM, so the difference is the gateway's own per-request cost
@@ -110,24 +113,45 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
     raise SystemExit(f"{url} not ready after {timeout}s")
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (Linux /proc): a multi-worker gateway's front and its workers."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo += [int(c) for c in task.read_text().split()]
+            except OSError:
+                pass
+    return found
+
+
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far (Linux /proc), robust to a busy machine."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time a process and its descendants have used so far (Linux /proc), robust to a busy
+    machine."""
+    total = 0.0
+    for p in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan") if p == pid else total
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def rss_bytes(pid: int) -> float:
-    """Resident memory of a process (Linux /proc), in bytes."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return float("nan")
+    """Resident memory of a process and its descendants (Linux /proc), in bytes."""
+    total = 0.0
+    for p in process_tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            if p == pid:
+                return float("nan")
+    return total
 
 
 def pct(values: list[float], q: float) -> float:
@@ -253,7 +277,12 @@ async def measure(engine_url: str, gateway_url: str, gateway_pid: int, admin_tok
     # the servers it measures. Idle connections are let go before the servers' keep-alive timeout (uvicorn's
     # 5 s) closes them under a request.
     connector = aiohttp.TCPConnector(limit=most, keepalive_timeout=4.0)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as client:
+    # --connection-per-session: each session's request on its own connection, as an agent with its own HTTP client
+    # sends it (and as a gateway of several workers hands a connection to the session's owner without a hop)
+    own = aiohttp.TCPConnector(limit=most, force_close=True) if args.connection_per_session else None
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as client, \
+            aiohttp.ClientSession(connector=own or connector, connector_owner=own is not None,
+                                  timeout=aiohttp.ClientTimeout(total=600)) as gw_client:
         async with client.get(engine_url + "/models") as r:
             model = (await r.json())["data"][0]["id"]
         for dialect, conc, stream in ((d, c, m) for d in args.dialects for c in args.concurrency for m in args.modes):
@@ -275,7 +304,7 @@ async def measure(engine_url: str, gateway_url: str, gateway_pid: int, admin_tok
                 order = [("direct", direct), ("gateway", via)] if rnd % 2 == 0 else [("gateway", via), ("direct", direct)]
                 for name, reqs in order:
                     cpu0, stub0, own0 = cpu_seconds(gateway_pid), cpu_seconds(engine_pid or 0), time.process_time()
-                    lat, ttft, tok, wall = await batch(client, reqs, conc, stream)
+                    lat, ttft, tok, wall = await batch(gw_client if name == "gateway" else client, reqs, conc, stream)
                     client_cpu[name] += time.process_time() - own0
                     if name == "gateway":
                         gw_cpu += cpu_seconds(gateway_pid) - cpu0
@@ -308,12 +337,15 @@ def stop_all(procs: list[subprocess.Popen]) -> None:
                 os.killpg(p.pid, signal.SIGKILL)
 
 
-def run_against(engine: str, label: str, args: argparse.Namespace, engine_pid: int | None = None) -> list[dict[str, Any]]:
-    """Start a gateway in its own process in front of ``engine`` and measure; the gateway is stopped after."""
+def run_against(engine: str, label: str, args: argparse.Namespace, engine_pid: int | None = None,
+                workers: int = 1) -> list[dict[str, Any]]:
+    """Start a gateway (``workers`` processes behind one address) in front of ``engine`` and measure; the gateway
+    is stopped after."""
     gport = free_port()
     prefix = [sys.executable, "-m", "cProfile", "-o", args.profile] if args.profile else [sys.executable]
     proc = subprocess.Popen(
-        [*prefix, "-m", "tackroom_gateway", "--engine", engine, "--port", str(gport), "--tokenizer", args.tokenizer],
+        [*prefix, "-m", "tackroom_gateway", "--engine", engine, "--port", str(gport), "--tokenizer", args.tokenizer,
+         "--workers", str(workers)],
         start_new_session=True, stdout=subprocess.PIPE, text=True,
     )
     try:
@@ -324,14 +356,14 @@ def run_against(engine: str, label: str, args: argparse.Namespace, engine_pid: i
     finally:
         stop_all([proc])
     for r in rows:
-        r["engine"] = label
+        r["engine"], r["workers"] = label, workers
     return rows
 
 
 def print_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print(f"\ngateway vs direct: {args.max_tokens} tokens/request, {args.rounds} alternating rounds, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end")
-    head = (f"{'engine':<14} {'dialect':<9} {'conc':>4} {'mode':<6} {'reqs':>5} | {'tok/s direct':>12} {'tok/s gw':>9} {'ratio':>6} | "
+    head = (f"{'engine':<14} {'dialect':<9} {'conc':>4} {'wk':>2} {'mode':<6} {'reqs':>5} | {'tok/s direct':>12} {'tok/s gw':>9} {'ratio':>6} | "
             f"{'p50 direct':>10} {'added p50':>9} | {'p99 direct':>10} {'added p99':>9} | {'TTFT +p50':>9} | "
             f"{'gw CPU/req':>10} {'stub CPU/req':>12} {'client CPU/req':>14} | {'KiB/session':>11}")
     print(head)
@@ -339,15 +371,16 @@ def print_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     for r in rows:
         stub_ms = "-" if r.get("engine_cpu_ms") is None else f"{r['engine_cpu_ms']:.2f}ms"
         print(
-            f"{r['engine']:<14} {r['dialect']:<9} {r['concurrency']:>4} {'stream' if r['stream'] else 'plain':<6} {r['requests']:>5} | "
+            f"{r['engine']:<14} {r['dialect']:<9} {r['concurrency']:>4} {r['workers']:>2} "
+            f"{'stream' if r['stream'] else 'plain':<6} {r['requests']:>5} | "
             f"{r['direct_tps']:>12.1f} {r['gateway_tps']:>9.1f} {r['gateway_tps'] / r['direct_tps']:>6.3f} | "
             f"{r['direct_p50']:>8.1f}ms {r['gateway_p50'] - r['direct_p50']:>+7.1f}ms | "
             f"{r['direct_p99']:>8.1f}ms {r['gateway_p99'] - r['direct_p99']:>+7.1f}ms | {r['ttft_added_p50']:>+7.1f}ms | "
             f"{r['gateway_cpu_ms']:>8.2f}ms {stub_ms:>12} {r['client_cpu_ms']:>12.2f}ms | {r['kib_per_session']:>11.1f}"
         )
-    print("goal at 256 sessions on the stub engine: ratio >= 0.95, added p50 <= 2 ms; 'gw CPU/req' is the gateway "
-          "process's own CPU time per request (stub, client: theirs per direct request); KiB/session its resident-memory "
-          "growth per session opened")
+    print("goal at 256 sessions on the stub engine: ratio >= 0.95, added p50 <= 2 ms; 'wk' the gateway's worker "
+          "processes; 'gw CPU/req' the gateway's own CPU time per request, all its processes together (stub, client: "
+          "theirs per direct request); KiB/session its resident-memory growth per session opened")
 
 
 def main() -> None:
@@ -358,6 +391,8 @@ def main() -> None:
     ap.add_argument("--stub-token-ms", type=float, default=0.0,
                     help="the stub's decode time per token (0: answers at once); a GPU engine's time, spent off this CPU")
     ap.add_argument("--tokenizer", default="smollm2")
+    ap.add_argument("--connection-per-session", action="store_true",
+                    help="the gateway's requests each on a connection of their own (an agent's own client), not pooled")
     ap.add_argument("--concurrency", type=int, action="append", help="concurrent sessions, repeatable (default 64, 256, 1024)")
     ap.add_argument("--requests", type=int, default=0, help="requests per batch (at least the concurrency)")
     ap.add_argument("--rounds", type=int, default=2)
@@ -365,7 +400,10 @@ def main() -> None:
     ap.add_argument("--mode", choices=["plain", "stream", "both"], default="both")
     ap.add_argument("--dialect", action="append", choices=DIALECTS,
                     help="the API the gateway is called in, repeatable (default: all four); direct is always the engine's")
-    ap.add_argument("--profile", help="run the gateway under cProfile and write its stats here (slows it down)")
+    ap.add_argument("--workers", type=int, action="append",
+                    help="the gateway's worker processes (`--workers N`), repeatable to compare side by side (default 1)")
+    ap.add_argument("--profile", help="run the gateway under cProfile and write its stats here (slows it down; with "
+                                      "--workers above 1, only the front's)")
     ap.add_argument("--json", help="also write the rows here as JSON")
     ap.add_argument("--serve-instant-engine", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -375,6 +413,7 @@ def main() -> None:
     args.concurrency = args.concurrency or [64, 256, 1024]
     args.modes = {"plain": [False], "stream": [True], "both": [False, True]}[args.mode]
     args.dialects = args.dialect or list(DIALECTS)
+    args.workers = args.workers or [1]
     if not args.engine and not args.stub_engine:
         raise SystemExit("give --engine URL (or set TACKROOM_ENGINE_URL), --stub-engine, or both")
     rows: list[dict[str, Any]] = []
@@ -385,11 +424,13 @@ def main() -> None:
         try:
             wait_ready(f"http://127.0.0.1:{port}/v1/models", stub)
             label = f"stub {args.stub_token_ms:g}ms/tok" if args.stub_token_ms else "stub instant"
-            rows += run_against(f"http://127.0.0.1:{port}/v1", label, args, stub.pid)
+            for workers in args.workers:
+                rows += run_against(f"http://127.0.0.1:{port}/v1", label, args, stub.pid, workers)
         finally:
             stop_all([stub])
     if args.engine:
-        rows += run_against(args.engine, "engine", args)
+        for workers in args.workers:
+            rows += run_against(args.engine, "engine", args, workers=workers)
     print_rows(rows, args)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

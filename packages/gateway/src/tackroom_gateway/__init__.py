@@ -45,7 +45,7 @@ _EXPORTS = tackroom.LazyExports(__name__, {
     "tackroom_gateway.errors": [
         "AdminAuthError", "BadRequestError", "ContextLengthExceededError", "EngineBadResponseError",
         "EngineRateLimitedError", "EngineRequestError", "EngineRequestInterruptedError", "EngineTimeoutError",
-        "EngineUnavailableError", "GatewayError", "GatewayInternalError", "SessionNotFoundError",
+        "EngineUnavailableError", "GatewayError", "GatewayInternalError", "SessionNotFoundError", "WorkerLostError",
         "classify_engine_rejection"],
     "tackroom_gateway.protocol": ["forced_tool_call_tag"],
     "tackroom_gateway.template_files": ["TEMPLATES_DIR"],
@@ -58,5 +58,6 @@ _EXPORTS = tackroom.LazyExports(__name__, {
     "tackroom_gateway.tool_parsers": ["ParsedOutput", "ToolCall", "ToolParser", "get_tool_parser"],
     "tackroom_gateway.trial_sessions": ["GatewaySessions", "GatewayTrialSession"],
     "tackroom_gateway.weight_updates": ["WeightGate", "WeightUpdateMode", "WeightUpdateState"],
+    "tackroom_gateway.workers": ["GatewayWorkers", "WorkersSettings"],
 })
 __getattr__, __dir__, __all__ = _EXPORTS.getattr, _EXPORTS.dir, _EXPORTS.names

@@ -4,7 +4,8 @@ The policy gateway, the misbehaving engine of ``tackroom_gateway.testing``, plug
 relays and the Tinker backend's sampling endpoint all need the same thing: serve
 an app in *this* loop (no thread, no process), know the port once ``start()``
 returns (port 0 picks a free one), fail fast with the server's own exception
-when it cannot bind, and stop without hanging on open connections.
+when it cannot bind, and stop without hanging on open connections. A multi-worker gateway's workers also
+``adopt`` connections their front accepted and handed over (:mod:`tackroom_gateway.workers`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Generator
 from typing import Any
@@ -93,6 +95,21 @@ class InLoopServer:
             await server.serve()
         except SystemExit:
             raise OSError("could not bind (address in use?); uvicorn logged the details") from None
+
+    async def adopt(self, sock: socket.socket) -> None:
+        """Serve a connection accepted elsewhere (a socket another process handed over) as if this server had
+        accepted it: same app, protocol and settings; ``stop()`` closes it with the others. ``start()`` first."""
+        server = self._server
+        if server is None or not server.started:
+            sock.close()
+            raise self.error(f"{self.what} is not serving: cannot take a connection")
+        config, loop = server.config, asyncio.get_running_loop()
+
+        def protocol() -> asyncio.Protocol:  # what uvicorn.Server.startup builds for each connection it accepts
+            return config.http_protocol_class(config=config, server_state=server.server_state,
+                                              app_state=server.lifespan.state, _loop=loop)
+
+        await loop.connect_accepted_socket(protocol, sock)
 
     async def wait(self) -> None:
         """Return when the server stops serving on its own (uvicorn exited or crashed); raise its error."""

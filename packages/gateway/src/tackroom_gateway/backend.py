@@ -5,6 +5,7 @@ are each given this one object (:class:`EngineBackend`) rather than reaching int
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -29,6 +30,14 @@ class GatewaySettings(BaseModel):
     port: int = 0
     """0 picks a free port."""
     startup_timeout_s: float = 60.0
+
+    @classmethod
+    def for_engine(cls, engine_url: str, *, tokenizer: str = "smollm2", model: str | None = None,
+                   tool_parser: str = "auto", host: str = "127.0.0.1", port: int = 0,
+                   **engine_options: Any) -> GatewaySettings:
+        """The settings from the few values a caller usually has (``build_gateway``, ``tackroom gateway``)."""
+        return cls(engine=EngineSettings(base_url=engine_url, model=model, **engine_options), tokenizer=tokenizer,
+                   tool_parser=tool_parser, model_name=model, host=host, port=port)
 
 
 class EngineBackend:

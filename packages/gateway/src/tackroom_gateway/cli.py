@@ -6,13 +6,15 @@ Added to the ``tackroom`` CLI through the ``tackroom_commands`` hook (see ``tack
 It prints its admin token (random per start). An outside client gets a session with
 ``POST /sessions`` and ``Authorization: Bearer <admin token>`` (body: nothing, or
 ``{"session_id": "..."}``); the answer's ``base_url`` (``.../sessions/<id>/<token>/v1``)
-is an ordinary OpenAI base URL, the only thing an agent should be given.
+is an ordinary OpenAI base URL, the only thing an agent should be given. ``--workers N`` serves the same address
+from N processes, each session in one of them (:mod:`tackroom_gateway.workers`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Coroutine
 from typing import Any
 
 import typer
@@ -30,42 +32,81 @@ def gateway(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; loopback unless you mean otherwise."),
     model: str | None = typer.Option(None, "--model", help="Served model name (default: the engine's first)."),
     tool_parser: str = typer.Option("auto", "--tool-parser", help="hermes, qwen3 or auto."),
+    workers: int = typer.Option(
+        1, "--workers", min=1,
+        help="Worker processes behind the one address, each session pinned to one (1: a single process)."),
 ) -> None:
     """Serve OpenAI chat completions at http://HOST:PORT/sessions/{id}/{token}/v1, token-in-token-out.
 
     Sessions are created with POST /sessions and the admin token it prints; each
     session's base URL carries its own secret token.
     """
+    if workers > 1:
+        _serve_workers(engine, tokenizer=tokenizer, model=model, tool_parser=tool_parser, host=host, port=port,
+                       workers=workers)
+        return
     from tackroom_gateway.server import build_gateway
 
     gw = build_gateway(engine, tokenizer=tokenizer, model=model, tool_parser=tool_parser, host=host, port=port)
 
     async def serve() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        stop = _stop_on_signals()
         await gw.start()
-        url = gw.base_url
-        console.print(
-            f"policy gateway for [bold]{gw.model_name}[/] at {engine}\n"
-            f"  admin token:      {gw.admin_token}\n"
-            "                    (Authorization: Bearer; lists, reads and deletes sessions: never give it to an agent)\n"
-            f"  new session:      curl -s -X POST -H 'Authorization: Bearer {gw.admin_token}' {url}/sessions\n"
-            '                    answers {"session_id", "base_url", "trajectory_url"}\n'
-            f"  session base URL: {url}/sessions/<session_id>/<session_token>/v1 (the base_url above)\n"
-            f"  trajectory:       {url}/sessions/<session_id>/<session_token>/trajectory\n"
-            "  Ctrl-C (or SIGTERM) stops it",
-            highlight=False, soft_wrap=True,
-        )
+        _print_banner(gw.model_name, engine, gw.base_url, gw.admin_token)
         await gw.serve_until(stop)
         console.print("gateway stopped", highlight=False)
 
+    _run(serve())
+
+
+def _serve_workers(engine: str, *, workers: int, **options: Any) -> None:
+    """``--workers N``: a front on the address and N gateway processes behind it (``tackroom_gateway.workers``)."""
+    from tackroom_gateway.backend import GatewaySettings
+    from tackroom_gateway.workers import GatewayWorkers, WorkersSettings
+
+    front = GatewayWorkers(GatewaySettings.for_engine(engine, **options), WorkersSettings(workers=workers))
+
+    async def serve() -> None:
+        stop = _stop_on_signals()
+        await front.start()
+        pids = ", ".join(map(str, front.pids))
+        _print_banner(front.model_name, engine, front.base_url, front.admin_token,
+                      f"  workers:          {workers} processes (pids {pids}), each session pinned to one by its id\n")
+        await front.serve_until(stop)
+        console.print("gateway stopped", highlight=False)
+
+    _run(serve())
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+def _print_banner(model: str, engine: str, url: str, admin_token: str, workers: str = "") -> None:
+    console.print(
+        f"policy gateway for [bold]{model}[/] at {engine}\n"
+        f"{workers}"
+        f"  admin token:      {admin_token}\n"
+        "                    (Authorization: Bearer; lists, reads and deletes sessions: never give it to an agent)\n"
+        f"  new session:      curl -s -X POST -H 'Authorization: Bearer {admin_token}' {url}/sessions\n"
+        '                    answers {"session_id", "base_url", "trajectory_url"}\n'
+        f"  session base URL: {url}/sessions/<session_id>/<session_token>/v1 (the base_url above)\n"
+        f"  trajectory:       {url}/sessions/<session_id>/<session_token>/trajectory\n"
+        "  Ctrl-C (or SIGTERM) stops it",
+        highlight=False, soft_wrap=True,
+    )
+
+
+def _run(main: Coroutine[Any, Any, None]) -> None:
     try:
         import uvloop  # a faster event loop where available: the gateway sits on every model call
     except ImportError:
         uvloop = None
-    uvloop.run(serve()) if uvloop is not None else asyncio.run(serve())
+    uvloop.run(main) if uvloop is not None else asyncio.run(main)
 
 
 def add_gateway_command(app: Any) -> None:

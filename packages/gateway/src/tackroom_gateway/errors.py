@@ -90,6 +90,15 @@ class EngineRequestInterruptedError(GatewayError, InfraError):
     code = "engine_request_interrupted"
 
 
+class WorkerLostError(GatewayError, InfraError):
+    """A multi-worker gateway (``tackroom gateway --workers N``): the worker process that held this session exited,
+    and the session's turns went with it. Open a new session; retry the trial."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "gateway_worker_lost"
+
+
 class GatewayInternalError(GatewayError, InfraError):
     """A bug in the gateway itself; the message names the exception, the log has the details."""
 

@@ -38,7 +38,7 @@ from tackroom_gateway.asgi_server import InLoopServer
 from tackroom_gateway.backend import EngineBackend, GatewaySettings
 from tackroom_gateway.chat import ChatHandler
 from tackroom_gateway.chat_template import ChatTemplate
-from tackroom_gateway.engine_client import EngineClient, EngineSettings
+from tackroom_gateway.engine_client import EngineClient
 from tackroom_gateway.errors import GatewayError
 from tackroom_gateway.liveness import EngineLiveness
 from tackroom_gateway.routes import GatewayRoutes
@@ -245,16 +245,8 @@ def build_gateway(
     **engine_options: Any,
 ) -> PolicyGateway:
     """A :class:`PolicyGateway` from the few values a caller usually has."""
-    return PolicyGateway(
-        GatewaySettings(
-            engine=EngineSettings(base_url=engine_url, model=model, **engine_options),
-            tokenizer=tokenizer,
-            tool_parser=tool_parser,
-            model_name=model,
-            host=host,
-            port=port,
-        )
-    )
+    return PolicyGateway(GatewaySettings.for_engine(engine_url, tokenizer=tokenizer, model=model,
+                                                    tool_parser=tool_parser, host=host, port=port, **engine_options))
 
 
 __all__ = ["GatewaySettings", "PolicyGateway", "build_gateway"]

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -322,6 +323,11 @@ def test_lora_flags_reach_vllm_and_runtime_loading_is_allowed(tmp_path):
         engine.EngineSettings(lora_rank=0)
 
 
+def test_eager_skips_vllms_compile_and_only_then():
+    assert "-O0" not in engine.engine_argv(engine.EngineSettings(), "py", Path("m"), None)
+    assert "-O0" in engine.engine_argv(engine.EngineSettings(eager=True), "py", Path("m"), None)
+
+
 def test_cli_up_passes_the_lora_and_kv_cache_options(monkeypatch):
     from typer.testing import CliRunner
 
@@ -339,7 +345,9 @@ def test_cli_up_passes_the_lora_and_kv_cache_options(monkeypatch):
                                                 "--kv-cache-gib", "1"])
     assert result.exit_code == 0, result.output
     s = seen["settings"]
-    assert (s.port, s.lora_rank, s.max_loras, s.kv_cache_gib) == (8013, 8, 4, 1)
+    assert (s.port, s.lora_rank, s.max_loras, s.kv_cache_gib, s.eager) == (8013, 8, 4, 1, False)
+    result = CliRunner().invoke(cli.model_app, ["up", "--eager"])
+    assert result.exit_code == 0 and seen["settings"].eager, result.output
 
 
 # -- installing the engine venv: uv when found, pip otherwise ------------------------------------------------

@@ -44,6 +44,8 @@ def model_up(
     lora_rank: int = typer.Option(None, "--lora-rank", help="Serve LoRA adapters up to this rank and allow adding "
                                   "them at runtime (POST /v1/load_lora_adapter); default: no LoRA."),
     max_loras: int = typer.Option(2, "--max-loras", help="LoRA adapters in one batch at once (with --lora-rank)."),
+    eager: bool = typer.Option(False, "--eager", help="Skip vLLM's compile: from cold caches a third of the start "
+                               "(~40 s instead of ~110 s here), decoding at 0.78-0.95x the tokens a second."),
     timeout: float = typer.Option(900, help="Seconds to wait for /health."),
     as_json: bool = typer.Option(False, "--json", help="Print the engine state as JSON."),
 ) -> None:
@@ -54,7 +56,7 @@ def model_up(
     settings = EngineSettings(port=port, model=str(model) if model else None, served_name=name,
                               chat_template=str(chat_template) if chat_template else None,
                               max_model_len=max_model_len, start_timeout_sec=timeout, kv_cache_gib=kv_cache_gib,
-                              lora_rank=lora_rank, max_loras=max_loras)
+                              lora_rank=lora_rank, max_loras=max_loras, eager=eager)
     try:
         state = up(settings, log=lambda m: err_console.print(m, style="dim", markup=False, highlight=False))
     except TackroomError as exc:

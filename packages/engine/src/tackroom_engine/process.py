@@ -67,7 +67,7 @@ def engine_argv(settings: EngineSettings, python: str | Path, model: Path, templ
         "--host", settings.host, "--port", str(settings.port), "--max-model-len", str(settings.max_model_len),
         *(["--chat-template", str(template)] if template is not None else []),
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-        *lora, *settings.extra_args,
+        *lora, *(["-O0"] if settings.eager else []), *settings.extra_args,
     ]
 
 

@@ -1,6 +1,6 @@
 """The local engine's start from a cold compile cache, and its decode throughput, per compilation mode, side by side.
 
-    uv run python benchmarks/engine_modes.py                          # compiled (vLLM's default) vs eager (-O0)
+    uv run python benchmarks/engine_modes.py                          # compiled (vLLM's default) vs eager (--eager: -O0)
     uv run python benchmarks/engine_modes.py --concurrency 6 --concurrency 12 --max-tokens 128
 
 Each mode starts `tackroom model up`'s engine (the venv and the converted model must exist: `tackroom model up` once)
@@ -24,7 +24,8 @@ from pathlib import Path
 
 import httpx
 
-MODES = {"compiled": [], "eager": ["-O0"]}
+MODES = {"compiled": False, "eager": True}
+"""Each mode: whether the engine starts ``eager`` (``tackroom model up --eager``)."""
 
 
 def free_port() -> int:
@@ -55,7 +56,7 @@ def start(mode: str, caches: Path) -> tuple[object, float]:
     os.environ["VLLM_CACHE_ROOT"] = str(caches / "vllm")
     try:
         t0 = time.monotonic()
-        state = engine.up(engine.EngineSettings(port=free_port(), extra_args=MODES[mode]), log=lambda m: None)
+        state = engine.up(engine.EngineSettings(port=free_port(), eager=MODES[mode]), log=lambda m: None)
         return state, time.monotonic() - t0
     finally:
         process.engine_env = own_env
@@ -70,7 +71,7 @@ def measure(modes: list[str], concurrencies: list[int], max_tokens: int, rounds:
         states, rows = {}, {}
         try:
             for mode in modes:
-                print(f"{mode}: starting ({' '.join(MODES[mode]) or 'no extra flags'})", file=sys.stderr, flush=True)
+                print(f"{mode}: starting{' (--eager)' if MODES[mode] else ''}", file=sys.stderr, flush=True)
                 states[mode], took = start(mode, Path(tmp) / mode)
                 rows[mode] = {"start_s": took}
                 asyncio.run(decode_round(states[mode].base_url, states[mode].model, 1, 8))  # its first request's warm-up

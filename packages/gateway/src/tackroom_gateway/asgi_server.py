@@ -15,8 +15,8 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Generator
-from typing import Any
+from collections.abc import Coroutine, Generator
+from typing import Any, TypeVar
 
 import uvicorn
 
@@ -35,6 +35,18 @@ def _not_a_cancelled_request(record: logging.LogRecord) -> bool:
 
 
 logging.getLogger("uvicorn.error").addFilter(_not_a_cancelled_request)
+
+T = TypeVar("T")
+
+
+def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run a server process's ``main`` on uvloop where it is installed (a gateway sits on every model call), else
+    on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 class _QuietServer(uvicorn.Server):

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from tackroom_gateway.chat_template import ChatTemplate
 from tackroom_gateway.engine_client import EngineClient, EngineSettings
+from tackroom_gateway.errors import GatewayError
 from tackroom_gateway.liveness import EngineLiveness
 from tackroom_gateway.tool_parsers import ToolParser, get_tool_parser
 from tackroom_gateway.weight_updates import WeightGate
@@ -30,6 +31,13 @@ class GatewaySettings(BaseModel):
     port: int = 0
     """0 picks a free port."""
     startup_timeout_s: float = 60.0
+
+    def public_url(self, port: int | None) -> str:
+        """The URL clients reach a gateway bound with these settings on ``port`` at (a wildcard host: loopback)."""
+        if port is None:
+            raise GatewayError("gateway not started: await start() first")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{port}"
 
     @classmethod
     def for_engine(cls, engine_url: str, *, tokenizer: str = "smollm2", model: str | None = None,

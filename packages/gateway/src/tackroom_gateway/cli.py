@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from tackroom_gateway.server import PolicyGateway
+    from tackroom_gateway.workers import GatewayWorkers
 
 console = Console()
 
@@ -41,72 +44,49 @@ def gateway(
     Sessions are created with POST /sessions and the admin token it prints; each
     session's base URL carries its own secret token.
     """
+    from tackroom_gateway.asgi_server import run_event_loop
+
     if workers > 1:
-        _serve_workers(engine, tokenizer=tokenizer, model=model, tool_parser=tool_parser, host=host, port=port,
-                       workers=workers)
-        return
-    from tackroom_gateway.server import build_gateway
+        from tackroom_gateway.backend import GatewaySettings
+        from tackroom_gateway.workers import GatewayWorkers, WorkersSettings
 
-    gw = build_gateway(engine, tokenizer=tokenizer, model=model, tool_parser=tool_parser, host=host, port=port)
+        settings = GatewaySettings.for_engine(engine, tokenizer=tokenizer, model=model, tool_parser=tool_parser,
+                                              host=host, port=port)
+        run_event_loop(_serve(GatewayWorkers(settings, WorkersSettings(workers=workers)), engine))
+    else:
+        from tackroom_gateway.server import build_gateway
 
-    async def serve() -> None:
-        stop = _stop_on_signals()
-        await gw.start()
-        _print_banner(gw.model_name, engine, gw.base_url, gw.admin_token)
-        await gw.serve_until(stop)
-        console.print("gateway stopped", highlight=False)
-
-    _run(serve())
+        run_event_loop(_serve(build_gateway(engine, tokenizer=tokenizer, model=model, tool_parser=tool_parser,
+                                            host=host, port=port), engine))
 
 
-def _serve_workers(engine: str, *, workers: int, **options: Any) -> None:
-    """``--workers N``: a front on the address and N gateway processes behind it (``tackroom_gateway.workers``)."""
-    from tackroom_gateway.backend import GatewaySettings
-    from tackroom_gateway.workers import GatewayWorkers, WorkersSettings
+async def _serve(gw: PolicyGateway | GatewayWorkers, engine: str) -> None:
+    """Start ``gw`` (one process, or a front and its workers), print how to use it, serve until SIGINT/SIGTERM."""
+    from tackroom_gateway.server import PolicyGateway
 
-    front = GatewayWorkers(GatewaySettings.for_engine(engine, **options), WorkersSettings(workers=workers))
-
-    async def serve() -> None:
-        stop = _stop_on_signals()
-        await front.start()
-        pids = ", ".join(map(str, front.pids))
-        _print_banner(front.model_name, engine, front.base_url, front.admin_token,
-                      f"  workers:          {workers} processes (pids {pids}), each session pinned to one by its id\n")
-        await front.serve_until(stop)
-        console.print("gateway stopped", highlight=False)
-
-    _run(serve())
-
-
-def _stop_on_signals() -> asyncio.Event:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    return stop
-
-
-def _print_banner(model: str, engine: str, url: str, admin_token: str, workers: str = "") -> None:
+    await gw.start()
+    url = gw.base_url
+    workers = "" if isinstance(gw, PolicyGateway) else (
+        f"  workers:          {len(gw.pids)} processes (pids {', '.join(map(str, gw.pids))}), each session pinned "
+        "to one by its id\n")
     console.print(
-        f"policy gateway for [bold]{model}[/] at {engine}\n"
+        f"policy gateway for [bold]{gw.model_name}[/] at {engine}\n"
         f"{workers}"
-        f"  admin token:      {admin_token}\n"
+        f"  admin token:      {gw.admin_token}\n"
         "                    (Authorization: Bearer; lists, reads and deletes sessions: never give it to an agent)\n"
-        f"  new session:      curl -s -X POST -H 'Authorization: Bearer {admin_token}' {url}/sessions\n"
+        f"  new session:      curl -s -X POST -H 'Authorization: Bearer {gw.admin_token}' {url}/sessions\n"
         '                    answers {"session_id", "base_url", "trajectory_url"}\n'
         f"  session base URL: {url}/sessions/<session_id>/<session_token>/v1 (the base_url above)\n"
         f"  trajectory:       {url}/sessions/<session_id>/<session_token>/trajectory\n"
         "  Ctrl-C (or SIGTERM) stops it",
         highlight=False, soft_wrap=True,
     )
-
-
-def _run(main: Coroutine[Any, Any, None]) -> None:
-    try:
-        import uvloop  # a faster event loop where available: the gateway sits on every model call
-    except ImportError:
-        uvloop = None
-    uvloop.run(main) if uvloop is not None else asyncio.run(main)
+    await gw.serve_until(stop)
+    console.print("gateway stopped", highlight=False)
 
 
 def add_gateway_command(app: Any) -> None:

@@ -163,10 +163,7 @@ class PolicyGateway:
     # -- programmatic API ----------------------------------------------------------
     @property
     def base_url(self) -> str:
-        if self.port is None:
-            raise GatewayError("gateway not started: await gateway.start() first")
-        host = "127.0.0.1" if self.settings.host in ("0.0.0.0", "") else self.settings.host
-        return f"http://{host}:{self.port}"
+        return self.settings.public_url(self.port)
 
     @property
     def model_name(self) -> str:

@@ -19,7 +19,7 @@ import socket
 import sys
 
 from tackroom import TackroomError
-from tackroom_gateway.asgi_server import InLoopServer
+from tackroom_gateway.asgi_server import InLoopServer, run_event_loop
 from tackroom_gateway.errors import GatewayError
 from tackroom_gateway.forwarding import Siblings, WorkerRouter
 from tackroom_gateway.server import PolicyGateway
@@ -124,12 +124,7 @@ async def serve(channel_fd: int) -> int:
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        import uvloop  # as the single gateway: a faster event loop where available
-    except ImportError:
-        uvloop = None
-    coro = serve(int(sys.argv[1]))
-    sys.exit(uvloop.run(coro) if uvloop is not None else asyncio.run(coro))
+    sys.exit(run_event_loop(serve(int(sys.argv[1]))))
 
 
 if __name__ == "__main__":

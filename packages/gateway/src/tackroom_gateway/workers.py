@@ -128,10 +128,7 @@ class GatewayWorkers:
     # -- what callers read ----------------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
-        if self.port is None:
-            raise GatewayError("gateway not started: await start() first")
-        host = "127.0.0.1" if self.gateway.host in ("0.0.0.0", "") else self.gateway.host
-        return f"http://{host}:{self.port}"
+        return self.gateway.public_url(self.port)
 
     @property
     def model_name(self) -> str:

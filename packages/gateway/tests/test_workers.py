@@ -152,6 +152,34 @@ async def test_one_keep_alive_connection_serves_sessions_of_both_workers(served,
 
 @pytest.mark.slow
 @pytest.mark.asyncio(loop_scope="module")
+async def test_an_agent_cannot_reach_a_session_on_another_worker_with_its_own_token(served):
+    # A hostile agent holds its own session's URL (worker 0) and keeps its connection there: it asks for another
+    # session (worker 1) with its own token, and without the admin token. The forwarded request meets the owner's
+    # own checks: 404 and 401 as a single gateway answers, no engine call, the victim's trajectory untouched.
+    fake, front = served
+    mine, victim = sid_on(0, "hostile"), sid_on(1, "victim")
+    async with httpx.AsyncClient(timeout=60) as setup:
+        urls = {sid: (await setup.post(f"{front.base_url}/sessions", json={"session_id": sid},
+                                       headers=admin(front))).json() for sid in (mine, victim)}
+        await converse(setup, urls[victim]["base_url"], 1)
+    my_token = urls[mine]["base_url"].split("/")[-2]
+    calls = len(fake.requests)
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1)) as c:
+        assert (await c.get(urls[mine]["trajectory_url"])).status_code == 200  # the connection is in worker 0
+        forged = f"{front.base_url}/sessions/{victim}/{my_token}/v1"
+        r = await c.post(f"{forged}/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 404 and r.json()["error"]["type"], r.text
+        assert (await c.get(f"{front.base_url}/sessions/{victim}/{my_token}/trajectory")).status_code == 404
+        assert (await c.get(f"{front.base_url}/sessions/{victim}/trajectory")).status_code == 401
+        assert (await c.delete(f"{front.base_url}/sessions/{victim}")).status_code == 401
+    assert len(fake.requests) == calls
+    async with httpx.AsyncClient(timeout=60) as c:
+        traj = (await c.get(f"{front.base_url}/sessions/{victim}/trajectory", headers=admin(front))).json()
+        assert len(traj["turns"]) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
 async def test_admin_routes_answer_for_every_worker(served, smollm2_tokenizer):
     fake, front = served
     on0, on1 = sid_on(0, "admin"), sid_on(1, "admin")

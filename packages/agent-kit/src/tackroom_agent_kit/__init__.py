@@ -34,6 +34,7 @@ _EXPORTS = tackroom.LazyExports(__name__, {
     "tackroom_agent_kit.sandbox_setup": ["check_it_runs", "must_succeed"],
     "tackroom_agent_kit.relay": ["TURN_LIMIT_CODE", "BodyFill", "ModelRelay", "filled", "is_model_call", "missing_from",
                                  "policy_root"],
+    "tackroom_agent_kit.tool_choice": ["ToolChoice", "require_tool_call", "with_tool_choice"],
     "tackroom_agent_kit.watch": ["Ending", "run_watched", "stopped_after", "watch_run"],
 })
 __getattr__, __dir__, __all__ = _EXPORTS.getattr, _EXPORTS.dir, _EXPORTS.names

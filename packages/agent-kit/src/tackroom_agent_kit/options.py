@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field
 
 from tackroom import PluginOptions
+from tackroom_agent_kit.tool_choice import BodyFill, with_tool_choice
 
 Profile = Literal["full", "compact"]
 
@@ -30,6 +31,11 @@ class AgentOptions(PluginOptions):
     compact_below_context: int = Field(default=16384, gt=0, description="auto picks compact below this context length")
     prompt: str | None = Field(default=None, description="System prompt replacing the profile's")
     max_turns: int | None = Field(default=50, gt=0, description="Model calls per episode (enforced by the relay)")
+    tool_choice: Literal["auto", "required"] = Field(
+        default="auto",
+        description="required: every model call that offers tools must call one of them, sampled under the tool's "
+        "JSON schema (the relay sets the call's tool choice; the episode then ends at max_turns); auto: as the agent "
+        "sends it")
     sandbox_dir: str = Field(description="Where the agent, its config and state live in the sandbox")
     hang_timeout_sec: float = Field(
         default=900.0, gt=0, description="No output and no model call in flight for this long is a hang")
@@ -52,6 +58,10 @@ class AgentOptions(PluginOptions):
         """When (``time.monotonic()``) to stop the agent: ``timeout_margin_sec`` (at most a fifth of the agent
         timeout) before the runtime's own timeout cancels the run, so the trajectory survives."""
         return time.monotonic() + agent_timeout_sec - min(self.timeout_margin_sec, agent_timeout_sec / 5)
+
+    def relay_fill(self, fill: BodyFill | None = None) -> BodyFill | None:
+        """The relay's fill for this harness: its own ``fill`` (the policy's sampling), then ``tool_choice``."""
+        return with_tool_choice(fill, self.tool_choice)
 
     def profile_for(self, context: int) -> Profile:
         """The profile to run with a model of ``context`` tokens."""

@@ -78,6 +78,8 @@ class ScriptedEngineForTests:
     delay_s: float = 0.0
     """Seconds to wait before answering (to test timeouts); :meth:`release` ends every wait."""
     prompts: list[str] = field(default_factory=list)
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    """Each turn's request body as the gateway sent it (sampling settings, a grammar), in order."""
     _released: asyncio.Event = field(default_factory=asyncio.Event)
 
     def release(self) -> None:
@@ -111,6 +113,7 @@ class ScriptedEngineForTests:
                 "finish_reason": "length", "token_ids": ids, "prompt_token_ids": body["prompt"]}]})
         prompt = self.tokenizer.decode(body["prompt"], skip_special_tokens=False)
         self.prompts.append(prompt)
+        self.bodies.append(body)
         reply, delay_s = self._next(prompt)
         if delay_s:
             with contextlib.suppress(TimeoutError):

@@ -131,7 +131,8 @@ class ClaudeCodeHarness(Harness):
         deadline = self.options.deadline(task.config.agent.timeout_sec)
         context = self.options.context_length or await served_context_length(policy) or 200_000
         profile = self.options.profile_for(context)
-        async with ModelRelay(policy.base_url, max_calls=self.options.max_turns, what=AGENT) as relay:
+        async with ModelRelay(policy.base_url, max_calls=self.options.max_turns, what=AGENT,
+                              fill=self.options.relay_fill()) as relay:
             inside = await reach_relay(sandbox, relay, policy.base_url, AGENT)
             run = self._settings(policy, inside, context, profile)
             await sandbox.write_file(run.settings_path, config.dump(config.settings(run)), timeout=60)

@@ -123,7 +123,7 @@ class CodexHarness(Harness):
         profile = self.options.profile_for(context)
         sampling = responses_sampling(policy.sampling, self._max_output(profile, context))
         async with ModelRelay(policy.base_url, max_calls=self.options.max_turns, what=AGENT,
-                              fill=fill_responses(sampling)) as relay:
+                              fill=self.options.relay_fill(fill_responses(sampling))) as relay:
             inside = await reach_relay(sandbox, relay, policy.base_url, AGENT)
             settings = self._settings(policy, f"{inside}/v1", context, profile)
             await sandbox.write_file(self._path("home", "config.toml"), to_toml(build_config(settings)), timeout=60)

@@ -124,7 +124,7 @@ class GeminiCliHarness(Harness):
         wanted = self.options.max_tokens_per_turn or (512 if profile == "compact" else 4096)
         sampling = generation_config(policy.sampling, max(16, min(wanted, context // 4)))
         async with ModelRelay(policy.base_url, max_calls=self.options.max_turns, what="the Gemini CLI",
-                              fill=fill_generation(sampling)) as relay:
+                              fill=self.options.relay_fill(fill_generation(sampling))) as relay:
             inside = await reach_relay(sandbox, relay, policy.base_url, "the Gemini CLI")
             await check_reachable(sandbox, inside, policy.base_url, "the Gemini CLI")
             try:
@@ -180,6 +180,11 @@ class GeminiCliHarness(Harness):
         error = report.get("error") if isinstance(report.get("error"), dict) else None
         if ended == "exited" and exit_code == "0" and error is None:
             return trajectory
+        if ended == "exited" and _turn_limit(exit_code, error):
+            # The CLI's own maxSessionTurns (= max_turns) stopped it before the relay had to: the same normal end,
+            # and the episode is graded on what it did.
+            trajectory.stop_reason = "max_turns"
+            return trajectory
         how = (f"made no progress for {self.options.hang_timeout_sec:g}s and was stopped" if ended == "hang"
                else exit_described(exit_code, sandbox.spec.memory_mb))
         detail = f": {error.get('message')}" if error else ""
@@ -204,6 +209,15 @@ class GeminiCliHarness(Harness):
         notes = [f"gemini-cli {self.options.version}, profile {profile} (context {context}), tools {', '.join(tools)}; "
                  "the turns' exact tokens are the gateway session's", *([self.world_note] if self.world_note else [])]
         return Trajectory(messages=messages, final_answer=answer, stop_reason="completed", metrics=metrics, notes=notes)
+
+
+TURN_LIMIT_EXIT = "53"
+"""The CLI's exit status when ``maxSessionTurns`` is reached (``FatalTurnLimitedError``)."""
+
+
+def _turn_limit(exit_code: str, error: dict[str, Any] | None) -> bool:
+    """Whether the CLI stopped at its own turn limit (its exit status, or the error its JSON report names)."""
+    return exit_code == TURN_LIMIT_EXIT or (error is not None and error.get("type") == "FatalTurnLimitedError")
 
 
 def _report(stdout: str) -> dict[str, Any]:

@@ -179,7 +179,8 @@ class OpenCodeHarness(Harness):
         deadline = self.options.deadline(task.config.agent.timeout_sec)
         context = self.options.context_length or await served_context_length(policy) or 32768
         profile = self.options.profile_for(context)
-        async with ModelRelay(policy.base_url, max_calls=self.options.max_turns, what="OpenCode") as relay:
+        async with ModelRelay(policy.base_url, max_calls=self.options.max_turns, what="OpenCode",
+                              fill=self.options.relay_fill()) as relay:
             inside = await reach_relay(sandbox, relay, policy.base_url, "OpenCode")
             model, agent = self._settings(policy, f"{inside}/v1", context, profile)
             await sandbox.write_file(self._path("opencode.json"), _json(build_config(model, agent)), timeout=60)

@@ -1,0 +1,44 @@
+"""The real Gemini CLI with ``tool_choice = "required"`` and a turn limit: every model call is sampled under the
+tools' grammar, and an episode that stops at the CLI's own turn limit is a normal end, graded on what it did."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tackroom_agent_kit.testing import ScriptedEngineForTests, serve, tool_call
+from tackroom_app import RunConfig, run_config
+
+HELLO = Path(__file__).resolve().parents[4] / "examples" / "tasks" / "hello-file"
+SOLVE = tool_call("write_file", file_path="/app/greeting.txt", content="Hello, tackroom!\n")
+IDLE = tool_call("run_shell_command", command="true", description="nothing")
+
+
+def config(tmp_path: Path, engine_url: str, **harness) -> RunConfig:
+    return RunConfig.model_validate({
+        "tasks": [str(HELLO)],
+        "harness": {"name": "gemini-cli", **harness},
+        "sandbox": {"name": "local"},
+        "policy": {"base_url": engine_url, "tokenizer": "smollm2", "sampling": {"temperature": 0.0, "max_tokens": 256}},
+        "runtime": {"out": str(tmp_path / "runs"), "attempts": 1},
+    })
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", "required"])
+async def test_an_episode_stopped_at_the_turn_limit_is_graded(tmp_path, smollm2_tokenizer, gemini_cli_install,
+                                                              tool_choice):
+    # The answer is written on the first turn; the model then never stops calling tools.
+    engine = ScriptedEngineForTests(smollm2_tokenizer, replies=[SOLVE], default=IDLE)
+    async with serve(engine.app()) as url:
+        run_dir, results, _ = await run_config(config(tmp_path, url, max_turns=2, tool_choice=tool_choice),
+                                               progress=False, run_id="r")
+    (result,) = results
+    assert result.error is None, result.error
+    assert result.reward == 1.0
+    traj = json.loads((run_dir / result.trial_id / "trajectory.json").read_text())
+    assert traj["stop_reason"] == "max_turns"
+    assert len(engine.bodies) == 2
+    grammars = [b.get("structured_outputs") is not None for b in engine.bodies]
+    assert grammars == ([True, True] if tool_choice == "required" else [False, False])

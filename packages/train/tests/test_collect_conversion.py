@@ -207,3 +207,35 @@ def test_tokenizers_are_the_same_by_name_or_by_folder(tmp_path):
     assert same_tokenizer("smollm2", "smollm2") and same_tokenizer(str(tokenizer_dir("smollm2")), "smollm2")
     assert not same_tokenizer("qwen3", "smollm2") and not same_tokenizer(None, "smollm2")
     assert not same_tokenizer(str(tmp_path / "missing"), "smollm2")
+
+
+async def test_an_assistant_message_the_harness_wrote_is_context_not_a_demonstration(smollm2):
+    """OpenCode puts its own "maximum steps reached" notice into the conversation as an assistant message. The
+    teacher never wrote it, and the policy gateway renders it for the policy as context (mask 0): a re-rendered
+    demonstration must do the same, token for token, or SFT teaches the policy to write the harness's notice."""
+    notice = {"role": "assistant", "content": "CRITICAL - MAXIMUM STEPS REACHED. Respond with text only."}
+    script = [CALL, "blue"]
+    async with serve_teacher(ScriptedTeacher(lambda prompt: script.pop(0), smollm2.template)) as url:
+        settings = GatewaySettings(engine=EngineSettings(base_url=url, backoff_s=0.01, retries=0))
+        async with PolicyGateway(settings, template=smollm2.template) as gateway, httpx.AsyncClient(timeout=30) as http:
+            base = gateway.session_base_url("s")
+            conversation = list(QUESTION)
+            for _ in range(2):
+                answer = await http.post(f"{base}/chat/completions", json={"messages": conversation, "tools": TOOLS})
+                assert answer.status_code == 200, answer.text
+                reply = answer.json()["choices"][0]["message"]
+                conversation.append(reply)
+                for call in reply.get("tool_calls") or []:
+                    conversation += [{"role": "tool", "tool_call_id": call["id"], "name": "read_file",
+                                      "content": "blue"}, notice]
+            calls = calls_of_session(GatewayTrialSession(gateway, "s", {}, None))
+            policy_view = gateway.session("s").trajectory()
+
+    made = convert_trial(episode(record=calls, same=False), smollm2)  # re-rendered from the record's messages
+
+    (row,) = made.demonstrations
+    assert made.how == "rerendered"
+    assert (row.input_ids, row.loss_mask) == (policy_view.token_ids, policy_view.loss_mask)
+    trained = smollm2.template.decode([i for i, m in zip(row.input_ids, row.loss_mask, strict=True) if m])
+    assert trained == f"{CALL}<|im_end|>blue<|im_end|>"
+    assert "MAXIMUM STEPS" in smollm2.template.decode(row.input_ids)  # kept, as context

@@ -79,8 +79,12 @@ def message_key(message: dict[str, Any]) -> tuple:
 
 
 def context_key(tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any] | None) -> str:
-    """Tools and template options change the rendered prefix, so turns only extend turns with the same ones."""
-    return json.dumps([tools or None, template_kwargs or None], sort_keys=True, ensure_ascii=False)
+    """Tools and template options change the rendered prefix, so turns only extend turns with the same ones.
+
+    Keys keep their order: a template writes the tools as JSON in the order they came (``tojson``), so tools that
+    differ only in key order render different prompts, and the recorded key (what ``tackroom collect`` reads the
+    tools back from) must render as the request did."""
+    return json.dumps([tools or None, template_kwargs or None], ensure_ascii=False)
 
 
 class PromptPlan(BaseModel):

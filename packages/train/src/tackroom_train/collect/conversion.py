@@ -144,13 +144,18 @@ def _rerendered_branches(calls: list[EngineCall], policy: PolicySide) -> list[tu
         chain = lineage(calls, branch)
         tip = chain[-1]
         messages = [*(tip.messages or []), tip.reply or {}]
+        replies = set()
         for call in chain:  # the replies as the gateway gave them, not as the client sent them back
             at = len(call.messages or [])
             if at < len(messages) and call.reply is not None:
                 messages[at] = call.reply
+                replies.add(at)
         if not tip.tools_known:
             _refuse_unknown_tools(messages)
-        ids, mask = render_conversation(policy.template, messages, tools=tip.tools, template_kwargs=tip.template_kwargs)
+        # Only the teacher's replies are trained: an assistant message the harness wrote into the conversation is
+        # context, as the gateway renders it for the policy.
+        ids, mask = render_conversation(policy.template, messages, tools=tip.tools, template_kwargs=tip.template_kwargs,
+                                        replies=replies)
         out.append((branch, ids, mask))
     return out
 

@@ -6,9 +6,10 @@ demonstration of the same conversation agree token for token:
 
 - the prompt up to the first assistant message: the whole conversation so far, rendered once with the generation
   prompt (``ChatTemplate.render_ids``);
-- each assistant message: its text as the template renders it after that prompt (content, reasoning and tool calls
-  in the template's own markup) up to and including the end-of-turn token: the tokens the policy should have
-  generated (loss mask 1);
+- each assistant message the teacher wrote: its text as the template renders it after that prompt (content,
+  reasoning and tool calls in the template's own markup) up to and including the end-of-turn token: the tokens the
+  policy should have generated (loss mask 1); an assistant message the harness wrote itself is context, like a
+  tool result;
 - what follows it up to the next assistant message (tool results, user turns): the gateway's continuation render
   (``ChatTemplate.continuation_ids``: the rest of the closing, the new messages, the generation prompt), mask 0.
 
@@ -44,12 +45,17 @@ def rendered_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def render_conversation(template: ChatTemplate, messages: list[dict[str, Any]], *,
                         tools: list[dict[str, Any]] | None = None,
-                        template_kwargs: dict[str, Any] | None = None) -> tuple[list[int], list[int]]:
+                        template_kwargs: dict[str, Any] | None = None,
+                        replies: set[int] | None = None) -> tuple[list[int], list[int]]:
     """``(input_ids, loss_mask)`` of ``messages`` in ``template``'s tokenizer, mask 1 exactly on the assistant
     messages' tokens; :class:`RenderError` when there is no assistant message after a prompt or the template
-    renders an assistant message in a way the gateway could not have produced."""
+    renders an assistant message in a way the gateway could not have produced.
+
+    ``replies``: the indices of the assistant messages the teacher wrote (None: every assistant message). Any
+    other assistant message is one the harness put into the conversation itself (OpenCode's "maximum steps
+    reached" notice): it is rendered where it stands, as the gateway renders it for the policy, at mask 0."""
     messages = rendered_messages(messages)
-    at = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    at = [i for i, m in enumerate(messages) if m["role"] == "assistant" and (replies is None or i in replies)]
     if not at:
         raise RenderError("the conversation has no assistant message: nothing to learn")
     if at[0] == 0:

@@ -432,6 +432,12 @@ async def test_calls_fail_on_errors_timeouts_and_a_dead_server(tmp_path: Path) -
     with pytest.raises(TinkerServerError, match=r"no answer from the Tinker server within 0s"):
         await call("sample", forever())
 
+    async def out_of_memory() -> None:  # what SkyRL's JAX server answers for a batch that does not fit
+        raise ValueError("Error code: 400 - {'detail': 'RESOURCE_EXHAUSTED: Out of memory allocating 67119372536 bytes.'}")
+
+    with pytest.raises(TinkerServerError, match=r"ran out of memory(.|\n)*gradient_checkpointing = true"):
+        await call("sft step 1: forward_backward", out_of_memory())
+
     server = TinkerServer(TinkerSettings(), str(tmp_path), tmp_path)
     (tmp_path / "server.log").write_text("engine crashed: out of memory\n")
     server.proc = await asyncio.to_thread(lambda: __import__("subprocess").Popen([sys.executable, "-c", "exit(137)"]))

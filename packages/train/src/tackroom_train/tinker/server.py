@@ -248,6 +248,10 @@ class TinkerCalls:
         except Exception as exc:
             died = self._died()
             detail = f"; {died}" if died else ""
+            if "RESOURCE_EXHAUSTED" in str(exc):
+                detail += ("; the JAX backend ran out of memory: long sequences need [tinker] backend_config = "
+                           "{ train_micro_batch_size = 1, gradient_checkpointing = true } (or a lower [sft] max_length "
+                           "/ [train] max_prompt_length)")
             raise TinkerServerError(f"{what} failed: {type(exc).__name__}: {exc}{detail}") from exc
 
 

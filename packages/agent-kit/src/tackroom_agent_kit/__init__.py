@@ -32,8 +32,8 @@ _EXPORTS = tackroom.LazyExports(__name__, {
     "tackroom_agent_kit.outcome": ["answered", "crash_or_model", "exit_described"],
     "tackroom_agent_kit.reach": ["PolicyUnreachableError", "check_reachable", "reach_relay", "served_context_length"],
     "tackroom_agent_kit.sandbox_setup": ["check_it_runs", "must_succeed"],
-    "tackroom_agent_kit.relay": ["TURN_LIMIT_CODE", "BodyFill", "ModelRelay", "filled", "is_model_call", "missing_from",
-                                 "policy_root"],
+    "tackroom_agent_kit.relay": ["TURN_LIMIT_CODE", "BodyFill", "Dialect", "ModelRelay", "call_dialect", "filled",
+                                 "is_model_call", "missing_from", "policy_root"],
     "tackroom_agent_kit.tool_choice": ["ToolChoice", "require_tool_call", "with_tool_choice"],
     "tackroom_agent_kit.watch": ["Ending", "run_watched", "stopped_after", "watch_run"],
 })

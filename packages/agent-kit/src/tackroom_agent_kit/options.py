@@ -13,7 +13,8 @@ from typing import Literal
 from pydantic import Field
 
 from tackroom import PluginOptions
-from tackroom_agent_kit.tool_choice import BodyFill, with_tool_choice
+from tackroom_agent_kit.relay import BodyFill
+from tackroom_agent_kit.tool_choice import ToolChoice, with_tool_choice
 
 Profile = Literal["full", "compact"]
 
@@ -31,7 +32,7 @@ class AgentOptions(PluginOptions):
     compact_below_context: int = Field(default=16384, gt=0, description="auto picks compact below this context length")
     prompt: str | None = Field(default=None, description="System prompt replacing the profile's")
     max_turns: int | None = Field(default=50, gt=0, description="Model calls per episode (enforced by the relay)")
-    tool_choice: Literal["auto", "required"] = Field(
+    tool_choice: ToolChoice = Field(
         default="auto",
         description="required: every model call that offers tools must call one of them, sampled under the tool's "
         "JSON schema (the relay sets the call's tool choice; the episode then ends at max_turns); auto: as the agent "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from starlette.applications import Starlette
@@ -28,10 +28,18 @@ from tackroom_gateway import InLoopServer
 
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 TURN_LIMIT_CODE = "tackroom_turn_limit"
-MODEL_CALL_SUFFIXES = ("/chat/completions", "/completions", "/responses", "/messages", ":generateContent",
-                       ":streamGenerateContent")
-"""Paths (under any prefix) whose POST is a model call, one per dialect; everything else (``/models``,
-``count_tokens``, ``countTokens``) passes without counting."""
+Dialect = Literal["chat", "completions", "responses", "messages", "gemini"]
+_DIALECTS: tuple[tuple[str, Dialect], ...] = (
+    ("/chat/completions", "chat"), ("/completions", "completions"), ("/responses", "responses"),
+    ("/messages", "messages"), (":generateContent", "gemini"), (":streamGenerateContent", "gemini"))
+"""Model-call path endings (under any prefix), one or two per dialect, the longer first; everything else
+(``/models``, ``count_tokens``, ``countTokens``) passes without counting."""
+
+
+def call_dialect(path: str) -> Dialect | None:
+    """The API dialect of a model call to ``path``; None when ``path`` is no model call's."""
+    p = path.rstrip("/")
+    return next((dialect for suffix, dialect in _DIALECTS if p.endswith(suffix)), None)
 
 
 def policy_root(base_url: str) -> str:
@@ -41,7 +49,7 @@ def policy_root(base_url: str) -> str:
 
 
 def is_model_call(method: str, path: str) -> bool:
-    return method == "POST" and path.rstrip("/").endswith(MODEL_CALL_SUFFIXES)
+    return method == "POST" and call_dialect(path) is not None
 
 
 BodyFill = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -69,9 +77,10 @@ def missing_from(doc: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any
 
 def turn_limit_body(path: str, message: str) -> dict:
     """The turn-limit refusal in the error shape of the dialect ``path`` belongs to (a 400, which no agent retries)."""
-    if path.rstrip("/").endswith("/messages"):
+    dialect = call_dialect(path)
+    if dialect == "messages":
         return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
-    if ":" in path.rsplit("/", 1)[-1]:  # Gemini: models/NAME:generateContent
+    if dialect == "gemini":
         return {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
     return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": TURN_LIMIT_CODE}}
 

@@ -16,32 +16,26 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from tackroom_agent_kit.relay import BodyFill
-
-__all__ = ["BodyFill", "ToolChoice", "require_tool_call", "with_tool_choice"]
+from tackroom_agent_kit.relay import BodyFill, call_dialect
 
 ToolChoice = Literal["auto", "required"]
-
-
-def _gemini(path: str) -> bool:
-    return path.rstrip("/").endswith((":generateContent", ":streamGenerateContent"))
 
 
 def require_tool_call(path: str, doc: dict[str, Any]) -> dict[str, Any]:
     """``doc`` (a model call to ``path``, any dialect) with its tool choice set to "one of the offered tools"."""
     if not doc.get("tools"):
         return doc
-    p = path.rstrip("/")
-    if p.endswith(("/chat/completions", "/responses")):
+    dialect = call_dialect(path)
+    if dialect in ("chat", "responses"):
         choice = doc.get("tool_choice")
         return doc if choice == "none" or isinstance(choice, dict) else {**doc, "tool_choice": "required"}
-    if p.endswith("/messages"):
+    if dialect == "messages":
         choice = doc.get("tool_choice") if isinstance(doc.get("tool_choice"), dict) else {}
         if choice.get("type") in ("none", "tool"):
             return doc
         kept = {k: v for k, v in choice.items() if k == "disable_parallel_tool_use"}
         return {**doc, "tool_choice": {"type": "any", **kept}}
-    if _gemini(path):
+    if dialect == "gemini":
         config = doc.get("toolConfig") if isinstance(doc.get("toolConfig"), dict) else {}
         calling = config.get("functionCallingConfig") if isinstance(config.get("functionCallingConfig"), dict) else {}
         if str(calling.get("mode") or "AUTO").upper() in ("NONE", "ANY"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tackroom_agent_kit import BodyFill, missing_from
+from tackroom_agent_kit import BodyFill, call_dialect, missing_from
 
 RESPONSES_FIELDS = {"temperature": "temperature", "top_p": "top_p", "max_tokens": "max_output_tokens",
                     "max_completion_tokens": "max_output_tokens", "max_output_tokens": "max_output_tokens"}
@@ -30,4 +30,4 @@ def responses_sampling(sampling: dict[str, Any], max_output_tokens: int) -> dict
 
 def fill_responses(defaults: dict[str, Any]) -> BodyFill:
     """The relay's fill for Codex: ``defaults`` into each ``POST .../responses`` body that lacks them."""
-    return lambda path, doc: missing_from(doc, defaults) if path.rstrip("/").endswith("/responses") else doc
+    return lambda path, doc: missing_from(doc, defaults) if call_dialect(path) == "responses" else doc

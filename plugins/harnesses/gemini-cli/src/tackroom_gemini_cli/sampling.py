@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tackroom_agent_kit import BodyFill, missing_from
+from tackroom_agent_kit import BodyFill, call_dialect, missing_from
 
 GENERATION_FIELDS = {"temperature": "temperature", "top_p": "topP", "top_k": "topK", "max_tokens": "maxOutputTokens",
                      "max_completion_tokens": "maxOutputTokens", "stop": "stopSequences", "seed": "seed"}
@@ -30,7 +30,7 @@ def fill_generation(defaults: dict[str, Any]) -> BodyFill:
     """The relay's fill: ``defaults`` into the ``generationConfig`` of each generate call that lacks them."""
 
     def fill(path: str, doc: dict[str, Any]) -> dict[str, Any]:
-        if not path.endswith((":generateContent", ":streamGenerateContent")):
+        if call_dialect(path) != "gemini":
             return doc
         config = doc.get("generationConfig")
         return {**doc, "generationConfig": missing_from(config if isinstance(config, dict) else {}, defaults)}

@@ -155,28 +155,29 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"sandbox {self.name} was stopped while it was starting")
         self._run_attempted = True
         t1 = time.monotonic()
-        # The run call is shielded: a cancelled start lets `docker run` finish, then removes what it made.
-        run = asyncio.ensure_future(self.cli.run(argv, timeout=self.spec.start_timeout_sec))
+        # The run call is shielded: a cancelled or timed-out start lets `docker run` finish, then removes what it
+        # made. Killing the client at the start deadline would race the engine, which goes on creating a container
+        # its client left (a leftover under load); the client gets `cli_timeout_sec` more to say what it made.
+        run = asyncio.ensure_future(self.cli.run(argv, timeout=self.spec.start_timeout_sec + self.options.cli_timeout_sec))
         try:
-            result = await asyncio.shield(run)
+            result = await asyncio.wait_for(asyncio.shield(run), self.spec.start_timeout_sec)
         except BaseException as exc:
-            settle = isinstance(exc, SandboxTimeoutError)  # the client was killed: the engine may still create it
-            await self._remove_after_failed_start(run, settle=settle)
-            if isinstance(exc, SandboxTimeoutError):
+            await self._remove_after_failed_start(run)
+            if isinstance(exc, (SandboxTimeoutError, TimeoutError)):
                 raise SandboxTimeoutError(
                     f"container for {self.spec.name} did not start within {self.spec.start_timeout_sec:g}s "
                     "(SandboxSpec.start_timeout_sec)"
                 ) from exc
             raise
         if not result.ok:
-            await self._remove_after_failed_start(run, settle=False)
+            await self._remove_after_failed_start(run)
             raise SandboxError(f"could not start a container from {self.image.ref}: {result.describe()}")
         self.timings["run_s"] = time.monotonic() - t1
         self.container.started = True
         try:
             await self._after_run()
         except BaseException:  # cancelled or failed once the container exists: a start leaves nothing behind
-            await self._remove_after_failed_start(run, settle=False)
+            await self._remove_after_failed_start(run)
             raise
 
     async def _after_run(self) -> None:
@@ -286,11 +287,13 @@ class DockerSandbox(Sandbox):
         self.container.started = False
         self.timings["stop_s"] = time.monotonic() - t0
 
-    async def _remove_after_failed_start(self, run: asyncio.Future[CallResult], *, settle: bool) -> None:
+    async def _remove_after_failed_start(self, run: asyncio.Future[CallResult]) -> None:
         async def remove() -> None:
             if not run.done():
                 await asyncio.wait([run])
-            await self._remove(settle=settle)
+            # a killed client (the engine hung past cli_timeout_sec): the engine may still create the container
+            killed = not run.cancelled() and isinstance(run.exception(), SandboxTimeoutError)
+            await self._remove(settle=killed)
 
         self.container.stopped = True
         task = asyncio.ensure_future(remove())

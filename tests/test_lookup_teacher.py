@@ -104,3 +104,29 @@ async def test_it_serves_chat_completions_plain_and_streamed_and_no_completions(
         assert events[0]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "files_read_file"
         assert streamed.rstrip().endswith("data: [DONE]")
         assert (await client.post("/v1/completions", json={})).status_code in (404, 405)
+
+
+@pytest.mark.parametrize("tokenizer", ["smollm2", "qwen3"])
+def test_as_a_scripted_engine_it_reads_the_conversation_back_from_the_rendered_prompt(tokenizer):
+    """``reply(prompt)``: Claude Code's Read/Write (names in another case, ``file_path``) through the chat template
+    the gateway renders every dialect with; the tool result is read from ``<tool_response>``, and the write's value
+    is the one shown there, never one from the instruction or the tools' text."""
+    from tackroom_gateway import ChatTemplate, load_tokenizer
+
+    template = ChatTemplate(load_tokenizer(tokenizer))
+    tools = [tool("Read", "file_path"), tool("Write", "file_path", "content")]
+    tools[0]["function"]["description"] = "Reads a file. Example code: ZZZZZZ"
+    history = [{"role": "system", "content": "You are Claude Code."}, {"role": "user", "content": CSV}]
+
+    def next_turn() -> tuple[str, dict]:
+        text = teacher.reply(template.render(history, tools=tools))
+        call = json.loads(text.split("<tool_call>\n", 1)[1].split("\n</tool_call>", 1)[0])
+        history.append({"role": "assistant", "content": None, "tool_calls": [{"id": f"c{len(history)}", "type": "function",
+                        "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}]})
+        return call["name"], call["arguments"]
+
+    assert next_turn() == ("Read", {"file_path": "/workspace/inventory.csv"})
+    history.append({"role": "tool", "tool_call_id": "c2", "content": SHOWN})
+    assert next_turn() == ("Write", {"file_path": "/app/answer.txt", "content": "YN1B7O"})
+    history.append({"role": "tool", "tool_call_id": "c3", "content": "File created successfully at: /app/answer.txt"})
+    assert teacher.reply(template.render(history, tools=tools)) == "YN1B7O"

@@ -19,6 +19,12 @@ plain "cannot" answer, so they score 0 and `tackroom collect` keeps none of them
 
 It serves ``/v1/models`` and ``/v1/chat/completions`` (plain and streamed); ``/v1/completions`` answers 404, so
 harnesses that can use either pick chat.
+
+Agents that speak another API dialect (Claude Code's Messages, the Gemini CLI's) reach a model only through the
+policy gateway, which renders every dialect through the chat template and calls a token engine. For them the same
+teacher is ``reply(prompt)``, a script for tackroom's scripted teacher (``tackroom collect --teacher-script
+examples/worlds/lookup/teacher.py:reply``): it reads the conversation and the tools back from the rendered prompt
+(Hermes markup: ``<tools>``, ``<tool_call>``, ``<tool_response>``) and answers in the same markup.
 """
 
 from __future__ import annotations
@@ -65,11 +71,12 @@ def value_in(instruction: str, seen: str) -> str | None:
 
 
 def tool_named(tools: list[dict[str, Any]], suffix: str) -> tuple[str, str] | None:
-    """(name, first parameter) of the offered tool whose name is ``suffix`` or ends with ``_suffix``."""
+    """(name, first parameter) of the offered tool whose name is ``suffix`` or ends with ``_suffix``, in any case
+    (Claude Code's ``Read``)."""
     for tool in tools:
         fn = tool.get("function", tool)
         name = fn.get("name", "")
-        if name == suffix or name.endswith("_" + suffix):
+        if name.lower() == suffix or name.lower().endswith("_" + suffix):
             params = fn.get("parameters", {}) or {}
             first = (params.get("required") or list((params.get("properties") or {}).keys()) or ["path"])[0]
             return name, first
@@ -114,7 +121,7 @@ def _with_tools(messages, tools, instruction: str, path: str, answer_to: str) ->
     if final := tool_named(tools, "final_answer"):
         return call(final[0], **{final[1]: value})
     write = tool_named(tools, "write")
-    if write is not None and not any("write" in json.dumps(m.get("tool_calls") or []) for m in messages
+    if write is not None and not any(write[0] in json.dumps(m.get("tool_calls") or []) for m in messages
                                      if m.get("role") == "assistant"):
         fn = next(t.get("function", t) for t in tools if t.get("function", t).get("name") == write[0])
         props = list((fn.get("parameters") or {}).get("properties") or {})
@@ -143,6 +150,39 @@ def _in_a_shell(messages, instruction: str, path: str, answer_to: str) -> dict[s
         return say(f"THOUGHT: The task names a file; I read it.\n\n```{fence_s}\ncat {path}\n```")
     return say(f"THOUGHT: The value is {value}; I write it and submit.\n\n```{fence_s}\nprintf %s {value} > "
                f"{answer_to} && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```")
+
+
+TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|\Z)", re.S)
+TOOLS = re.compile(r"<tools>\n(.*?)\n</tools>", re.S)
+TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
+TOOL_RESPONSE = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re.S)
+
+
+def reply(prompt: str) -> str:
+    """The teacher as a scripted engine (``--teacher-script teacher.py:reply``): the next assistant turn for a
+    prompt rendered in Hermes markup (SmolLM2's and Qwen's templates), in that markup."""
+    tools: list[dict[str, Any]] = []
+    if m := TOOLS.search(prompt):
+        tools = [json.loads(line) for line in m.group(1).splitlines() if line.strip()]
+    messages: list[dict[str, Any]] = []
+    for role, body in TURN.findall(prompt):
+        if role == "system" and "<tools>" in body:
+            continue
+        if role == "assistant":
+            calls = [json.loads(c) for c in TOOL_CALL.findall(body)]
+            messages.append({"role": "assistant", "content": TOOL_CALL.sub("", body).strip() or None,
+                             "tool_calls": [{"type": "function", "function": {"name": c["name"],
+                                             "arguments": json.dumps(c.get("arguments", {}))}} for c in calls]})
+        elif role in ("user", "tool") and (results := TOOL_RESPONSE.findall(body)):
+            messages += [{"role": "tool", "content": r} for r in results]
+        elif body.strip():
+            messages.append({"role": role, "content": body})
+    message = next_message(messages, tools)
+    text = message.get("content") or ""
+    for c in message.get("tool_calls") or []:
+        fn = c["function"]
+        text += f'<tool_call>\n{{"name": {json.dumps(fn["name"])}, "arguments": {fn["arguments"]}}}\n</tool_call>'
+    return text
 
 
 def completion(body: dict[str, Any]) -> dict[str, Any]:

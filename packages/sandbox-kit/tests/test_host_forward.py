@@ -54,3 +54,33 @@ async def test_a_forward_reaches_the_host_port_until_it_is_closed():
     finally:
         await sandbox.close_forwards()
         upstream.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="entering a network namespace by pid needs root (CAP_SYS_ADMIN)")
+async def test_closing_with_a_connection_open_ends_it_quietly():
+    """A trial's end closes a forward while the agent's connection is open: the connection ends and asyncio reports
+    nothing (Python 3.12's stream callback read a cancelled handler's exception: a CancelledError traceback)."""
+    reported: list[dict] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+
+    async def hold(reader, writer):
+        await reader.read()  # until the forward closes its side
+        writer.close()
+
+    upstream = await asyncio.start_server(hold, "127.0.0.1", 0)
+    sandbox = Forwarding()
+    try:
+        url = await sandbox.forward(os.getpid(), upstream.sockets[0].getsockname()[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]))
+        writer.write(b"GET / HTTP/1.1\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.2)  # the forward has accepted it and opened the upstream
+        await sandbox.close_forwards()
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        await asyncio.sleep(0.1)  # the done callbacks of the closed connection run
+        assert reported == []
+    finally:
+        loop.set_exception_handler(None)
+        await sandbox.close_forwards()
+        upstream.close()

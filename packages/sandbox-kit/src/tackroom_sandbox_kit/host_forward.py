@@ -106,6 +106,7 @@ class SandboxListener:
         """The port inside the sandbox (on its 127.0.0.1)."""
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
+        self._closing = False
 
     async def start(self) -> Self:
         self._server = await asyncio.start_server(self._handle, sock=self.listener, limit=self.read_limit)
@@ -117,6 +118,11 @@ class SandboxListener:
         self._conns.add(task)
         try:
             await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            # close() cancelled it: end normally. asyncio's stream callback reads the handler task's exception,
+            # and on a cancelled task (Python 3.12.1) that raises and logs a CancelledError traceback.
+            if not self._closing:
+                raise
         finally:
             self._conns.discard(task)
 
@@ -124,6 +130,7 @@ class SandboxListener:
         raise NotImplementedError
 
     async def close(self) -> None:
+        self._closing = True
         if self._server is not None:
             self._server.close()
         for task in list(self._conns):

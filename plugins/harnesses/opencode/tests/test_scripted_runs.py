@@ -68,3 +68,21 @@ async def test_scripted_episode_in_the_local_sandbox(tmp_path, smollm2_tokenizer
 async def test_scripted_episode_in_docker(tmp_path, smollm2_tokenizer, opencode_install, docker_ready):
     engine, result, traj = await solve_hello_file(tmp_path, smollm2_tokenizer, "docker")
     check_episode(engine, result, traj)
+
+
+async def test_a_call_that_must_be_a_tool_call_is_not_told_to_answer_in_text(tmp_path, smollm2_tokenizer, opencode_install):
+    """``tool_choice = "required"``: OpenCode's last-step notice ("MAXIMUM STEPS REACHED … text only") would
+    contradict it, so OpenCode gets a step more and the relay ends the episode at max_turns."""
+    engine = ScriptedEngineForTests(smollm2_tokenizer, replies=[
+        tool_call("read", filePath="/app/missing.txt"),
+        tool_call("write", filePath="/app/greeting.txt", content="Hello, tackroom!\n"),
+        "never asked for"])
+    async with serve(engine.app()) as url:
+        cfg = config(tmp_path, url, "local", tools=["read", "write"], tool_choice="required", max_turns=2,
+                     profile="compact")
+        run_dir, results, _ = await run_config(cfg, progress=False, run_id="r")
+    (result,) = results
+    assert result.error is None and result.reward == 1.0
+    assert len(engine.prompts) == 2 and not any("MAXIMUM STEPS" in p for p in engine.prompts)
+    traj = json.loads((run_dir / result.trial_id / "trajectory.json").read_text())
+    assert traj["stop_reason"] == "max_turns" and len(traj["turns"]) == 2

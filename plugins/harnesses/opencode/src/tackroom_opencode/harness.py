@@ -72,7 +72,10 @@ class OpenCodeOptions(AgentOptions):
     """The ``[harness]`` section when ``name = "opencode"`` (the options every agent harness has: AgentOptions)."""
 
     version: str = Field(default=DEFAULT_VERSION, description="The opencode-ai release to run (installed from npm once)")
-    tools: list[str] | None = Field(default=None, description="Tools to allow (default: the profile's); others are removed")
+    tools: list[str] | None = Field(
+        default=None,
+        description="Tools to allow (default: the profile's); others are removed, except that write and edit share "
+        "one OpenCode permission: either brings both")
     max_turns: int | None = Field(default=50, gt=0, description="Model calls per episode (OpenCode's step limit, enforced)")
     max_tokens_per_turn: int | None = Field(
         default=None, gt=0,
@@ -254,8 +257,13 @@ class OpenCodeHarness(Harness):
             COMPACT_TOOLS if profile == "compact" else FULL_TOOLS)
         prompt = self.options.prompt if self.options.prompt is not None else (
             COMPACT_PROMPT if profile == "compact" else None)
-        agent = AgentSettings(tools=tools, prompt=prompt, max_steps=self.options.max_turns,
-                              mcp_servers=self.options.mcp_servers)
+        steps = self.options.max_turns
+        if steps is not None and self.options.tool_choice == "required":
+            # On its last allowed step OpenCode tells the model "MAXIMUM STEPS REACHED … respond with text only",
+            # which contradicts a call that must be a tool call: OpenCode gets one step more, and the relay ends
+            # the episode at max_turns (stop_reason max_turns, as OpenCode's own limit would).
+            steps += 1
+        agent = AgentSettings(tools=tools, prompt=prompt, max_steps=steps, mcp_servers=self.options.mcp_servers)
         return model, agent
 
     def _env(self) -> dict[str, str]:

@@ -39,6 +39,13 @@ def write_config(tmp_path: Path, sft: str, *, extra: str = "", tasks: bool = Fal
 class RecordingClient:
     """Stands for the LoRA training client: the loop's order is the point here, not the server's answers."""
 
+    def __init__(self, events: list[Any]) -> None:
+        self.events = events
+
+    async def save_for_sampler(self, name: str, what: str) -> str:
+        self.events.append(("save", name))
+        return f"tinker://run/{name}"
+
 
 class RecordingSampler:
     def describe(self) -> str:
@@ -48,7 +55,7 @@ class RecordingSampler:
 def record_the_loop(monkeypatch: pytest.MonkeyPatch, events: list[Any]) -> SftReport:
     report = SftReport(dataset="d", demonstrations=3, held_out=1, truncated=0, dropped=0, epochs=1, steps=1,
                        batch_size=8, learning_rate=1e-4)
-    client = RecordingClient()
+    client = RecordingClient(events)
 
     async def create(service: Any, call: Any, *, base_model: str, rank: int) -> Any:
         events.append(("client", base_model))
@@ -63,8 +70,15 @@ def record_the_loop(monkeypatch: pytest.MonkeyPatch, events: list[Any]) -> SftRe
         return RecordingSampler()
 
     async def run_steps(plan: Any, scope: Any, server: Any, parts: Any) -> str:
-        events.append(("rl", parts.client is client, parts.warm is report))
+        events.append(("rl", parts.client is client, parts.warm is report, parts.warm_policy))
         return "rl summary"
+
+    async def export(weights: str | None, scope: Any, server: Any, *, name: str = "policy") -> Any:
+        events.append(("merge", weights, name))
+        return loop.FinalPolicy(weights, loop.PolicyFolder(path=str(scope.run_dir / name), base_model="base",
+                                                           adapter="a", checkpoint=weights, rank=8, alpha=16.0,
+                                                           scale=2.0, merged_modules=1, dtype="bfloat16",
+                                                           chat_template="training tokenizer"))
 
     async def warm_only(plan: Any, scope: Any, server: Any, on: Any, warm: Any) -> str:
         events.append(("export", on is client, warm is report))
@@ -75,6 +89,7 @@ def record_the_loop(monkeypatch: pytest.MonkeyPatch, events: list[Any]) -> SftRe
     monkeypatch.setattr(loop, "_sampler", sampler)
     monkeypatch.setattr(loop, "_run_steps", run_steps)
     monkeypatch.setattr(loop, "_warm_start_only", warm_only)
+    monkeypatch.setattr(loop, "_export", export)
     return report
 
 
@@ -87,8 +102,10 @@ def test_the_warm_start_trains_the_runs_lora_before_version_0(tmp_path: Path, mo
     server = loop.Server(call=TinkerCalls(TinkerSettings()), base_model="base", tokenizer=None)
     result = asyncio.run(loop._build(plan, loop.RunScope(tmp_path / "run"), server,
                                      LossChoice.choose(plan.loss, "auto")))
-    if then_rl:
-        assert events == [("client", "base"), ("sft", True), ("version 0", True), ("rl", True, True)]
+    if then_rl:  # the warm start alone is written too (<run>/warm-policy), the policy RL starts from
+        warm = str(tmp_path / "run" / "warm-policy")
+        assert events == [("client", "base"), ("sft", True), ("save", "warm"), ("merge", "tinker://run/warm", "warm-policy"),
+                          ("version 0", True), ("rl", True, True, warm)]
         assert result == "rl summary"
     else:
         assert events == [("client", "base"), ("sft", True), ("export", True, True)] and result == "sft summary"

@@ -93,6 +93,9 @@ class TinkerRunSummary(BaseModel):
     """The command that serves :attr:`policy` beside the default engine."""
     policy_error: str | None = None
     """Why no :attr:`policy` was written, when that failed (the LoRA itself is still in :attr:`final_weights`)."""
+    warm_policy: str | None = None
+    """An ``[sft]`` warm start followed by RL: the warm start alone, merged (``<run>/warm-policy``), the policy RL
+    started from, to evaluate beside :attr:`policy`."""
     reward_per_step: list[float] = []
     harnesses: list[str] = []
     """The mix's harness labels (``[[harnesses]]``); empty: one harness."""
@@ -181,6 +184,8 @@ class StepParts:
     steps_total: int
     warm: SftReport | None = None
     """The ``[sft]`` warm start the RL steps continue from (None: none)."""
+    warm_policy: str | None = None
+    """That warm start, merged (``<run>/warm-policy``; None: none, or its export failed)."""
 
 
 async def run_tinker(config: TrainConfig, run_dir: str | Path, *, manager: Any = None,
@@ -307,12 +312,14 @@ async def _build(plan: TrainPlan, scope: RunScope, server: Server, loss: LossCho
                            *open_trackers([] if scope.preflight_only else knobs.trackers, scope.run_dir,
                                           run_name=scope.run_dir.name, config=plan.record)], scope.log)
     try:
-        warm = None
+        warm, warm_policy = None, None
         if plan.sft is not None and not scope.preflight_only:  # before version 0 is published: RL starts from it
             warm = await warm_start(plan.sft, client, seed=knobs.seed, run_dir=scope.run_dir, log=scope.log,
                                     trackers=trackers)
             if not plan.rl:
                 return await _warm_start_only(plan, scope, server, client, warm)
+            warm_weights = await client.save_for_sampler("warm", "save the warm-start LoRA")
+            warm_policy = (await _export(warm_weights, scope, server, name="warm-policy")).exported
         micro_batch = int(settings.backend_config.get("train_micro_batch_size") or 0)
         lr = settings.learning_rate or knobs.learning_rate
         trainer = StepTrainer(client, loss_path(loss, knobs, client, micro_batch=micro_batch),
@@ -332,6 +339,7 @@ async def _build(plan: TrainPlan, scope: RunScope, server: Server, loss: LossCho
                          mismatch_warn=knobs.logprob_mismatch_warn, log=scope.log, trackers=trackers,
                          harnesses=plan.rollout.harness_labels)
         parts = StepParts(client, loss, trainer, sampler, run_log, steps_total, warm)
+        parts.warm_policy = warm_policy.path if warm_policy is not None else None
         return await _run_steps(plan, scope, server, parts)
     finally:
         trackers.close()
@@ -382,7 +390,7 @@ async def _run_steps(plan: TrainPlan, scope: RunScope, server: Server, parts: St
     final = await _export(final_weights, scope, server)
     png = parts.run_log.finish(title=f"{scope.run_dir.name}: {parts.loss.describe()}")
     summary = _summary(plan, parts.run_log, png, final, preflight)
-    summary.sft = parts.warm
+    summary.sft, summary.warm_policy = parts.warm, parts.warm_policy
     (scope.run_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
     _mark_latest(scope, final)
     return summary
@@ -485,18 +493,20 @@ def _close(service: Any) -> None:
             holder.close()
 
 
-async def _export(final_weights: str | None, scope: RunScope, server: Server) -> FinalPolicy:
-    """The final LoRA as ``<run>/adapter`` and, merged into the base, ``<run>/policy``; or why not."""
+async def _export(final_weights: str | None, scope: RunScope, server: Server, *, name: str = "policy") -> FinalPolicy:
+    """The final LoRA as ``<run>/adapter`` and, merged into the base, ``<run>/policy``; or why not. ``name``
+    ``warm-policy``: the warm start's, before RL (``<run>/warm-policy-adapter``, ``<run>/warm-policy``)."""
+    what = "trained policy" if name == "policy" else "warm-start policy"
     if not final_weights:
-        return FinalPolicy(final_weights, error="the server answered the final save with no checkpoint path")
+        return FinalPolicy(final_weights, error=f"the server answered the save of the {what} with no checkpoint path")
     try:
-        exported = await server.call("export the trained policy", export_policy(
+        exported = await server.call(f"export the {what}", export_policy(
             final_weights, scope.run_dir, server.base_model,
             chat_template=getattr(server.tokenizer, "chat_template", None), checkpoints=server.checkpoints,
-            service=server.service))
+            service=server.service, name=name))
     except (PolicyExportError, InfraError) as exc:
-        scope.log(f"ERROR: the trained policy could not be written to {scope.run_dir / 'policy'}: {exc}")
+        scope.log(f"ERROR: the {what} could not be written to {scope.run_dir / name}: {exc}")
         return FinalPolicy(final_weights, error=str(exc))
-    scope.log(f"trained policy: {exported.path} (base {exported.base_model} + LoRA rank {exported.rank}, "
+    scope.log(f"{what}: {exported.path} (base {exported.base_model} + LoRA rank {exported.rank}, "
               f"scale {exported.scale:g}, {exported.merged_modules} layers merged)")
     return FinalPolicy(final_weights, exported)

@@ -261,8 +261,9 @@ def serve_command(policy: str | Path, *, port: int = 8012, name: str | None = No
 
 async def export_policy(tinker_path: str, run_dir: str | Path, base_model: str | Path, *,
                         chat_template: str | None = None, checkpoints: str | Path | None = None,
-                        service: Any = None) -> PolicyFolder:
-    """The final LoRA (``tinker_path``) as ``<run>/adapter/`` (the PEFT adapter) and ``<run>/policy/`` (merged).
+                        service: Any = None, name: str = "policy") -> PolicyFolder:
+    """The final LoRA (``tinker_path``) as ``<run>/adapter/`` (the PEFT adapter) and ``<run>/policy/`` (merged);
+    another ``name`` writes ``<run>/<name>-adapter/`` and ``<run>/<name>/`` (the warm start: ``warm-policy``).
 
     ``checkpoints``: the ``--checkpoints-base`` of a server this run started (the archive is read there);
     otherwise ``service`` (a ``tinker.ServiceClient``) downloads it.
@@ -273,9 +274,9 @@ async def export_policy(tinker_path: str, run_dir: str | Path, base_model: str |
     if checkpoints is not None:
         archive = sampler_archive(checkpoints, tinker_path)
     elif service is not None:
-        archive = await download_archive(service, tinker_path, run_dir / "final-lora.tar.gz")
+        archive = await download_archive(service, tinker_path, run_dir / ("final-lora.tar.gz" if name == "policy" else f"{name}-lora.tar.gz"))
     else:
         raise PolicyExportError("export_policy needs the server's checkpoints folder or a Tinker service client")
-    adapter = await asyncio.to_thread(unpack_adapter, archive, run_dir / "adapter")
-    return await asyncio.to_thread(merge_lora, base_model, adapter, run_dir / "policy",
+    adapter = await asyncio.to_thread(unpack_adapter, archive, run_dir / ("adapter" if name == "policy" else f"{name}-adapter"))
+    return await asyncio.to_thread(merge_lora, base_model, adapter, run_dir / name,
                                    chat_template=chat_template, checkpoint=tinker_path)

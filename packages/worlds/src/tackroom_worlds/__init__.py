@@ -6,10 +6,10 @@ Not a plugin (it registers nothing): a library the harnesses depend on.
   ``tools_exclude``, ``mount_files``) and the world directory it names;
 - :func:`task_answer_path`: the task's ``[answer] path``, else the harness's default;
 - :func:`world_files`, :func:`mount_world_files`: world.toml's ``[files]`` and their upload into any sandbox,
-  so terminus and opencode see the same data archipelago's servers serve.
+  so terminus and opencode see the same data archipelago's servers serve; :func:`world_mount`: where they go.
 """
 
-from tackroom_worlds.files import FilesSpec, WorldFiles, mount_world_files, world_files
+from tackroom_worlds.files import FilesSpec, WorldFiles, mount_world_files, world_files, world_mount
 from tackroom_worlds.task_tables import (
     AnswerTable,
     WorldTable,
@@ -32,4 +32,5 @@ __all__ = [
     "task_world",
     "task_world_dir",
     "world_files",
+    "world_mount",
 ]

@@ -65,6 +65,17 @@ def world_files(world_dir: Path) -> WorldFiles:
     return WorldFiles(source=source, mount=spec.mount)
 
 
+def world_mount(task: Task) -> str | None:
+    """Where :func:`mount_world_files` puts the task's world files (``[files] mount``), or ``None`` for a task without
+    a world (or one that turned mounting off): a path outside the working directory that an agent confined to its
+    workspace (the Gemini CLI) must be allowed to read."""
+    table = task_world(task)
+    world_dir = task_world_dir(task)
+    if table is None or world_dir is None or not table.mount_files:
+        return None
+    return world_files(world_dir).mount
+
+
 async def mount_world_files(sandbox: Sandbox, task: Task, *, timeout: float = 300.0) -> str | None:
     """Upload the task's world files to their mount (``[world] mount_files``, default on); a note saying what was
     mounted, or ``None`` for a task without a world (or one that turned mounting off)."""

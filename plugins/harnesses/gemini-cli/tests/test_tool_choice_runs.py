@@ -42,3 +42,24 @@ async def test_an_episode_stopped_at_the_turn_limit_is_graded(tmp_path, smollm2_
     assert len(engine.bodies) == 2
     grammars = [b.get("structured_outputs") is not None for b in engine.bodies]
     assert grammars == ([True, True] if tool_choice == "required" else [False, False])
+
+
+WORLD_TASKS = Path(__file__).resolve().parents[4] / "examples" / "worlds" / "lookup" / "train-warm"
+
+
+async def test_a_worlds_files_outside_the_workspace_can_be_read(tmp_path, smollm2_tokenizer, gemini_cli_install):
+    """A world task's files are mounted at /workspace, outside the CLI's workspace (/app): its read_file refused them
+    ("Path not in workspace") until the mount joined the workspace (--include-directories)."""
+    code = (WORLD_TASKS / "files" / "notes" / "thistle.txt").read_text().strip()
+    engine = ScriptedEngineForTests(smollm2_tokenizer, replies=[
+        tool_call("read_file", file_path="/workspace/notes/thistle.txt"),
+        tool_call("write_file", file_path="/app/answer.txt", content=code)])
+    cfg = config(tmp_path, "http://unused", max_turns=2, tool_choice="required", profile="compact",
+                 tools=["read_file", "write_file"]).model_dump()
+    cfg["tasks"] = [str(WORLD_TASKS / "tasks" / "read-5-00")]
+    async with serve(engine.app()) as url:
+        cfg["policy"]["base_url"] = url
+        run_dir, results, _ = await run_config(RunConfig.model_validate(cfg), progress=False, run_id="r")
+    (result,) = results
+    assert "Path not in workspace" not in engine.prompts[1] and code in engine.prompts[1]
+    assert result.error is None and result.reward == 1.0

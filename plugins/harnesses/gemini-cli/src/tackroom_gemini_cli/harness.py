@@ -37,7 +37,7 @@ from tackroom_gemini_cli.errors import GeminiCliCrashError, GeminiCliModelError,
 from tackroom_gemini_cli.install import DEFAULT_VERSION, GeminiCliInstall, ensure_installed
 from tackroom_gemini_cli.sampling import fill_generation, generation_config
 from tackroom_gemini_cli.settings import COMPACT_PROMPT, COMPACT_TOOLS, FULL_TOOLS, build_settings
-from tackroom_worlds import mount_world_files
+from tackroom_worlds import mount_world_files, world_mount
 
 
 class GeminiCliSetupError(InfraError):
@@ -54,6 +54,10 @@ class GeminiCliOptions(AgentOptions):
         "replace, for small-context models; auto: compact when the model's context is below compact_below_context")
     compact_below_context: int = Field(default=32768, gt=0, description="auto picks compact below this context length")
     tools: list[str] | None = Field(default=None, description="Built-in tools to register (default: the profile's)")
+    include_directories: list[str] = Field(
+        default_factory=list,
+        description="Directories beyond the working directory the CLI's file tools may read and write "
+        "(--include-directories); a world task's files are added by themselves")
     sandbox_dir: str = Field(default="/opt/gemini-cli", description="Where the CLI, Node and its home live in the sandbox")
     max_tokens_per_turn: int | None = Field(
         default=None, gt=0,
@@ -73,6 +77,7 @@ class GeminiCliHarness(Harness):
         super().__init__(options)
         self.install: GeminiCliInstall | None = None
         self.world_note: str | None = None
+        self.include_directories: list[str] = list(self.options.include_directories)
         self.control = AgentControl(self.options.sandbox_dir, agent="the Gemini CLI")
 
     def _path(self, *parts: str) -> str:
@@ -81,6 +86,10 @@ class GeminiCliHarness(Harness):
     # -- setup -------------------------------------------------------------------------
     async def setup(self, sandbox: Sandbox, task: Task) -> None:
         self.world_note = await mount_world_files(sandbox, task)  # a world task's data, where its instruction says
+        # The CLI's file tools refuse a path outside its workspace ("Path not in workspace"): a world's files are
+        # outside it (/workspace beside /app), so they join it.
+        mount = world_mount(task) if self.world_note else None
+        self.include_directories = list(dict.fromkeys([*self.options.include_directories, *([mount] if mount else [])]))
         self.install = await ensure_installed(
             self.options.version,
             cache_dir=self.options.cache_path(),
@@ -153,6 +162,8 @@ class GeminiCliHarness(Harness):
     async def _start(self, sandbox: Sandbox, task: Task, policy: Policy, root_url: str, own_prompt: bool) -> None:
         argv = [self._path("bin", "node"), self._path("cli", "bundle", "gemini.js"), "--yolo", "--output-format",
                 "json", "--model", policy.model]
+        if self.include_directories:
+            argv += ["--include-directories", ",".join(self.include_directories)]
         # Headless: with stdin not a terminal and no --prompt, the CLI reads the instruction from it.
         await self.control.start(sandbox, argv, env=self._env(policy, root_url, own_prompt), stdin=task.instruction,
                                  prelude=f'export PATH={shlex.quote(self._path("bin"))}:"$PATH"; ')

@@ -98,6 +98,13 @@ def test_the_merged_policy_equals_the_tinker_trainer(tmp_path: Path, shared_tink
     assert (folder.rank, folder.alpha, folder.scale) == (8, 32.0, 4.0), "SkyRL's server: alpha 32, scale alpha/rank"
     assert folder.merged_modules == 30 * 7 and folder.dtype == "bfloat16"
     assert json.loads((tmp_path / "run" / "policy" / policy.PROVENANCE).read_text())["checkpoint"] == path
+    # another name (a run's warm start): its own folders beside the policy's, which stay as they were
+    policy_files = {f.name: f.stat().st_mtime_ns for f in (tmp_path / "run" / "policy").iterdir()}
+    warm = asyncio.run(policy.export_policy(path, tmp_path / "run", base, checkpoints=shared_tinker.checkpoints,
+                                            name="warm-policy"))
+    assert Path(warm.path) == tmp_path / "run" / "warm-policy" and (Path(warm.path) / "model.safetensors").is_file()
+    assert Path(warm.adapter) == tmp_path / "run" / "warm-policy-adapter"
+    assert {f.name: f.stat().st_mtime_ns for f in (tmp_path / "run" / "policy").iterdir()} == policy_files
 
     def gaps(folder_: Path, reference: list[list[float]]) -> list[float]:
         """Mean |transformers − JAX| logprob per token, on the trained text and on the other."""

@@ -65,25 +65,31 @@ def world_files(world_dir: Path) -> WorldFiles:
     return WorldFiles(source=source, mount=spec.mount)
 
 
-def world_mount(task: Task) -> str | None:
-    """Where :func:`mount_world_files` puts the task's world files (``[files] mount``), or ``None`` for a task without
-    a world (or one that turned mounting off): a path outside the working directory that an agent confined to its
-    workspace (the Gemini CLI) must be allowed to read."""
+def _files_to_mount(task: Task) -> tuple[Path, WorldFiles] | None:
+    """The task's world directory and its ``[files]``, or ``None`` for a task without a world (or one that turned
+    mounting off: ``[world] mount_files = false``)."""
     table = task_world(task)
     world_dir = task_world_dir(task)
     if table is None or world_dir is None or not table.mount_files:
         return None
-    return world_files(world_dir).mount
+    return world_dir, world_files(world_dir)
+
+
+def world_mount(task: Task) -> str | None:
+    """Where :func:`mount_world_files` puts the task's world files (``[files] mount``), or ``None`` for a task without
+    a world (or one that turned mounting off): a path outside the working directory that an agent confined to its
+    workspace (the Gemini CLI) must be allowed to read."""
+    found = _files_to_mount(task)
+    return found[1].mount if found is not None else None
 
 
 async def mount_world_files(sandbox: Sandbox, task: Task, *, timeout: float = 300.0) -> str | None:
     """Upload the task's world files to their mount (``[world] mount_files``, default on); a note saying what was
     mounted, or ``None`` for a task without a world (or one that turned mounting off)."""
-    table = task_world(task)
-    world_dir = task_world_dir(task)
-    if table is None or world_dir is None or not table.mount_files:
+    found = _files_to_mount(task)
+    if found is None:
         return None
-    files = world_files(world_dir)
+    world_dir, files = found
     made = await sandbox.exec(f"mkdir -p {shlex.quote(files.mount)}", timeout=60)
     if not made.ok:
         raise TaskError(f"could not create the world's mount {files.mount} in the sandbox: "

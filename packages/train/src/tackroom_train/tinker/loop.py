@@ -338,8 +338,8 @@ async def _build(plan: TrainPlan, scope: RunScope, server: Server, loss: LossCho
         run_log = RunLog(scope.run_dir, steps_total=steps_total, max_staleness=knobs.max_staleness_steps,
                          mismatch_warn=knobs.logprob_mismatch_warn, log=scope.log, trackers=trackers,
                          harnesses=plan.rollout.harness_labels)
-        parts = StepParts(client, loss, trainer, sampler, run_log, steps_total, warm)
-        parts.warm_policy = warm_policy.path if warm_policy is not None else None
+        parts = StepParts(client, loss, trainer, sampler, run_log, steps_total, warm,
+                          warm_policy.path if warm_policy is not None else None)
         return await _run_steps(plan, scope, server, parts)
     finally:
         trackers.close()

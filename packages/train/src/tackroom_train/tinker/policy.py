@@ -271,12 +271,13 @@ async def export_policy(tinker_path: str, run_dir: str | Path, base_model: str |
     import asyncio
 
     run_dir = Path(run_dir)
+    prefix = "" if name == "policy" else f"{name}-"  # the final policy keeps its names: adapter/, final-lora.tar.gz
     if checkpoints is not None:
         archive = sampler_archive(checkpoints, tinker_path)
     elif service is not None:
-        archive = await download_archive(service, tinker_path, run_dir / ("final-lora.tar.gz" if name == "policy" else f"{name}-lora.tar.gz"))
+        archive = await download_archive(service, tinker_path, run_dir / f"{prefix or 'final-'}lora.tar.gz")
     else:
         raise PolicyExportError("export_policy needs the server's checkpoints folder or a Tinker service client")
-    adapter = await asyncio.to_thread(unpack_adapter, archive, run_dir / ("adapter" if name == "policy" else f"{name}-adapter"))
+    adapter = await asyncio.to_thread(unpack_adapter, archive, run_dir / f"{prefix}adapter")
     return await asyncio.to_thread(merge_lora, base_model, adapter, run_dir / name,
                                    chat_template=chat_template, checkpoint=tinker_path)

@@ -88,7 +88,7 @@ class GeminiCliHarness(Harness):
         self.world_note = await mount_world_files(sandbox, task)  # a world task's data, where its instruction says
         # The CLI's file tools refuse a path outside its workspace ("Path not in workspace"): a world's files are
         # outside it (/workspace beside /app), so they join it.
-        mount = world_mount(task) if self.world_note else None
+        mount = world_mount(task)
         self.include_directories = list(dict.fromkeys([*self.options.include_directories, *([mount] if mount else [])]))
         self.install = await ensure_installed(
             self.options.version,

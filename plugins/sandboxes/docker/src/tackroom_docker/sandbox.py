@@ -163,7 +163,7 @@ class DockerSandbox(Sandbox):
             result = await asyncio.wait_for(asyncio.shield(run), self.spec.start_timeout_sec)
         except BaseException as exc:
             await self._remove_after_failed_start(run)
-            if isinstance(exc, (SandboxTimeoutError, TimeoutError)):
+            if isinstance(exc, TimeoutError):  # the start deadline (SandboxTimeoutError is one too)
                 raise SandboxTimeoutError(
                     f"container for {self.spec.name} did not start within {self.spec.start_timeout_sec:g}s "
                     "(SandboxSpec.start_timeout_sec)"

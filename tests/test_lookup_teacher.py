@@ -57,6 +57,30 @@ def test_opencode_writes_the_value_to_the_answer_path_then_says_it():
     assert teacher.next_message(history, tools) == {"role": "assistant", "content": "YN1B7O"}
 
 
+@pytest.mark.parametrize(("shell", "key", "shown"), [
+    ("Bash", "command", SHOWN),                                                                     # Claude Code
+    ("bash", "command", SHOWN),                                                                     # OpenCode
+    ("run_shell_command", "command", f"Output: {SHOWN}Process Group PGID: 106"),                    # the Gemini CLI
+    ("exec_command", "cmd", f"Chunk ID: 871074\nProcess exited with code 0\nOutput:\n{SHOWN}"),     # Codex
+])
+def test_an_agent_with_its_shell_tool_alone_cats_the_file_then_printfs_the_value(shell, key, shown):
+    """The command parameter is the tool's first required string (Codex's ``cmd``); an optional number never is; the
+    value is the one the command showed, in the agent's framing of a command's output; then it says it is done."""
+    offered = [tool(shell, key, "description")]
+    offered[0]["function"]["parameters"]["properties"]["timeout"] = {"type": "number"}
+    offered[0]["function"]["parameters"]["required"].insert(0, "timeout")
+    if shell == "exec_command":
+        offered.append(tool("write_stdin", "chars"))
+    history = [{"role": "user", "content": CSV}]
+    history.append(teacher.next_message(history, offered))
+    assert args(history[-1]) == (shell, {key: "cat /workspace/inventory.csv"})
+    history.append({"role": "tool", "content": shown})
+    history.append(teacher.next_message(history, offered))
+    assert args(history[-1]) == (shell, {key: "printf %s YN1B7O > /app/answer.txt"})
+    history.append({"role": "tool", "content": ""})
+    assert teacher.next_message(history, offered) == {"role": "assistant", "content": "The code is YN1B7O."}
+
+
 def test_terminus_cats_the_file_writes_the_value_and_confirms():
     history = [{"role": "system", "content": 'answer {"keystrokes": "ls -la\\n"}'}, {"role": "user", "content": CSV}]
     turn = json.loads(teacher.next_message(history, [])["content"])

@@ -7,6 +7,9 @@ terminal) showed, and answers in that harness's own protocol:
 - tools with a ``*read_file`` tool (archipelago): call it, then ``final_answer`` (or answer in text when no
   ``final_answer`` tool is offered);
 - OpenCode's ``read`` / ``write`` tools: read the file, write the value to the answer path, then say done;
+- an agent's shell tool alone (Claude Code's ``Bash``, OpenCode's ``bash``, the Gemini CLI's ``run_shell_command``,
+  Codex's ``exec_command``): ``cat`` the file, then ``printf`` the value into the answer path, the commands a
+  terminal harness types;
 - no tools and a terminal (terminus's JSON turns): ``cat`` the file, ``printf`` the value into the answer path,
   then confirm ``task_complete``;
 - no tools and a shell block protocol (mini-swe-agent): ``cat``, then write the answer and submit.
@@ -83,6 +86,22 @@ def tool_named(tools: list[dict[str, Any]], suffix: str) -> tuple[str, str] | No
     return None
 
 
+SHELLS = ("bash", "run_shell_command", "exec_command", "shell")
+"""The agents' shell tools, by name in any case: Claude Code, OpenCode, the Gemini CLI, Codex."""
+
+
+def shell_tool(tools: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """(name, the command's parameter) of the offered shell tool: its first required string parameter."""
+    for tool in tools:
+        fn = tool.get("function", tool)
+        if fn.get("name", "").lower() in SHELLS:
+            params = fn.get("parameters", {}) or {}
+            props = params.get("properties") or {}
+            names = [p for p in (params.get("required") or list(props)) if props.get(p, {}).get("type") == "string"]
+            return fn["name"], (names or ["command"])[0]
+    return None
+
+
 def call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"role": "assistant", "content": None, "tool_calls": [
         {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
@@ -114,6 +133,8 @@ def _with_tools(messages, tools, instruction: str, path: str, answer_to: str) ->
     results = [text_of(m) for m in messages if m.get("role") == "tool"]
     value = next((v for r in results if (v := value_in(instruction, r))), None)
     read = tool_named(tools, "read_file") or tool_named(tools, "read")
+    if read is None and (shell := shell_tool(tools)):
+        return _with_a_shell_tool(messages, shell, value, path, answer_to)
     if value is None:
         if read is None:
             return say("I cannot solve this task: no tool reads files.")
@@ -129,6 +150,16 @@ def _with_tools(messages, tools, instruction: str, path: str, answer_to: str) ->
         content_key = next((p for p in props if p != path_key), "content")
         return call(write[0], **{path_key: answer_to, content_key: value})
     return say(value)
+
+
+def _with_a_shell_tool(messages, shell: tuple[str, str], value: str | None, path: str, answer_to: str
+                       ) -> dict[str, Any]:
+    """One command a call: ``cat`` the named file, then ``printf`` the value it showed into the answer path."""
+    name, key = shell
+    if value is None:
+        return call(name, **{key: f"cat {path}"})
+    wrote = any("printf" in json.dumps(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+    return say(f"The code is {value}.") if wrote else call(name, **{key: f"printf %s {value} > {answer_to}"})
 
 
 def _in_a_shell(messages, instruction: str, path: str, answer_to: str) -> dict[str, Any]:

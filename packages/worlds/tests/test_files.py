@@ -34,6 +34,7 @@ def test_the_lookup_world_files_and_mount():
     ("[files\n", "invalid TOML"),
     ("[files]\nmount = 'workspace'\n", "files.mount must be an absolute sandbox path"),
     ("[files]\nmount = '/a/../etc'\n", "files.mount must be an absolute sandbox path"),
+    ("[files]\nmount = '/workspace,/root'\n", "files.mount must be one folder, without commas"),
     ("[files]\nsorce = 'files'\n", r"files.sorce: unknown field \(valid fields of \[files\]: source, mount\)"),
     ("[files]\nsource = '../..'\n", r"files.source '../..' is not a folder inside the world"),
     ("[files]\nsource = 'nope'\n", r"files.source 'nope' is not a folder inside the world"),

@@ -27,6 +27,10 @@ class FilesSpec(BaseModel):
     @field_validator("mount")
     @classmethod
     def _absolute(cls, v: str) -> str:
+        if isinstance(v, str) and "," in v:
+            # An agent's list of readable folders is comma-joined (the Gemini CLI's --include-directories): a comma
+            # in a task's mount would add a folder of the task's choosing.
+            raise ValueError(f"files.mount must be one folder, without commas, got {v!r}")
         return sandbox_path(v, "files.mount")
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import os
 import pickle
@@ -308,4 +309,16 @@ async def test_tackroom_train_dry_run_never_writes_or_prints_a_key(tmp_path):
     code2, out2, err2 = await tackroom("train", str(cfg), "--dry-run", "--json", "--run-id", "t2")
     assert code == 0 and code2 == 0, err + err2
     assert json.loads(out2)["overrides"]["generator.inference_engine.api_key"] == "***"
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir()), "a dry run keeps no run folder"
+    # what a run writes before it trains (the prompts, the mapped config), kept in a folder here to be searched
+    from rich.console import Console
+
+    from tackroom_train.backends import Output
+    from tackroom_train.cli import _plan_and_run
+    from tackroom_train.config import load_train_config
+
+    kept = tmp_path / "runs" / "t"
+    kept.mkdir(parents=True)
+    assert _plan_and_run(load_train_config(cfg), cfg, Output(Console(file=io.StringIO()), Console(file=io.StringIO())),
+                         kept, dry_run=True, as_json=False, preflight_only=False) == 0
     assert_no_marker(tmp_path / "runs", out, err, out2, err2)

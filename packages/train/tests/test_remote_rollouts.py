@@ -362,3 +362,21 @@ def test_rollouts_flag_names_the_service_in_the_plan(tmp_path, tasks, token):
     assert run_train(config, out, backend="tinker", dry_run=True, rollouts="http://10.0.0.7:8300") == 0
     assert "rollouts: the tackroom serve at http://10.0.0.7:8300 runs the trials (token from $TACKROOM_SERVE_TOKEN)" \
         in text.getvalue()  # a dry run maps the config and contacts nothing
+
+
+def test_a_dry_run_leaves_no_run_folder_and_never_touches_a_named_runs_files(tmp_path, tasks):
+    """A dry run maps the config in a scratch folder: no new folder under ``[rollout] out``, and the prompts of an
+    existing run that shares its ``--run-id`` stay as they were."""
+    runs = tmp_path / "runs"
+    config = tmp_path / "train.toml"
+    config.write_text(f'tasks = ["{tasks}"]\n[harness]\nname = "oracle"\n[sandbox]\nname = "local"\n'
+                      f'[model]\npath = "smollm2"\n[rollout]\nout = "{runs}"\n')
+    (runs / "kept").mkdir(parents=True)
+    (runs / "kept" / "prompts.jsonl").write_text("the run's own prompts\n")
+    text = io.StringIO()
+    out = Output(Console(file=text, width=200), Console(file=io.StringIO()))
+    assert run_train(config, out, backend="tinker", dry_run=True) == 0
+    assert run_train(config, out, backend="tinker", dry_run=True, run_id="kept") == 0
+    assert sorted(p.name for p in runs.iterdir()) == ["kept"]
+    assert (runs / "kept" / "prompts.jsonl").read_text() == "the run's own prompts\n"
+    assert "(a dry run: nothing is kept)" in text.getvalue()

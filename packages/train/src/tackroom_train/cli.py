@@ -8,6 +8,7 @@ print, and the run in the mode the config and the flags ask for.
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +52,9 @@ def run_train(config_file: Path, out: Any, *, backend: str | None = None, run_id
     status. ``rollouts``: a ``tackroom serve`` URL that runs the trials (``[rollout] service``). A
     :class:`~tackroom.TackroomError` (a config the plugins or the backend refuse) propagates."""
     from tackroom import ConfigError
-    from tackroom.services import redact
     from tackroom_app import claim_run_dir
-    from tackroom_train.backends import BACKENDS, mode_of, open_backend
+    from tackroom_train.backends import BACKENDS
     from tackroom_train.config import load_train_config
-    from tackroom_train.dataset import write_prompt_dataset
-    from tackroom_train.plan import resolve_plan
 
     config = load_train_config(config_file)
     if backend:
@@ -65,16 +63,32 @@ def run_train(config_file: Path, out: Any, *, backend: str | None = None, run_id
         config.backend = backend  # type: ignore[assignment]
     if rollouts:
         config.rollout.service = rollouts
+    if dry_run:  # maps everything as the run would, in a folder that is gone after: a dry run leaves no run folder
+        # behind, and never rewrites the prompts of a named run it shares an id with
+        with tempfile.TemporaryDirectory(prefix="tackroom-dry-run-") as scratch:
+            return _plan_and_run(config, config_file, out, claim_run_dir(scratch, run_id), dry_run=True,
+                                 as_json=as_json, preflight_only=preflight_only)
     # a plain --run-id (no path, no ..); a generated one has a random suffix, so two trains started
     # in the same second never share a folder
-    run_dir = claim_run_dir(config.rollout.out, run_id)
+    return _plan_and_run(config, config_file, out, claim_run_dir(config.rollout.out, run_id), dry_run=False,
+                         as_json=as_json, preflight_only=preflight_only)
+
+
+def _plan_and_run(config: Any, config_file: Path, out: Any, run_dir: Path, *, dry_run: bool, as_json: bool,
+                  preflight_only: bool) -> int:
+    from tackroom.services import redact
+    from tackroom_train.backends import mode_of, open_backend
+    from tackroom_train.dataset import write_prompt_dataset
+    from tackroom_train.plan import resolve_plan
+
     plan = resolve_plan(config)
     dataset = write_prompt_dataset(plan.rows, run_dir / "prompts.jsonl")
     trainer = open_backend(plan, run_dir, dataset)
     if as_json:
         typer.echo(json.dumps(redact(trainer.view.model_dump(mode="json")), indent=2))
     else:
-        out.console.print(f"[bold]tackroom train[/] {config_file}: {plan.describe_rows()} → {dataset}")
+        where = "(a dry run: nothing is kept)" if dry_run else f"→ {dataset}"
+        out.console.print(f"[bold]tackroom train[/] {config_file}: {plan.describe_rows()} {where}")
         for line in trainer.describe():
             out.console.print(line)
         if plan.rollout.rollout.service:

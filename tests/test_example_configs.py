@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tackroom._config import PluginSelection
-from tackroom_app._resolve import instantiate
+from tackroom import ConfigError
+from tackroom_app import PluginSelection, instantiate
 from tackroom_matrix.config import load_matrix_config
 from tackroom_train.collect.config import load_collect_config
 from tackroom_train.config import load_train_config
@@ -50,5 +50,5 @@ def test_a_misspelt_harness_option_fails_here(tmp_path):
     bad.write_text((EXAMPLES / "matrix" / "lookup-bash.toml").read_text().replace(
         '"compact", tools = ["run_shell_command"]', '"compact", context_length = 4096, tools = ["run_shell_command"]'))
     config = load_matrix_config(bad)
-    with pytest.raises(Exception, match="context_length"):
+    with pytest.raises(ConfigError, match="context_length: unknown field"):
         built(config.harnesses)

@@ -64,7 +64,7 @@ def test_opencode_writes_the_value_to_the_answer_path_then_says_it():
     ("exec_command", "cmd", f"Chunk ID: 871074\nProcess exited with code 0\nOutput:\n{SHOWN}"),     # Codex
 ])
 def test_an_agent_with_its_shell_tool_alone_cats_the_file_then_printfs_the_value(shell, key, shown):
-    """The command parameter is the tool's first required string (Codex's ``cmd``); an optional number never is; the
+    """The command parameter is the tool's first required string (Codex's ``cmd``), never a number listed before it; the
     value is the one the command showed, in the agent's framing of a command's output; then it says it is done."""
     offered = [tool(shell, key, "description")]
     offered[0]["function"]["parameters"]["properties"]["timeout"] = {"type": "number"}

@@ -81,6 +81,37 @@ async def test_a_cancelled_caller_leaves_no_child_running(tmp_path):
     assert not alive(child), "cancelling run_process left its child running"
 
 
+async def test_a_caller_cancelled_while_the_child_starts_leaves_nothing_of_its_group_running(tmp_path, monkeypatch):
+    """asyncio kills only the child's pid when its start is cancelled; a grandchild it already forked (as
+    ``nsenter -p`` does) would live on. Here the start is held open past the cancellation."""
+    pidfile = tmp_path / "grandchild"
+    started = asyncio.Event()
+    real_start = asyncio.create_subprocess_exec
+
+    async def slow_start(*argv, **kwargs):
+        proc = await real_start(*argv, **kwargs)
+        started.set()
+        await asyncio.sleep(3)  # the pipes' connection, on a loaded machine
+        return proc
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_start)
+    task = asyncio.ensure_future(run_process(["bash", "-c", f"sleep 300 & echo $! > {pidfile}; wait"], timeout=60))
+    await started.wait()
+    for _ in range(100):
+        if pidfile.exists() and pidfile.read_text().strip():
+            break
+        await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    grandchild = int(pidfile.read_text())
+    for _ in range(50):
+        if not alive(grandchild):
+            break
+        await asyncio.sleep(0.1)
+    assert not alive(grandchild), "a cancellation during the start left the child's group running"
+
+
 async def test_a_missing_program_raises_before_anything_runs():
     with pytest.raises(FileNotFoundError):
         await run_process(["/nonexistent/tackroom-no-such-program"], timeout=5)

@@ -42,7 +42,7 @@ from tackroom_sandbox_kit.install_config import (
     pip_env,
 )
 from tackroom_sandbox_kit.namespace_ports import NamespacePorts
-from tackroom_sandbox_kit.process import ProcessOutput, drain_capped, kill_group, run_process
+from tackroom_sandbox_kit.process import ProcessOutput, drain_capped, kill_group, run_process, spawn_in_group
 from tackroom_sandbox_kit.remote_calls import bounded as bounded_call
 from tackroom_sandbox_kit.remote_calls import retried as retried_call
 from tackroom_sandbox_kit.remote_sandbox import RemoteSandbox, remote_image_key, stop_remote
@@ -106,6 +106,7 @@ __all__ = [
     "ProcessOutput",
     "drain_capped",
     "kill_group",
+    "spawn_in_group",
     # How a program ended (a crash by a signal)
     "describe_exit",
     "exit_signal",

@@ -46,6 +46,26 @@ def kill_group(proc: asyncio.subprocess.Process) -> None:
         pass
 
 
+async def spawn_in_group(argv: Sequence[str], **kwargs) -> asyncio.subprocess.Process:
+    """Start ``argv`` in its own process group; cancelled while it starts, the whole group is killed.
+
+    asyncio kills only the child's own pid when the start is cancelled, so a child that had already forked
+    (``nsenter -p`` runs the command in a grandchild) would leave that grandchild running. Here the start
+    finishes, shielded, and its group is killed before the cancellation goes on."""
+    spawning = asyncio.ensure_future(asyncio.create_subprocess_exec(*argv, start_new_session=True, **kwargs))
+    try:
+        return await asyncio.shield(spawning)
+    except asyncio.CancelledError:
+        spawning.add_done_callback(_kill_spawned)  # a second cancellation of the wait below still kills it
+        await asyncio.wait([spawning])
+        raise
+
+
+def _kill_spawned(spawning: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    if not spawning.cancelled() and spawning.exception() is None:
+        kill_group(spawning.result())
+
+
 async def run_process(
     argv: Sequence[str],
     *,
@@ -67,12 +87,11 @@ async def run_process(
     with contextlib.ExitStack() as files:
         stdin_file = files.enter_context(open(stdin, "rb")) if isinstance(stdin, Path) else None
         stdout_file = files.enter_context(open(stdout_path, "wb")) if stdout_path is not None else None
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
+        proc = await spawn_in_group(
+            argv,
             stdin=stdin_file or (asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL),
             stdout=stdout_file or asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
             env=env,
             cwd=cwd,
             pass_fds=pass_fds,

@@ -48,6 +48,7 @@ from tackroom_sandbox_kit import (
     drain_capped,
     install_env,
     kill_group,
+    spawn_in_group,
 )
 
 UNSAFE_ENV = frozenset({*GRADER_SCRUBBED_ENV, "PYTHONINSPECT", "PERL5DB", "GCONV_PATH", "PROMPT_COMMAND", "HOME"})
@@ -229,10 +230,8 @@ class GraderRuns:
                                  [_plain(p, workdir) for p in graded if sandbox_parts(p, workdir)] if ns.kept else [])
         started = time.monotonic()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=theirs.fileno(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                start_new_session=True, env={},
-            )  # fmt: skip
+            proc = await spawn_in_group(argv, stdin=theirs.fileno(), stdout=asyncio.subprocess.PIPE,
+                                        stderr=asyncio.subprocess.PIPE, env={})
         finally:
             theirs.close()
         out, err = bytearray(), bytearray()

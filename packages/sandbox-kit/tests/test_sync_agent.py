@@ -13,6 +13,7 @@ import traceback
 import pytest
 
 from tackroom import SandboxSpec
+from tackroom_agent_kit.testing import still_running
 from tackroom_local import LocalSandbox, LocalSandboxOptions
 from tackroom_sandbox_kit import AgentDeadlineError, AgentStopped, SyncSandbox, run_sync_agent
 
@@ -29,16 +30,6 @@ async def sandbox(tmp_path):
 
 async def processes(sandbox) -> str:
     return (await sandbox.exec("ps -eo args", timeout=30)).stdout
-
-
-async def still_running(sandbox, command: str) -> bool:
-    """Whether ``command`` runs in the sandbox 5 s on: a killed process can outlive its SIGKILL by a moment on a
-    loaded machine."""
-    for _ in range(50):
-        if command not in await processes(sandbox):
-            return False
-        await asyncio.sleep(0.1)
-    return True
 
 
 def agent_threads() -> list[threading.Thread]:

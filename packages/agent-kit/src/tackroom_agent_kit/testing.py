@@ -12,7 +12,7 @@ in its ``engine`` tests.
 - :func:`scripted_gateway`: the real :class:`~tackroom_gateway.PolicyGateway` in front of one; :func:`serve` serves
   any ASGI app in this event loop.
 - :class:`ScriptedGatewayForTests`: the conformance kit's ``model_server=`` (``tackroom.testing.harness_self_check``).
-- :func:`tool_call`, :func:`agent_processes`.
+- :func:`tool_call`; :func:`agent_processes` and :func:`still_running` (what a stopped run left in the sandbox).
 """
 
 from __future__ import annotations
@@ -42,10 +42,31 @@ def tool_call(name: str, **arguments: Any) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
+LINGER_SEC = 5.0
+"""How long a process killed a moment ago may still be listed: SIGKILL takes effect when the process next runs, which
+on a loaded machine is not at once. The checks below wait up to this long for it to go."""
+
+
 async def agent_processes(sandbox: Sandbox) -> str:
-    """The ``/proc/<pid>/environ`` of every process in the sandbox that an agent run started (empty: none is left)."""
-    result = await sandbox.exec(f"grep -l {RUN_MARK} /proc/[0-9]*/environ 2>/dev/null | grep -v self", timeout=30)
-    return result.stdout.strip()
+    """The ``/proc/<pid>/environ`` of every process in the sandbox that an agent run started and that is still there
+    after up to :data:`LINGER_SEC` (empty: none is left)."""
+    return await _lingering(sandbox, f"grep -l {RUN_MARK} /proc/[0-9]*/environ 2>/dev/null | grep -v self",
+                            lambda listed: listed)
+
+
+async def still_running(sandbox: Sandbox, command: str) -> bool:
+    """Whether a process whose arguments contain ``command`` is in the sandbox after up to :data:`LINGER_SEC`."""
+    return bool(await _lingering(sandbox, "ps -eo args", lambda listed: command if command in listed else ""))
+
+
+async def _lingering(sandbox: Sandbox, probe: str, found: Callable[[str], str]) -> str:
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + LINGER_SEC
+    while True:
+        seen = found((await sandbox.exec(probe, timeout=30)).stdout.strip())
+        if not seen or loop.time() >= give_up:
+            return seen
+        await asyncio.sleep(0.1)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from tackroom_agent_kit.testing import (
     ScriptedEngineForTests,
     agent_processes,
     scripted_gateway,
+    still_running,
     tool_call,
 )
 from tackroom_claude_code.errors import ClaudeCodeCrashError, ClaudeCodeModelError, ClaudeCodeTimeoutError
@@ -76,7 +77,7 @@ async def test_no_progress_after_the_agents_command_is_a_hang_counted_as_the_mod
         with pytest.raises(ClaudeCodeModelError, match="no progress for 10s.*after 1 model reply") as info:
             await harness.run(task, sandbox, policy)
         assert await agent_processes(sandbox) == ""
-        assert "sleep 300" not in (await sandbox.exec("ps -eo args", timeout=30)).stdout
+        assert not await still_running(sandbox, "sleep 300")
     assert info.value.trajectory.stop_reason == "hang" and len(engine.prompts) == 1
 
 
@@ -148,7 +149,7 @@ async def test_cancelling_the_run_kills_claude_and_what_it_started(tmp_path, smo
         with pytest.raises(asyncio.CancelledError):
             await run
         assert await agent_processes(sandbox) == ""
-        assert "sleep 300" not in (await sandbox.exec("ps -eo args", timeout=30)).stdout
+        assert not await still_running(sandbox, "sleep 300")
 
 
 CRASH_AT_START_UP = """#!/bin/bash

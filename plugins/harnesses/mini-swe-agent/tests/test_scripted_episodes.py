@@ -11,6 +11,7 @@ from mini_swe_agent_fixtures import SUBMIT, command, prepared
 
 from tackroom import Policy
 from tackroom.testing import ScriptedChatServerForTests, ScriptedReply
+from tackroom_agent_kit.testing import still_running
 from tackroom_mini_swe_agent.errors import MiniSweAgentInfraError, MiniSweAgentModelError
 from tackroom_sandbox_kit import AgentDeadlineError
 
@@ -65,7 +66,7 @@ async def test_a_command_past_its_timeout_is_killed_and_reported_to_the_model(tm
     async with prepared(tmp_path, command_timeout_sec=1) as (harness, task, sandbox), \
             ScriptedChatServerForTests([command("sleep 30"), SUBMIT]) as server:
         trajectory = await harness.run(task, sandbox, server.policy())
-        assert "sleep 30" not in (await sandbox.exec("ps -eo args", timeout=30)).stdout
+        assert not await still_running(sandbox, "sleep 30")
     assert "timed out after 1 seconds" in trajectory.messages[3]["content"]
     assert trajectory.metrics["command_timeouts"] == 1 and trajectory.stop_reason == "submitted"
 
@@ -77,7 +78,7 @@ async def test_the_deadline_stops_the_agent_and_its_command(tmp_path):
         with pytest.raises(AgentDeadlineError) as info:
             await harness.run(task, sandbox, server.policy())
         assert time.monotonic() - started < 6  # stopped before the runtime's own timeout, so the trajectory survives
-        assert "sleep 300" not in (await sandbox.exec("ps -eo args", timeout=30)).stdout
+        assert not await still_running(sandbox, "sleep 300")
     assert info.value.error_class == "model" and len(server.requests) == 1
     assert info.value.trajectory.stop_reason == "agent_timeout"
     assert assistant_contents(info.value.trajectory) == [command("sleep 300")]

@@ -14,7 +14,14 @@ import pytest
 from opencode_tasks import write_task
 
 from tackroom import SandboxSpec, load_task
-from tackroom_agent_kit.testing import Later, ScriptedEngineForTests, agent_processes, scripted_gateway, tool_call
+from tackroom_agent_kit.testing import (
+    Later,
+    ScriptedEngineForTests,
+    agent_processes,
+    scripted_gateway,
+    still_running,
+    tool_call,
+)
 from tackroom_local import LocalSandbox, LocalSandboxOptions, LocalSandboxProvider
 from tackroom_opencode.errors import (
     OpenCodeCrashError,
@@ -73,7 +80,7 @@ async def test_cancelling_the_run_kills_opencode_and_what_it_started(tmp_path, s
         with pytest.raises(asyncio.CancelledError):
             await run
         assert await agent_processes(sandbox) == ""
-        assert "sleep 300" not in (await sandbox.exec("ps -eo args", timeout=30)).stdout
+        assert not await still_running(sandbox, "sleep 300")
 
 
 async def test_no_progress_after_the_agents_command_is_a_hang_counted_as_the_models(tmp_path, smollm2_tokenizer,

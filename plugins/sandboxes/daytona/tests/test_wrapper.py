@@ -9,6 +9,14 @@ from pathlib import Path
 from tackroom_daytona.sandbox import KILLED, wrapper
 
 
+def gone(pid: int) -> bool:
+    """Exited: no /proc entry, or a zombie not yet reaped (the entry can vanish between two reads)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def run(tmp_path: Path, cmd: str | list[str], *, stdin: bytes | None = None, timeout: float = 10, limit: int = 1000, **kw) -> tuple[int, str, bytes, bytes, bool]:  # type: ignore[no-untyped-def]
     base = str(tmp_path / "x")
     if stdin is not None:
@@ -40,7 +48,7 @@ def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     assert rc == KILLED and timed_out and time.monotonic() - started < 5
     time.sleep(0.2)
     for pid in pids.read_text().split():
-        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+        assert gone(int(pid))
 
 
 def test_output_is_capped(tmp_path: Path) -> None:

@@ -24,6 +24,26 @@ def alive(pid: int) -> bool:
         return False
 
 
+async def gone(pid: int) -> bool:
+    """Whether ``pid`` has exited within 5 s (a killed process runs once more to die; not at once on a loaded machine)."""
+    for _ in range(50):
+        if not alive(pid):
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def cancel_once_written(task: asyncio.Future, pidfile) -> None:
+    """Cancel ``task`` once its command has written ``pidfile`` (5 s at most), and see the cancellation go on."""
+    for _ in range(100):
+        if pidfile.exists() and pidfile.read_text().strip():
+            break
+        await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 async def test_output_stdin_and_exit_code():
     out = await run_process([sys.executable, "-c", "import sys; d = sys.stdin.read(); print(d.upper()); "
                              "print('err', file=sys.stderr); sys.exit(3)"], timeout=30, stdin=b"hi")
@@ -59,29 +79,15 @@ async def test_a_timeout_kills_the_whole_process_group(tmp_path):
     out = await run_process(["bash", "-c", script], timeout=1)
     assert out.timed_out and out.returncode < 0, out
     grandchild = int(pidfile.read_text())
-    for _ in range(50):
-        if not alive(grandchild):
-            break
-        await asyncio.sleep(0.1)
-    assert not alive(grandchild), "the timeout left a grandchild running"
+    assert await gone(grandchild), "the timeout left a grandchild running"
 
 
 async def test_a_cancelled_caller_leaves_no_child_running(tmp_path):
     pidfile = tmp_path / "child"
     task = asyncio.ensure_future(run_process(["bash", "-c", f"echo $$ > {pidfile}; exec sleep 300"], timeout=60))
-    for _ in range(100):
-        if pidfile.exists() and pidfile.read_text().strip():
-            break
-        await asyncio.sleep(0.05)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_once_written(task, pidfile)
     child = int(pidfile.read_text())
-    for _ in range(50):
-        if not alive(child):
-            break
-        await asyncio.sleep(0.1)
-    assert not alive(child), "cancelling run_process left its child running"
+    assert await gone(child), "cancelling run_process left its child running"
 
 
 async def test_a_caller_cancelled_while_the_child_starts_leaves_nothing_of_its_group_running(tmp_path, monkeypatch):
@@ -100,19 +106,9 @@ async def test_a_caller_cancelled_while_the_child_starts_leaves_nothing_of_its_g
     monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_start)
     task = asyncio.ensure_future(run_process(["bash", "-c", f"sleep 300 & echo $! > {pidfile}; wait"], timeout=60))
     await started.wait()
-    for _ in range(100):
-        if pidfile.exists() and pidfile.read_text().strip():
-            break
-        await asyncio.sleep(0.05)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_once_written(task, pidfile)
     grandchild = int(pidfile.read_text())
-    for _ in range(50):
-        if not alive(grandchild):
-            break
-        await asyncio.sleep(0.1)
-    assert not alive(grandchild), "a cancellation during the start left the child's group running"
+    assert await gone(grandchild), "a cancellation during the start left the child's group running"
 
 
 async def test_a_missing_program_raises_before_anything_runs():

@@ -24,6 +24,11 @@ API server starts its engine with `uv run <its parent's uv flags> -m skyrl.tinke
 (what archipelago would `uv pip install`), converts the GGUF with tackroom-engine's own script, and runs
 `tackroom train` under a deadline; what the run wrote (steps.jsonl, summary, logs) is copied to $OUT.
 Without both GGUF parts it builds random-init weights of SmolLM2's config instead and says so.
+
+`device --sft FILE` puts an `[sft]` warm start first (examples/train/lookup-bash.toml's settings: 1 epoch, batches
+of 8, lr 1e-3) on demonstrations `tackroom collect` wrote (carry them: runs/ is git-ignored) and stops after it
+(`<run>/policy`) unless `--then-rl`; its per-step NLL (`sft_steps.jsonl`) then compares with the same warm start on
+this CPU.
 """
 
 from __future__ import annotations
@@ -62,8 +67,8 @@ sniffio==1.3.1 sqlalchemy==2.1.9 sqlmodel==0.0.50 sse-starlette==3.7.0 starlette
 tinker==0.25.0 typing-extensions==4.16.0 typing-inspection==0.4.5 uvicorn==0.54.0 watchfiles==1.3.0
 zstandard==0.25.0 jsonschema==4.25.1 referencing rpds-py jsonschema-specifications truststore pyqwest gguf
 cryptography==50.0.2 cffi==2.1.1 pycparser pyjwt""".split()
-PACKAGES = ["core", "packages/gateway", "packages/engine", "packages/sandbox-kit", "plugins/sandboxes/local",
-            "plugins/harnesses/archipelago", "packages/train", "plugins/losses/losses"]
+PACKAGES = ["core", "packages/app", "packages/worlds", "packages/gateway", "packages/engine", "packages/sandbox-kit",
+            "plugins/sandboxes/local", "plugins/harnesses/archipelago", "packages/train", "plugins/losses/losses"]
 UV_SHIM = """#!/bin/bash
 # Stand-in for uv (benchmarks/gpu_train_e2e.py): `sync` is a no-op (the packages are installed), `run [flags] ARGS`
 # runs `python3 ARGS` as a child, so SkyRL's API server still finds `uv run ... -m skyrl.tinker.api` as its parent.
@@ -150,12 +155,25 @@ def _run(argv: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(argv, text=True, **kw)
 
 
-def config_toml(d: Path, steps: int, max_tokens: int, extra_tasks: list[str] = (), mini_batch: int = 3) -> str:
+SFT_TOML = """
+[sft]                             # examples/train/lookup-bash.toml's warm start, for a side-by-side with this CPU
+dataset = "{dataset}"
+epochs = 1
+learning_rate = 1e-3
+batch_size = 8
+max_length = 2048
+then_rl = {then_rl}
+"""
+
+
+def config_toml(d: Path, steps: int, max_tokens: int, extra_tasks: list[str] = (), mini_batch: int = 3,
+                sft: Path | None = None, then_rl: bool = False) -> str:
     tasks = json.dumps([str(d / "tasks"), *(str(Path(t).resolve()) for t in extra_tasks)])
+    warm = SFT_TOML.format(dataset=sft, then_rl=str(then_rl).lower()) if sft is not None else ""
     return f"""# written by benchmarks/gpu_train_e2e.py on the GPU machine
 tasks = {tasks}
 backend = "tinker"
-
+{warm}
 [harness]
 name = "archipelago"
 world = "{d / 'world'}"
@@ -208,7 +226,8 @@ out = "{d / 'runs'}"
 """
 
 
-def device(d: Path, steps: int, max_tokens: int, deadline_s: float, extra_tasks: list[str], mini_batch: int) -> int:
+def device(d: Path, steps: int, max_tokens: int, deadline_s: float, extra_tasks: list[str], mini_batch: int,
+           sft: Path | None = None, then_rl: bool = False) -> int:
     t0 = time.time()
     out = Path(os.environ.get("OUT") or "/tmp/out")
     out.mkdir(parents=True, exist_ok=True)
@@ -297,7 +316,11 @@ def device(d: Path, steps: int, max_tokens: int, deadline_s: float, extra_tasks:
         n = int(ver.split(".")[1]) if "." in ver else 17
         plat = f"{machine}-manylinux_2_{max(17, min(n, 39))}" if libc == "glibc" else f"{machine}-unknown-linux-musl"
         version = f"{major}.{minor}"
-        key = hashlib.sha256(json.dumps([sorted(SITE_REQUIREMENTS), version, plat]).encode()).hexdigest()[:16]
+        sys.path.insert(0, str(site))  # the key build_site computes: the world gateway's requirements and the world's
+        from tackroom_archipelago.world import GATEWAY_REQUIREMENTS
+
+        requirements = [*GATEWAY_REQUIREMENTS, *SITE_REQUIREMENTS]
+        key = hashlib.sha256(json.dumps([sorted(requirements), version, plat]).encode()).hexdigest()[:16]
         target = cache / "worlds" / "sites" / f"py{version}-{plat}-{key}"
         shutil.copytree(d / "site", target, dirs_exist_ok=True)
         # mcp's client imports cryptography (pyjwt[crypto]); staged once, as wheels, for both sides
@@ -308,7 +331,7 @@ def device(d: Path, steps: int, max_tokens: int, deadline_s: float, extra_tasks:
         log(f"world site -> {target}" + ("" if version == "3.12" else " (built for 3.12: may not import)"))
 
     cfg = d / "gpu-archipelago.toml"
-    cfg.write_text(config_toml(d, steps, max_tokens, extra_tasks, mini_batch))
+    cfg.write_text(config_toml(d, steps, max_tokens, extra_tasks, mini_batch, sft, then_rl))
     shutil.copy2(cfg, out / "config.toml")
     smi = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
                capture_output=True)
@@ -335,7 +358,8 @@ def device(d: Path, steps: int, max_tokens: int, deadline_s: float, extra_tasks:
         watchdog.cancel()
     log(f"tackroom train exited {proc.returncode} after {time.time() - t:.1f}s")
     run = d / "runs" / "gpu"
-    for name in ("steps.jsonl", "summary.json", "trajectories.jsonl"):  # $OUT returns at most 8 files
+    records = ("sft.json", "sft_steps.jsonl") if sft is not None else ("trajectories.jsonl",)
+    for name in ("steps.jsonl", "summary.json", *records):  # $OUT returns at most 8 files
         if (run / name).is_file():
             shutil.copy2(run / name, out / name)
     server_log = run / "tinker" / "server.log"
@@ -350,7 +374,19 @@ def device(d: Path, steps: int, max_tokens: int, deadline_s: float, extra_tasks:
         print("STEP " + json.dumps({k: r.get(k) for k in ("step", "mean_reward", "rollout_s", "train_s", "handoff_s",
                                                           "staleness", "version", "mismatch_mean", "mismatch_max",
                                                           "sent_rows")}))
-    return 0 if rows else 1
+    errors: dict[str, int] = {}  # what failed the trials, in a few lines (the trial folders do not come back)
+    for result in sorted(run.glob("rollouts/*/*/result.json")):
+        error = json.loads(result.read_text()).get("error") or {}
+        if error:
+            key = f"{error.get('error_class')} {error.get('type')} ({error.get('phase')}): {error.get('message', '')[:300]}"
+            errors[key] = errors.get(key, 0) + 1
+    for key, n in sorted(errors.items(), key=lambda kv: -kv[1])[:5]:
+        print(f"TRIAL ERROR x{n}: {key}")
+    sft_rows = [json.loads(x) for x in (run / "sft_steps.jsonl").read_text().splitlines()] \
+        if (run / "sft_steps.jsonl").is_file() else []
+    for r in sft_rows:
+        print("SFT " + json.dumps({k: r.get(k) for k in ("step", "epoch", "nll", "trained_tokens", "train_s")}))
+    return 0 if rows or (sft is not None and not then_rl and sft_rows) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -367,11 +403,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--deadline", type=float, default=540.0, help="seconds from the start of this command")
     r.add_argument("--extra-tasks", action="append", default=[], help="more task folders (e.g. the overfit tasks)")
     r.add_argument("--mini-batch", type=int, default=3, help="tasks per step ([train] mini_batch_size)")
+    r.add_argument("--sft", type=Path, help="a demonstrations JSONL (tackroom collect): an [sft] warm start first")
+    r.add_argument("--then-rl", action="store_true", help="with --sft: RL after the warm start (default: stop there)")
     a = p.parse_args(argv)
     if a.cmd == "stage":
         stage(Path(a.dir).resolve(), Path(a.repo), Path(a.cache))
         return 0
-    return device(Path(a.dir).resolve(), a.steps, a.max_tokens, a.deadline, a.extra_tasks, a.mini_batch)
+    sft = a.sft.resolve() if a.sft is not None else None
+    return device(Path(a.dir).resolve(), a.steps, a.max_tokens, a.deadline, a.extra_tasks, a.mini_batch, sft, a.then_rl)
 
 
 if __name__ == "__main__":

@@ -151,6 +151,17 @@ def stage(dest: Path, repo: Path, cache: Path) -> None:
 
 
 # -- there -------------------------------------------------------------------------------------------
+def world_site(cache: Path, executable: str, major: int, minor: int, machine: str, libc: str,
+               libc_version: str) -> tuple[Path, str]:
+    """Where archipelago's ``build_site`` looks for the world's site (the world gateway's requirements and the
+    world's, for the sandbox's interpreter), and that interpreter's version."""
+    from tackroom_archipelago.world import GATEWAY_REQUIREMENTS, SandboxPython, site_dir
+
+    python = SandboxPython(executable=executable, major=major, minor=minor, machine=machine, libc=libc,
+                           libc_version=libc_version)
+    return site_dir([*GATEWAY_REQUIREMENTS, *SITE_REQUIREMENTS], python, cache / "worlds" / "sites"), python.version
+
+
 def _run(argv: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(argv, text=True, **kw)
 
@@ -313,15 +324,8 @@ def device(d: Path, steps: int, max_tokens: int, deadline_s: float, extra_tasks:
     log(f"sandbox python3: {py.stdout.strip()} {py.stderr.strip()[:200]}")
     if py.returncode == 0:
         major, minor, machine, libc, ver = py.stdout.split()
-        n = int(ver.split(".")[1]) if "." in ver else 17
-        plat = f"{machine}-manylinux_2_{max(17, min(n, 39))}" if libc == "glibc" else f"{machine}-unknown-linux-musl"
-        version = f"{major}.{minor}"
-        sys.path.insert(0, str(site))  # the key build_site computes: the world gateway's requirements and the world's
-        from tackroom_archipelago.world import GATEWAY_REQUIREMENTS
-
-        requirements = [*GATEWAY_REQUIREMENTS, *SITE_REQUIREMENTS]
-        key = hashlib.sha256(json.dumps([sorted(requirements), version, plat]).encode()).hexdigest()[:16]
-        target = cache / "worlds" / "sites" / f"py{version}-{plat}-{key}"
+        sys.path.insert(0, str(site))
+        target, version = world_site(cache, sandbox_py, int(major), int(minor), machine, libc, ver)
         shutil.copytree(d / "site", target, dirs_exist_ok=True)
         # mcp's client imports cryptography (pyjwt[crypto]); staged once, as wheels, for both sides
         crypto = [w for n in ("cryptography", "cffi", "pycparser", "pyjwt") for w in glob.glob(str(d / "whl" / f"{n}-*.whl"))]

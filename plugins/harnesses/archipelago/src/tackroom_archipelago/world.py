@@ -244,14 +244,19 @@ def _uv_binary() -> str:
 _build_locks: dict[str, asyncio.Lock] = {}
 
 
-async def build_site(requirements: list[str], python: SandboxPython, cache_dir: Path | None = None,
-                     timeout: float = 600.0) -> Path:
-    """A directory of the requirements installed for ``python`` (cached by requirements and interpreter)."""
+def site_dir(requirements: list[str], python: SandboxPython, cache_dir: Path | None = None) -> Path:
+    """Where :func:`build_site` keeps ``requirements`` installed for ``python``: one folder per requirement set,
+    interpreter version and platform, under ``cache_dir`` (default: the cache's ``worlds/sites``)."""
     cache = Path(cache_dir) if cache_dir else cache_root() / "worlds" / "sites"
     key = hashlib.sha256(json.dumps([sorted(requirements), python.version, python.uv_platform]).encode()).hexdigest()[:16]
-    target = cache / f"py{python.version}-{python.uv_platform}-{key}"
-    return await _install_target(target, requirements, python, cwd=None, timeout=timeout,
-                                 what="the world's requirements")
+    return cache / f"py{python.version}-{python.uv_platform}-{key}"
+
+
+async def build_site(requirements: list[str], python: SandboxPython, cache_dir: Path | None = None,
+                     timeout: float = 600.0) -> Path:
+    """A directory of the requirements installed for ``python`` (cached: :func:`site_dir`)."""
+    return await _install_target(site_dir(requirements, python, cache_dir), requirements, python, cwd=None,
+                                 timeout=timeout, what="the world's requirements")
 
 
 LOCKED_REQUIREMENTS = ".tackroom-locked-requirements.txt"

@@ -68,3 +68,11 @@ def test_the_config_it_writes_loads_and_builds_its_harness(script, tmp_path, sft
     assert (loaded.sft is not None) == (sft is not None)
     if sft is not None:
         assert loaded.sft.then_rl is False and loaded.sft.batch_size == 8
+
+
+def test_the_sft_block_is_the_lookup_bash_warm_start(script):
+    """The GPU figures are compared with examples/train/lookup-bash.toml's run on the CPU: the script's ``[sft]``
+    settings must be that example's (only the dataset's path and ``then_rl`` are the call's)."""
+    example = tomllib.loads((ROOT / "examples" / "train" / "lookup-bash.toml").read_text())["sft"]
+    written = tomllib.loads(script.SFT_TOML.format(dataset="/stage/codex.jsonl", then_rl="false"))["sft"]
+    assert {k: v for k, v in written.items() if k != "dataset"} == {k: v for k, v in example.items() if k != "dataset"}

@@ -123,6 +123,38 @@ async def test_generator_output_contract_on_the_real_engine(tmp_path, engine_url
     json.dumps(m)  # a tracker can log it
 
 
+@pytest.mark.engine
+@pytest.mark.parametrize("filtering", [False, True])
+async def test_overlong_filtering_masks_answers_the_engine_cut_off(tmp_path, engine_url, filtering):
+    """``[rollout] apply_overlong_filtering``: an answer cut at ``max_tokens`` (one token here, so every answer)
+    is masked and keeps its grade; without the option it trains as before."""
+    say_blue = Path(__file__).resolve().parents[3] / "examples" / "train" / "overfit-tasks" / "say-blue"
+    config = TrainConfig.model_validate({
+        "tasks": [str(say_blue)], "harness": {"name": "answer", "max_tokens": 16},
+        "sandbox": {"name": "local"}, "verifier": {"name": "test-script"}, "policy": {"tokenizer": "smollm2"},
+        "model": {"path": "HuggingFaceTB/SmolLM2-135M-Instruct", "tokenizer": "smollm2"},
+        "rollout": {"infra_attempts": 1, "apply_overlong_filtering": filtering},
+    })
+    generator = TackroomGenerator(config, base_url=engine_url, tokenizer=load_tokenizer("smollm2"),
+                                  run_root=tmp_path / "rollouts")
+    try:
+        out = await generator.generate(batch([("blue", say_blue)] * 2,
+                                             sampling={"temperature": 0.0, "max_generate_length": 1}))
+    finally:
+        await generator.aclose()
+    results, trajectories = read_run(generator)
+    assert [t.stop_reason for t in trajectories] == ["max_tokens"] * 2 and out["stop_reasons"] == ["max_tokens"] * 2
+    assert all(r.error is None and r.reward is not None for r in results), [r.error for r in results]
+    assert sorted(out["rewards"]) == sorted(r.reward for r in results), "a cut-off answer keeps its grade"
+    m = out["rollout_metrics"]
+    if filtering:
+        assert all(sum(mask) == 0 for mask in out["loss_masks"]) and m["tackroom/masked_overlong"] == 2
+        assert m["tackroom/trained_trials"] == 0 and m["tackroom/masked_trials"] == 2
+    else:
+        assert all(sum(mask) == 1 for mask in out["loss_masks"]) and "tackroom/masked_overlong" not in m
+        assert m["tackroom/trained_trials"] == 2
+
+
 # -- masking with real failures (oracle harness, no model) ----------------------------------------
 
 def oracle_config(tasks: list[Path], **rollout) -> TrainConfig:
@@ -218,3 +250,28 @@ def test_masking_rules_table():
 
     d = decide_group([infra, infra])
     assert all(r.masked and r.reward == 0.0 for r in d.rows)
+
+    cut = RowOutcome(truncated=True, reward=0.5)
+    assert [r.masked for r in decide_group([ok, cut, zero]).rows] == [False, False, False], "filtering is opt-in"
+    d = decide_group([ok, cut, zero, infra], overlong_filtering=True)
+    assert [r.reason for r in d.rows] == [None, "overlong", None, "infra"]
+    # the cut-off row keeps its grade, and counts in the baseline a failed row takes
+    assert [r.reward for r in d.rows] == [1.0, 0.5, 0.0, 0.5] and d.counts == {"masked_overlong": 1, "masked_infra": 1}
+    cut_model_error = RowOutcome(error_class="model", truncated=True, reward=0.0)  # the context ran out
+    assert decide_group([cut_model_error], overlong_filtering=True).rows[0].reason == "overlong"
+
+
+def test_a_trial_is_cut_off_by_its_last_engine_call_or_its_harness():
+    from tackroom import TokenTurn
+    from tackroom_train.generator import RolloutRow
+
+    def row(finishes: list[str], stop: str = "completed") -> RolloutRow:
+        turns = [TokenTurn(prompt_ids=[1], completion_ids=[2], finish_reason=f) for f in finishes]
+        result = TrialResult(trial_id="t", task="t", harness="h", sandbox="s", verifier="v", reward=0.5)
+        return RolloutRow(result, Trajectory(turns=turns, stop_reason=stop))
+
+    assert row(["stop", "length"]).outcome().truncated, "the engine's finish_reason, whatever the harness says"
+    assert not row(["length", "stop"]).outcome().truncated, "a turn cut mid-episode that the agent went on from"
+    assert row(["stop"], stop="context_exhausted").outcome().truncated
+    assert not row(["stop"], stop="max_turns").outcome().truncated, "a turn budget is not a token limit (as SkyRL)"
+    assert not row([]).outcome().truncated

@@ -146,3 +146,29 @@ def test_a_step_whose_trained_tokens_were_all_constrained_says_why_no_mismatch_w
     assert "WARNING" not in lines[0] and log.warnings == 0 and log.mismatch_mean is None
     step = json.loads((tmp_path / "steps.jsonl").read_text())
     assert step["mismatch_mean"] is None and step["mismatch_constrained"] == 0.586
+
+
+def test_the_server_never_takes_the_port_the_runs_engine_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The engine learns its port before it binds it; the kernel once handed the same port to the server in between,
+    # both listened, and the engine's /health reached the server's 404 until the start timed out.
+    from tackroom_train.config_tinker import TinkerSettings
+    from tackroom_train.tinker import server
+
+    handed = iter([8013, 8013, 40123])
+
+    class Socket:
+        def __enter__(self) -> Socket:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def bind(self, address: tuple[str, int]) -> None:
+            self.port = next(handed)
+
+        def getsockname(self) -> tuple[str, int]:
+            return "127.0.0.1", self.port
+
+    monkeypatch.setattr(server.socket, "socket", Socket)
+    assert server.TinkerServer(TinkerSettings(engine_port=8013), "m", "/tmp/x").port == 40123
+    assert server.TinkerServer(TinkerSettings(engine_port=8013, port=8020), "m", "/tmp/x").port == 8020

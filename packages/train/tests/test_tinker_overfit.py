@@ -3,13 +3,14 @@
 ``examples/train/overfit.toml`` as it is: SmolLM2-135M-Instruct with a LoRA,
 three one-word tasks × 4 samples, the ``answer`` harness through the policy
 gateway and the sampling endpoint, the ``local`` sandbox, the test-script
-verifier, sampling on the run's own vLLM engine with the live LoRA (``[tinker] sampler = "engine"``), one
-step's rollouts overlapping the previous step's training (``max_staleness_steps = 1``). With the JAX sampler it took
-12-15 minutes on a quiet machine; on the engine it was measured only at load average ~20, where it needed over
-30 minutes (README, "Sampling on the engine with the live LoRA"). Marked
-``tinker``: it needs the server's uv project (``scripts/setup`` installs it)
-and the SmolLM2 folder ``tackroom model up`` converts; a missing piece skips
-locally and fails under CI.
+verifier, sampling on the run's own vLLM engine with the live LoRA
+(``[tinker] sampler = "engine"``), one step's rollouts overlapping the previous
+step's training (``max_staleness_steps = 1``). About 2 minutes on a quiet machine with
+the JAX compile cache warm; at load average ~20 (the whole suite) it needed over 30 minutes
+once (README, "Sampling on the engine with the live LoRA"). Marked ``tinker``:
+it needs the server's uv project (``scripts/setup`` installs it) and the SmolLM2
+folder ``tackroom model up`` converts; a missing piece skips locally and fails
+under CI.
 """
 
 from __future__ import annotations
@@ -50,13 +51,18 @@ def test_overfit_reward_rises_and_the_curve_is_written(tmp_path: Path, free_port
 
     steps = [json.loads(line) for line in (tmp_path / "run" / "steps.jsonl").read_text().splitlines()]
     assert len(steps) == summary.steps == config.train.max_training_steps
-    # Reward rises: steps 1-2 (the base policy, then one update) against steps 4-10. Twelve samples a step
-    # make a single step's mean noisy (sd ~0.1), and a run may peak and drift back a little once a task's
-    # group is all right (no advantage left to hold it), so the late side is seven steps, not the last three:
-    # CI saw 0.29 0.50 0.50 | 0.63 0.79 0.75 0.75 0.67 0.67 0.50 fail a last-3-vs-first-3 rule while it learned.
-    # A run that learns nothing passes this with a chance of about 2% (24 vs 84 samples, sd 0.4 each).
-    early, late = mean(s["mean_reward"] for s in steps[:2]), mean(s["mean_reward"] for s in steps[3:])
-    assert late > early + 0.2, f"mean reward did not rise: steps 1-2 {early:.3f}, steps 4-{len(steps)} {late:.3f}"
+    # Reward rises: steps 1-2 (the base policy, then one update) against the best two steps in a row after them.
+    # The best, not the last: twelve samples a step make one step's mean noisy (sd ~0.1), and a run can peak and
+    # not stay there. The word repeated to max_tokens scores 0.5 every time, a state with no learning signal left,
+    # and one big update can lose the word as well: CI saw 0.33 0.00 | 0.50 0.54 0.79 0.50 0.00 0.00 0.04 0.08
+    # fail a steps-4-10-mean rule after it had learned, and 0.29 0.50 0.50 | 0.63 0.79 0.75 0.75 0.67 0.67 0.50
+    # fail a last-3 rule. A run that learns nothing passes this with a chance of about 1% (simulated: 12 samples a
+    # step of {0: 65%, 0.5: 30%, 1: 5%}); one that never learned here (0.21 0.12 | 0.17 0.42 0.25 0.21 0.46 0.33
+    # 0.21 0.17, overlong filtering on) fails it.
+    rewards = [s["mean_reward"] for s in steps]
+    early = mean(rewards[:2])
+    best = max(mean(rewards[k:k + 2]) for k in range(2, len(rewards) - 1))
+    assert best > early + 0.25, f"mean reward did not rise: steps 1-2 {early:.3f}, best two in a row after {best:.3f} ({rewards})"
 
     # a step where every task's samples scored alike has no learning signal and takes no optimiser step
     # (Adam's momentum would otherwise pull a solved task back); every other step trains all its rows

@@ -160,6 +160,12 @@ class RolloutRules(BaseModel):
     """Attempts per trial while it fails with ``infra``; after the last one the trial is masked."""
     timeout_group_threshold: int = Field(default=2, ge=1)
     """This many timed-out trials in a group mask the whole group; fewer mask only themselves."""
+    apply_overlong_filtering: bool = False
+    """DAPO's overlong filtering (SkyRL's ``generator.apply_overlong_filtering``): a trial whose model was cut off
+    at a token limit (its last engine call's ``finish_reason`` is ``length``, or the harness's stop reason is
+    ``max_tokens``, ``length`` or ``context_exhausted``) is masked; it keeps its grade. Without it, a cut-off answer
+    that happens to score teaches the model to keep talking; with it alone, nothing pushes a cut-off answer down
+    (packages/train/README.md, "Masking rules", measured on examples/train/overfit.toml)."""
     executor: ExecutorName = "asyncio"
     """Where trials run: ``asyncio`` (the generator's process), ``ray`` (each a Ray task on SkyRL's cluster;
     tackroom-ray), or another registered executor."""

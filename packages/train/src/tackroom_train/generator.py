@@ -36,6 +36,8 @@ from tackroom_train.plan import RolloutSide
 from tackroom_train.tinker.datums import CONSTRAINED_KEY
 
 TIMEOUT_STOP_REASONS = frozenset({"agent_timeout"})
+TRUNCATED_STOP_REASONS = frozenset({"max_tokens", "length", "context_exhausted"})
+"""Episode ends where the model was cut off at a token limit: a turn's ``max_tokens``, or the context."""
 
 
 class RolloutRow:
@@ -52,13 +54,21 @@ class RolloutRow:
             err is not None and err.type in ("AgentTimeoutError",))
 
     @property
+    def truncated(self) -> bool:
+        """The model was cut off when the episode ended: its last engine call stopped at ``max_tokens`` (the engine's
+        ``finish_reason``, as the gateway recorded it: what SkyRL's filter reads) or the harness said so."""
+        turns = self.trajectory.turns
+        return bool(turns and turns[-1].finish_reason == "length") or self.trajectory.stop_reason in TRUNCATED_STOP_REASONS
+
+    @property
     def first_generated(self) -> int | None:
         mask = self.trajectory.loss_mask
         return next((i for i, m in enumerate(mask) if m), None)
 
     def outcome(self) -> RowOutcome:
         return RowOutcome(error_class=self.result.error_class, timed_out=self.timed_out,
-                          has_tokens=self.first_generated is not None, reward=self.result.reward)
+                          has_tokens=self.first_generated is not None, truncated=self.truncated,
+                          reward=self.result.reward)
 
 
 def split_tokens(trajectory: Trajectory) -> tuple[list[int], list[int], list[int], list[float] | None]:
@@ -254,7 +264,8 @@ def generator_output(rows: list[RolloutRow], ids: list[TrajectoryID], prompts: l
     decisions: dict[int, Any] = {}
     counts: Counter[str] = Counter()
     for members in groups.values():
-        group = decide_group([rows[i].outcome() for i in members], rules.timeout_group_threshold)
+        group = decide_group([rows[i].outcome() for i in members], rules.timeout_group_threshold,
+                             overlong_filtering=rules.apply_overlong_filtering)
         counts.update(group.counts)
         decisions.update(zip(members, group.rows))
 

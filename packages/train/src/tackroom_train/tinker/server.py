@@ -94,10 +94,16 @@ def prepare(settings: TinkerSettings | None = None, *, timeout: float = 1800.0) 
     return d
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_port(avoid: frozenset[int] = frozenset()) -> int:
+    """A port free now, none of ``avoid``: the run's engine is told its port before it binds it, and a port
+    free until then can be handed out here (it was once: both listened on it, and the engine's /health
+    reached this server's 404 until the start timed out)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in avoid:
+            return port
 
 
 class TinkerServer:
@@ -110,7 +116,7 @@ class TinkerServer:
         self.settings = settings
         self.base_model = base_model
         self.state_dir = Path(state_dir)
-        self.port = settings.port or _free_port()
+        self.port = settings.port or _free_port(frozenset({settings.engine_port}))
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property

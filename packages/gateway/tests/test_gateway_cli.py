@@ -94,7 +94,9 @@ async def test_gateway_command_serves_until_signalled(smollm2_tokenizer, stop_si
 async def test_gateway_command_stops_cleanly_with_requests_cut_off_and_open():
     """Clients that hang up mid-request and a request still open at SIGTERM: no traceback in the log,
     the open request gets an OpenAI error, the process exits 0 without waiting on the stuck engine."""
-    async with MisbehavingEngine([EngineReply.ok("late", delay_s=1.0)], then=EngineReply.hang(), model="smollm2") as engine:
+    # the first reply would come, but late: 30 s, not 1 s, so a gateway that is slow to notice its client left (CI, a
+    # loaded 2-core machine, saw more than the 0.5 s a 1 s reply left) still cuts the engine request before it
+    async with MisbehavingEngine([EngineReply.ok("late", delay_s=30.0)], then=EngineReply.hang(), model="smollm2") as engine:
         port = _free_port()
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tackroom_app", "gateway", "--engine", engine.base_url, "--port", str(port),
@@ -112,7 +114,7 @@ async def test_gateway_command_stops_cleanly_with_requests_cut_off_and_open():
                             async with asyncio.timeout(0.5):
                                 async with quitter.stream("POST", url, json={**body, "stream": stream}) as r:
                                     await r.aread()
-                for _ in range(100):  # the gateway let go of both engine requests
+                for _ in range(400):  # the gateway let go of both engine requests (20 s at most)
                     if sum(q.client_went_away for q in engine.requests) == 2:
                         break
                     await asyncio.sleep(0.05)
